@@ -1,0 +1,53 @@
+# Agent Ledger. `make run` for a local demo (SQLite, no Redis), `make test` for the full suite
+# against real PostgreSQL and Redis. See README.md.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+# The test suite talks to real services; override these to point elsewhere.
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_ledger
+TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
+TEST_ENV := DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) \
+	SECRET_KEY=test-only-secret-key-not-for-production-use-0123456789abcdef \
+	DEBUG=false SECURE_SSL_REDIRECT=false ALLOWED_HOSTS=testserver,localhost,127.0.0.1
+
+.PHONY: install run test lint format services clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e ".[dev]"
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+install: $(STAMP)
+
+run: install
+	DEBUG=true $(PY) manage.py migrate --noinput
+	DEBUG=true $(PY) manage.py seed_demo
+	@echo "Agent Ledger: http://$(HOST):$(PORT)/  (demo accounts are listed in README.md)"
+	DEBUG=true $(PY) manage.py runserver $(HOST):$(PORT)
+
+services:
+	@TEST_DATABASE_URL=$(TEST_DATABASE_URL) TEST_BROKER_URL=$(TEST_BROKER_URL) \
+		scripts/ensure-services.sh
+
+test: install services
+	$(TEST_ENV) $(PY) manage.py collectstatic --noinput -v0
+	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	DEBUG=true $(VENV)/bin/mypy .
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) var staticfiles .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,5 @@
+"""Project package: settings, URLs, the Celery app and (later) the operator console."""
+
+from console.celery import app as celery_app
+
+__all__ = ["celery_app"]

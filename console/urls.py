@@ -1,0 +1,16 @@
+from django.contrib import admin
+from django.http import HttpRequest, JsonResponse
+from django.urls import path
+from django.views.generic import RedirectView
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness probe for load balancers; touches nothing."""
+    return JsonResponse({"status": "ok"})
+
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("healthz", healthz, name="healthz"),
+    path("", RedirectView.as_view(url="/admin/", permanent=False)),
+]

@@ -1,0 +1,63 @@
+"""Tool classification: pure functions that decide idempotency and replay policy.
+
+``Classification`` is the single result type. Every classifier returns one with a human-readable
+``reason`` and the ``rule`` that produced it, and classifications combine by taking the more
+conservative of the two (``most_conservative``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ledger.domain import POLICY_FOR, Idempotency, ReplayPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    idempotency: Idempotency
+    replay_policy: ReplayPolicy
+    destructive: bool
+    reason: str
+    rule: str
+
+    @classmethod
+    def of(
+        cls, idempotency: Idempotency, *, reason: str, rule: str, destructive: bool = False
+    ) -> Classification:
+        """A classification whose replay policy is the standard one for ``idempotency``."""
+        return cls(idempotency, POLICY_FOR[idempotency], destructive, reason, rule)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "idempotency": self.idempotency.value,
+            "replay_policy": self.replay_policy.value,
+            "destructive": self.destructive,
+            "reason": self.reason,
+            "rule": self.rule,
+        }
+
+
+UNDECLARED = Classification.of(
+    Idempotency.NON_IDEMPOTENT,
+    reason="No idempotency was declared, so the tool is treated as non-idempotent.",
+    rule="default.undeclared",
+)
+
+
+def most_conservative(first: Classification, second: Classification) -> Classification:
+    """The more conservative of two classifications; destructive if either is.
+
+    On a tie the first one's reason and rule are kept, so callers pass the established
+    classification first and the candidate second.
+    """
+    winner = second if second.idempotency.rank > first.idempotency.rank else first
+    destructive = first.destructive or second.destructive
+    if winner.destructive == destructive:
+        return winner
+    return Classification(
+        winner.idempotency,
+        winner.replay_policy,
+        destructive,
+        winner.reason,
+        winner.rule,
+    )

@@ -1,0 +1,118 @@
+"""The last two layers of a tool's classification: org policy rules and human overrides.
+
+Both are deliberate decisions by people of the tenant, so unlike an MCP server's claims they may
+make a tool less conservative as well as more. Overrides are audited by the service that
+records them; here they are only applied.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ledger.classification import UNDECLARED, Classification, most_conservative
+from ledger.classification.catalogue import SHELL_TOOLS, catalogue_tool
+from ledger.classification.mcp import classify_mcp_tool
+from ledger.domain import POLICY_FOR, Idempotency, ServerTrust
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRule:
+    """An org rule: tools whose name matches ``pattern`` (shell-style glob) get this class."""
+
+    pattern: str
+    idempotency: Idempotency
+    destructive: bool
+    reason: str
+    rule_id: str
+
+    def matches(self, tool_name: str) -> bool:
+        return fnmatch.fnmatchcase(tool_name, self.pattern)
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """A human decision on one tool, with the reason that was given for it."""
+
+    idempotency: Idempotency
+    destructive: bool
+    reason: str
+    actor: str
+
+
+def apply_policy(
+    base: Classification, tool_name: str, rules: Iterable[PolicyRule]
+) -> Classification:
+    """The first matching rule (in the order given) replaces the computed classification."""
+    for rule in rules:
+        if rule.matches(tool_name):
+            return Classification(
+                rule.idempotency,
+                POLICY_FOR[rule.idempotency],
+                rule.destructive or base.destructive,
+                f"Org policy '{rule.pattern}': {rule.reason}",
+                f"policy.{rule.rule_id}",
+            )
+    return base
+
+
+def apply_override(base: Classification, override: Override | None) -> Classification:
+    if override is None:
+        return base
+    return Classification(
+        override.idempotency,
+        POLICY_FOR[override.idempotency],
+        override.destructive,
+        f"Overridden by {override.actor}: {override.reason}",
+        "override",
+    )
+
+
+def declared_classification(tool_name: str, declared: Idempotency | None) -> Classification:
+    """A tool registered by the tenant's own runtime, with its declared idempotency if any.
+
+    A declaration is believed, but a catalogue tool can never be declared less conservative
+    than the catalogue says (``send_email`` declared idempotent stays non-idempotent).
+    """
+    known = catalogue_tool(tool_name)
+    if declared is None:
+        return known.classification if known is not None else UNDECLARED
+    result = Classification.of(
+        declared, reason=f"Declared {declared.value} at registration.", rule="declared"
+    )
+    return result if known is None else most_conservative(known.classification, result)
+
+
+def shell_tool_classification() -> Classification:
+    return Classification.of(
+        Idempotency.NON_IDEMPOTENT,
+        reason="A shell tool is classified per call from its command; this is the fallback.",
+        rule="shell.per_call",
+    )
+
+
+def base_classification(
+    *,
+    tool_name: str,
+    declared: Idempotency | None,
+    mcp_descriptor: dict[str, object] | None,
+    trust: ServerTrust | None,
+) -> Classification:
+    """The computed classification of a registry tool, before policy and overrides."""
+    if tool_name in SHELL_TOOLS:
+        return shell_tool_classification()
+    if mcp_descriptor is not None:
+        return classify_mcp_tool(mcp_descriptor, trust=trust or ServerTrust.UNTRUSTED)
+    return declared_classification(tool_name, declared)
+
+
+def effective_classification(
+    base: Classification,
+    *,
+    tool_name: str,
+    rules: Iterable[PolicyRule] = (),
+    override: Override | None = None,
+) -> Classification:
+    """Policy rules, then the human override, on top of the computed classification."""
+    return apply_override(apply_policy(base, tool_name, rules), override)

@@ -1,0 +1,152 @@
+"""The decision tables of DESIGN sections 3-5, as pure functions.
+
+``answer_existing_record`` says what a request gets when its key is already taken (the state
+table of section 3); ``recovery_decision`` says how an uncertain or failed call may be recovered
+(section 4); ``check_write_plan`` is the file-hash condition check of section 5. The services
+apply these decisions to the database; nothing here touches it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ledger.domain import (
+    FINAL_ERROR_CODES,
+    Decision,
+    ObservationCode,
+    RecordState,
+    ReplayPolicy,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ExistingRecordAnswer:
+    """What a request whose key already has a record gets."""
+
+    decision: Decision
+    code: ObservationCode | None
+    next_action: str
+    #: True when the request may take the record and execute (an automatic replay).
+    reexecute: bool = False
+
+
+def answer_existing_record(
+    *,
+    state: RecordState,
+    fingerprint_matches: bool,
+    replay_policy: ReplayPolicy,
+    awaiting_approval: bool,
+    error_code: str | None,
+    error_retryable: bool,
+) -> ExistingRecordAnswer:
+    """The answer for a request whose idempotency key is already recorded."""
+    if not fingerprint_matches:
+        return ExistingRecordAnswer(
+            Decision.CONFLICT, ObservationCode.IDEMPOTENCY_KEY_CONFLICT, "fix_request"
+        )
+    if state is RecordState.RESERVED:
+        if awaiting_approval:
+            return ExistingRecordAnswer(
+                Decision.APPROVAL_REQUIRED, ObservationCode.APPROVAL_REQUIRED, "await_approval"
+            )
+        return ExistingRecordAnswer(Decision.WAIT, ObservationCode.IN_PROGRESS, "wait")
+    if state is RecordState.EXECUTING:
+        return ExistingRecordAnswer(Decision.WAIT, ObservationCode.IN_PROGRESS, "wait")
+    if state is RecordState.SUCCEEDED:
+        return ExistingRecordAnswer(Decision.RECORDED_RESULT, None, "use_result")
+    if state is RecordState.FAILED_FINAL:
+        retryable = error_retryable and error_code not in FINAL_ERROR_CODES
+        if retryable and replay_policy is ReplayPolicy.AUTO:
+            return ExistingRecordAnswer(Decision.EXECUTE, None, "execute", reexecute=True)
+        # The original error is returned; its own code goes into the observation.
+        return ExistingRecordAnswer(
+            Decision.RECORDED_RESULT,
+            ObservationCode.FAILED,
+            "request_replay" if retryable else "stop",
+        )
+    # UNKNOWN: the first attempt may have had its effect.
+    recovery = recovery_decision(
+        replay_policy=replay_policy, uncertain=True, error_code=None, error_final=False
+    )
+    if recovery.action is RecoveryAction.REPLAY:
+        return ExistingRecordAnswer(Decision.EXECUTE, None, "execute", reexecute=True)
+    if recovery.action is RecoveryAction.CHECK_CONDITION:
+        return ExistingRecordAnswer(
+            Decision.APPROVAL_REQUIRED, ObservationCode.APPROVAL_REQUIRED, "await_approval"
+        )
+    return ExistingRecordAnswer(Decision.FORBIDDEN, ObservationCode.SIDE_EFFECT_UNCERTAIN, "lookup")
+
+
+class RecoveryAction(StrEnum):
+    REPLAY = "replay"  # execute again, automatically
+    CHECK_CONDITION = "check_condition"  # run the condition check, then a human approves
+    LOOKUP = "lookup"  # look the action up downstream by key, or a human resolves
+    ASK_HUMAN = "ask_human"  # nothing happened, but only a human may start it again
+    NEVER = "never"  # the failure is final
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryDecision:
+    action: RecoveryAction
+    code: ObservationCode | None
+    retryable: bool
+    reason: str
+
+
+def recovery_decision(
+    *,
+    replay_policy: ReplayPolicy,
+    uncertain: bool,
+    error_code: str | None,
+    error_final: bool,
+) -> RecoveryDecision:
+    """How a call that ended ``uncertain`` (or ``failed``) may be recovered (DESIGN section 4)."""
+    if not uncertain and (error_final or error_code in FINAL_ERROR_CODES):
+        code = (
+            ObservationCode.PERMISSION_DENIED
+            if error_code == ObservationCode.PERMISSION_DENIED
+            else ObservationCode.REPLAY_FORBIDDEN
+        )
+        return RecoveryDecision(
+            RecoveryAction.NEVER, code, False, f"The failure ({error_code}) is final."
+        )
+    if replay_policy is ReplayPolicy.AUTO:
+        return RecoveryDecision(
+            RecoveryAction.REPLAY, None, True, "Idempotent tool: replaying is harmless."
+        )
+    if replay_policy is ReplayPolicy.ASK:
+        return RecoveryDecision(
+            RecoveryAction.CHECK_CONDITION,
+            ObservationCode.APPROVAL_REQUIRED,
+            False,
+            "Conditional tool: check the condition, then a human approves the replay.",
+        )
+    if uncertain:
+        return RecoveryDecision(
+            RecoveryAction.LOOKUP,
+            ObservationCode.SIDE_EFFECT_UNCERTAIN,
+            False,
+            "Non-idempotent tool whose outcome is unknown: look it up downstream, never retry.",
+        )
+    return RecoveryDecision(
+        RecoveryAction.ASK_HUMAN,
+        ObservationCode.APPROVAL_REQUIRED,
+        False,
+        "Non-idempotent tool that failed without effect: only a human may start it again.",
+    )
+
+
+class WriteCheck(StrEnum):
+    ALREADY_APPLIED = "already_applied"
+    APPLY_AGAIN = "apply_again"
+    CONFLICT = "conflict"
+
+
+def check_write_plan(*, current_hash: str, before_hash: str, after_hash: str) -> WriteCheck:
+    """Seed 000's ``canReplayFileWrite``: compare the file's hash now with the plan's."""
+    if current_hash == after_hash:
+        return WriteCheck.ALREADY_APPLIED
+    if current_hash == before_hash:
+        return WriteCheck.APPLY_AGAIN
+    return WriteCheck.CONFLICT

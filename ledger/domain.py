@@ -1,0 +1,118 @@
+"""The vocabulary of the ledger: plain enums shared by the pure logic, the models and the API.
+
+No Django imports here, so the classifiers and the decision table stay plain Python.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Idempotency(StrEnum):
+    IDEMPOTENT = "idempotent"
+    CONDITIONAL = "conditional"
+    NON_IDEMPOTENT = "non_idempotent"
+
+    @property
+    def rank(self) -> int:
+        """Higher is more conservative; combining classifications takes the maximum."""
+        return _IDEMPOTENCY_RANK[self]
+
+
+_IDEMPOTENCY_RANK = {
+    Idempotency.IDEMPOTENT: 0,
+    Idempotency.CONDITIONAL: 1,
+    Idempotency.NON_IDEMPOTENT: 2,
+}
+
+
+class ReplayPolicy(StrEnum):
+    AUTO = "auto"
+    ASK = "ask"
+    NEVER = "never"
+
+
+#: The policy that goes with each idempotency class (DESIGN section 2).
+POLICY_FOR = {
+    Idempotency.IDEMPOTENT: ReplayPolicy.AUTO,
+    Idempotency.CONDITIONAL: ReplayPolicy.ASK,
+    Idempotency.NON_IDEMPOTENT: ReplayPolicy.NEVER,
+}
+
+
+class KeyScope(StrEnum):
+    RUN = "run"  # retry-safe inside one run; a new run is a new action
+    BUSINESS = "business"  # user + business object; survives a refresh or a new run
+
+
+class ServerTrust(StrEnum):
+    TRUSTED = "trusted"
+    UNTRUSTED = "untrusted"
+
+
+class RecordState(StrEnum):
+    RESERVED = "reserved"
+    EXECUTING = "executing"
+    SUCCEEDED = "succeeded"
+    FAILED_FINAL = "failed_final"
+    UNKNOWN = "unknown"
+
+
+TERMINAL_RECORD_STATES = frozenset({RecordState.SUCCEEDED, RecordState.FAILED_FINAL})
+
+
+class EntryStatus(StrEnum):
+    PLANNED = "planned"
+    APPROVED = "approved"
+    STARTED = "started"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    UNCERTAIN = "uncertain"
+
+
+class Decision(StrEnum):
+    """What the ledger told the caller to do with one call."""
+
+    EXECUTE = "execute"
+    RECORDED_RESULT = "recorded_result"
+    WAIT = "wait"
+    APPROVAL_REQUIRED = "approval_required"
+    FORBIDDEN = "forbidden"
+    CONFLICT = "conflict"
+
+
+class ObservationCode(StrEnum):
+    SIDE_EFFECT_UNCERTAIN = "SIDE_EFFECT_UNCERTAIN"
+    IN_PROGRESS = "IN_PROGRESS"
+    REPLAY_FORBIDDEN = "REPLAY_FORBIDDEN"
+    APPROVAL_REQUIRED = "APPROVAL_REQUIRED"
+    APPROVAL_REJECTED = "APPROVAL_REJECTED"
+    IDEMPOTENCY_KEY_CONFLICT = "IDEMPOTENCY_KEY_CONFLICT"
+    WRITE_CONFLICT = "WRITE_CONFLICT"
+    ALREADY_APPLIED = "ALREADY_APPLIED"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    RUN_HALTED = "RUN_HALTED"
+    FAILED = "FAILED"
+
+
+#: Error codes that are final by nature: never replayed, whatever the tool's class.
+FINAL_ERROR_CODES = frozenset({"PERMISSION_DENIED", "INVALID_INPUT", "NOT_FOUND", "FORBIDDEN"})
+
+
+class InputSource(StrEnum):
+    USER = "user"
+    MODEL = "model"
+    TOOL_OUTPUT = "tool_output"
+    EXTERNAL = "external"
+
+
+class DataClassification(StrEnum):
+    PUBLIC = "public"
+    INTERNAL = "internal"
+    CONFIDENTIAL = "confidential"
+    RESTRICTED = "restricted"
+
+
+def choices(enum: type[StrEnum]) -> list[tuple[str, str]]:
+    """Django ``choices`` for one of the enums above."""
+    return [(member.value, member.value.replace("_", " ")) for member in enum]

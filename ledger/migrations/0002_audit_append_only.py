@@ -1,0 +1,57 @@
+"""Make the audit table append-only at the database level.
+
+A trigger rejects every UPDATE and DELETE on ``ledger_auditevent``, whoever issues it (the ORM,
+raw SQL, the admin, a psql session), so the audit trail cannot be rewritten after the fact.
+TRUNCATE is left to privileges: only the table's owner may truncate, and the production role
+that serves requests should not own the schema (see README, "Deploy"). Test databases rely on
+TRUNCATE to reset between transactional tests.
+"""
+
+from django.db import migrations
+
+POSTGRES_UP = """
+CREATE OR REPLACE FUNCTION ledger_audit_append_only() RETURNS trigger AS $$
+BEGIN
+    RAISE EXCEPTION 'ledger_auditevent is append-only: % is not allowed', TG_OP
+        USING ERRCODE = 'insufficient_privilege';
+END;
+$$ LANGUAGE plpgsql;
+CREATE TRIGGER ledger_audit_no_update BEFORE UPDATE OR DELETE ON ledger_auditevent
+    FOR EACH ROW EXECUTE FUNCTION ledger_audit_append_only();
+"""
+POSTGRES_DOWN = """
+DROP TRIGGER IF EXISTS ledger_audit_no_update ON ledger_auditevent;
+DROP FUNCTION IF EXISTS ledger_audit_append_only();
+"""
+SQLITE_UP = [
+    """CREATE TRIGGER ledger_audit_no_update BEFORE UPDATE ON ledger_auditevent
+       BEGIN SELECT RAISE(ABORT, 'ledger_auditevent is append-only: UPDATE is not allowed'); END""",
+    """CREATE TRIGGER ledger_audit_no_delete BEFORE DELETE ON ledger_auditevent
+       BEGIN SELECT RAISE(ABORT, 'ledger_auditevent is append-only: DELETE is not allowed'); END""",
+]
+SQLITE_DOWN = [
+    "DROP TRIGGER IF EXISTS ledger_audit_no_update",
+    "DROP TRIGGER IF EXISTS ledger_audit_no_delete",
+]
+
+
+def _run(statements_by_vendor):
+    def run(apps, schema_editor):
+        statements = statements_by_vendor.get(schema_editor.connection.vendor)
+        if statements is None:
+            raise RuntimeError(f"no append-only trigger for {schema_editor.connection.vendor}")
+        for statement in statements:
+            schema_editor.execute(statement, params=None)
+
+    return run
+
+
+class Migration(migrations.Migration):
+    dependencies = [("ledger", "0001_initial")]
+
+    operations = [
+        migrations.RunPython(
+            _run({"postgresql": [POSTGRES_UP], "sqlite": SQLITE_UP}),
+            _run({"postgresql": [POSTGRES_DOWN], "sqlite": SQLITE_DOWN}),
+        ),
+    ]

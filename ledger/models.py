@@ -1,0 +1,536 @@
+"""The ledger's data model. Invariants live in the database as named constraints.
+
+State changes are made only by the services in ``ledger.services``; the models hold data and the
+allowed-transition tables, never the side effects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from enum import StrEnum
+from typing import ClassVar
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from ledger.domain import (
+    DataClassification,
+    Decision,
+    EntryStatus,
+    Idempotency,
+    InputSource,
+    KeyScope,
+    RecordState,
+    ReplayPolicy,
+    ServerTrust,
+    choices,
+)
+
+TERMINAL = [RecordState.SUCCEEDED.value, RecordState.FAILED_FINAL.value]
+SHA256_HEX = r"^[0-9a-f]{64}$"
+
+# The policy must always be the one that goes with the idempotency class.
+_POLICY_MATCHES = (
+    Q(idempotency=Idempotency.IDEMPOTENT, replay_policy=ReplayPolicy.AUTO)
+    | Q(idempotency=Idempotency.CONDITIONAL, replay_policy=ReplayPolicy.ASK)
+    | Q(idempotency=Idempotency.NON_IDEMPOTENT, replay_policy=ReplayPolicy.NEVER)
+)
+
+
+def _in(field: str, enum: type[StrEnum]) -> Q:
+    return Q(**{f"{field}__in": [member.value for member in enum]})
+
+
+class Tenant(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class ApiToken(models.Model):
+    """A per-tenant bearer token. Only its sha256 is stored; the prefix helps humans find it."""
+
+    PREFIX = "al_"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.CheckConstraint(
+                condition=Q(token_hash__regex=SHA256_HEX), name="apitoken_hash_is_sha256"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @staticmethod
+    def hash(plaintext: str) -> str:
+        # Tokens are 256-bit random strings, so a fast hash is enough (no dictionary to attack).
+        return hashlib.sha256(plaintext.encode()).hexdigest()
+
+    @classmethod
+    def issue(cls, *, tenant: Tenant, name: str) -> tuple[ApiToken, str]:
+        """Create a token; the plaintext is returned once and never stored."""
+        plaintext = cls.PREFIX + secrets.token_urlsafe(32)
+        token = cls.objects.create(
+            tenant=tenant, name=name, prefix=plaintext[:10], token_hash=cls.hash(plaintext)
+        )
+        return token, plaintext
+
+
+class McpServer(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="mcp_servers")
+    name = models.CharField(max_length=100)
+    trust = models.CharField(max_length=16, choices=choices(ServerTrust))
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="mcpserver_unique_name"),
+            models.CheckConstraint(condition=_in("trust", ServerTrust), name="mcpserver_trust"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.trust})"
+
+
+class Tool(models.Model):
+    """A registry entry with its effective classification, computed by the server."""
+
+    class Kind(models.TextChoices):
+        BUILTIN = "builtin"
+        CUSTOM = "custom"
+        MCP = "mcp"
+        SHELL = "shell"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tools")
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    server = models.ForeignKey(
+        McpServer, null=True, blank=True, on_delete=models.PROTECT, related_name="tools"
+    )
+    description = models.TextField(blank=True)
+    declared_idempotency = models.CharField(
+        max_length=16, choices=choices(Idempotency), blank=True, help_text="Blank: undeclared."
+    )
+    descriptor = models.JSONField(default=dict, blank=True, help_text="As declared, unchanged.")
+    output_schema = models.JSONField(null=True, blank=True)
+    key_scope = models.CharField(max_length=16, choices=choices(KeyScope), default=KeyScope.RUN)
+    # Effective classification (computed, then policy, then override).
+    idempotency = models.CharField(max_length=16, choices=choices(Idempotency))
+    replay_policy = models.CharField(max_length=8, choices=choices(ReplayPolicy))
+    destructive = models.BooleanField(default=False)
+    reason = models.TextField()
+    rule = models.CharField(max_length=120)
+    # A human override, audited by the service that sets it.
+    override_idempotency = models.CharField(
+        max_length=16, choices=choices(Idempotency), blank=True, help_text="Blank: no override."
+    )
+    override_destructive = models.BooleanField(default=False)
+    override_reason = models.TextField(blank=True)
+    overridden_by = models.CharField(max_length=150, blank=True)
+    overridden_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="tool_unique_name"),
+            models.CheckConstraint(condition=_POLICY_MATCHES, name="tool_policy_matches"),
+            models.CheckConstraint(
+                condition=Q(override_idempotency="") | ~Q(override_reason=""),
+                name="tool_override_has_reason",
+            ),
+            models.CheckConstraint(
+                condition=Q(kind="mcp", server__isnull=False)
+                | (~Q(kind="mcp") & Q(server__isnull=True)),
+                name="tool_mcp_has_server",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class PolicyRule(models.Model):
+    """An org policy: tools matching ``pattern`` get this class. Lower priority runs first."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="policy_rules")
+    pattern = models.CharField(max_length=200)
+    idempotency = models.CharField(max_length=16, choices=choices(Idempotency))
+    destructive = models.BooleanField(default=False)
+    reason = models.TextField()
+    priority = models.IntegerField(default=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering: ClassVar = ["priority", "id"]
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["tenant", "pattern"], name="policyrule_unique"),
+            models.CheckConstraint(condition=~Q(reason=""), name="policyrule_has_reason"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pattern} -> {self.idempotency}"
+
+
+class VersionCombination(models.Model):
+    """Model, prompt, rules, tool schema and data version, pinned and rolled back together."""
+
+    class State(models.TextChoices):
+        ACTIVE = "active"
+        CANARY = "canary"
+        HALTED = "halted"
+        RETIRED = "retired"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="combinations")
+    label = models.CharField(max_length=100)
+    model = models.CharField(max_length=200)
+    prompt = models.CharField(max_length=200)
+    rules = models.CharField(max_length=200)
+    tool_schema = models.CharField(max_length=200)
+    data_version = models.CharField(max_length=200)
+    fingerprint = models.CharField(max_length=64)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.RETIRED)
+    canary_share_bp = models.PositiveIntegerField(default=0, help_text="Basis points, 0-10000.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["tenant", "fingerprint"], name="combination_unique"),
+            models.UniqueConstraint(
+                fields=["tenant"], condition=Q(state="active"), name="one_active_combination"
+            ),
+            models.CheckConstraint(
+                condition=Q(canary_share_bp__gte=0, canary_share_bp__lte=10_000),
+                name="combination_canary_share_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(fingerprint__regex=SHA256_HEX), name="combination_fingerprint_sha256"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.label} ({self.state})"
+
+    @staticmethod
+    def compute_fingerprint(
+        *, model: str, prompt: str, rules: str, tool_schema: str, data_version: str
+    ) -> str:
+        joined = "\x1f".join([model, prompt, rules, tool_schema, data_version])
+        return hashlib.sha256(joined.encode()).hexdigest()
+
+
+class Run(models.Model):
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        FINISHED = "finished"
+        HALTED = "halted"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="runs")
+    run_id = models.CharField(max_length=200)
+    combination = models.ForeignKey(
+        VersionCombination, null=True, blank=True, on_delete=models.PROTECT, related_name="runs"
+    )
+    user_id = models.CharField(max_length=200)
+    agent_id = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    termination_reason = models.CharField(max_length=200, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["tenant", "run_id"], name="run_unique_id"),
+            models.CheckConstraint(
+                condition=Q(status="running", finished_at__isnull=True)
+                | (~Q(status="running") & Q(finished_at__isnull=False)),
+                name="run_finished_at_matches_status",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.run_id
+
+
+class IdempotencyRecord(models.Model):
+    """One business action, keyed by the runtime. See DESIGN section 3 for the state table."""
+
+    #: The one table of allowed state changes; ``services.records`` enforces it.
+    TRANSITIONS: ClassVar[dict[RecordState, frozenset[RecordState]]] = {
+        RecordState.RESERVED: frozenset({RecordState.EXECUTING}),
+        RecordState.EXECUTING: frozenset(
+            {RecordState.SUCCEEDED, RecordState.FAILED_FINAL, RecordState.UNKNOWN}
+        ),
+        # Back to executing only by a replay decision (auto tool, or a consumed approval).
+        RecordState.UNKNOWN: frozenset(
+            {RecordState.SUCCEEDED, RecordState.FAILED_FINAL, RecordState.EXECUTING}
+        ),
+        # A retryable failure may be replayed under the same key; a final one never.
+        RecordState.FAILED_FINAL: frozenset({RecordState.EXECUTING}),
+        RecordState.SUCCEEDED: frozenset(),
+    }
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="records")
+    key = models.CharField(max_length=1024)
+    tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="records")
+    fingerprint = models.CharField(max_length=64)
+    state = models.CharField(max_length=16, choices=choices(RecordState))
+    requires_approval = models.BooleanField(default=False)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    error_retryable = models.BooleanField(default=False)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    fencing_token = models.BigIntegerField(default=0)
+    ttl_seconds = models.PositiveIntegerField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    duplicate_hits = models.PositiveIntegerField(default=0)
+    executions = models.PositiveIntegerField(default=0)
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL)
+    combination = models.ForeignKey(
+        VersionCombination, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["tenant", "key"], name="record_unique_key"),
+            models.CheckConstraint(condition=_in("state", RecordState), name="record_state_valid"),
+            models.CheckConstraint(
+                condition=~Q(state=RecordState.EXECUTING)
+                | (Q(lease_expires_at__isnull=False) & ~Q(lease_owner="")),
+                name="record_executing_has_lease",
+            ),
+            # Only terminal records expire, so cleanup can never reach one still in flight.
+            models.CheckConstraint(
+                condition=Q(state__in=TERMINAL, expires_at__isnull=False)
+                | (~Q(state__in=TERMINAL) & Q(expires_at__isnull=True)),
+                name="record_only_terminal_expires",
+            ),
+            models.CheckConstraint(
+                condition=Q(fingerprint__regex=SHA256_HEX), name="record_fingerprint_sha256"
+            ),
+            models.CheckConstraint(
+                condition=Q(fencing_token__gte=0), name="record_fencing_token_positive"
+            ),
+        ]
+        indexes: ClassVar = [
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(state="executing"),
+                name="record_executing_lease_idx",
+            ),
+            models.Index(
+                fields=["expires_at"], condition=Q(state__in=TERMINAL), name="record_expiry_idx"
+            ),
+            models.Index(
+                fields=["tenant", "updated_at"],
+                condition=Q(state="unknown"),
+                name="record_unknown_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.state})"
+
+
+class LedgerEntry(models.Model):
+    """One tool-call attempt, written before the call runs (seed 000's ``ToolLedgerEntry``)."""
+
+    TRANSITIONS: ClassVar[dict[EntryStatus, frozenset[EntryStatus]]] = {
+        EntryStatus.PLANNED: frozenset(
+            {EntryStatus.APPROVED, EntryStatus.STARTED, EntryStatus.FAILED}
+        ),
+        EntryStatus.APPROVED: frozenset({EntryStatus.STARTED, EntryStatus.FAILED}),
+        EntryStatus.STARTED: frozenset(
+            {EntryStatus.SUCCEEDED, EntryStatus.FAILED, EntryStatus.UNCERTAIN}
+        ),
+        EntryStatus.UNCERTAIN: frozenset({EntryStatus.SUCCEEDED, EntryStatus.FAILED}),
+        EntryStatus.SUCCEEDED: frozenset(),
+        EntryStatus.FAILED: frozenset(),
+    }
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="entries")
+    call_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    step_id = models.CharField(max_length=200)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="entries")
+    tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="entries")
+    input_hash = models.CharField(max_length=64)
+    input = models.JSONField(help_text="Redacted according to the data classification.")
+    status = models.CharField(max_length=16, choices=choices(EntryStatus))
+    idempotency = models.CharField(max_length=16, choices=choices(Idempotency))
+    replay_policy = models.CharField(max_length=8, choices=choices(ReplayPolicy))
+    destructive = models.BooleanField(default=False)
+    classification_reason = models.TextField()
+    classification_rule = models.CharField(max_length=120)
+    idempotency_key = models.CharField(max_length=1024, blank=True)
+    record = models.ForeignKey(
+        IdempotencyRecord,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="entries",
+    )
+    decision = models.CharField(max_length=24, choices=choices(Decision))
+    observation_code = models.CharField(max_length=40, blank=True)
+    side_effects = models.JSONField(default=list, blank=True)
+    input_source = models.CharField(max_length=16, choices=choices(InputSource))
+    caller_token = models.ForeignKey(ApiToken, null=True, blank=True, on_delete=models.SET_NULL)
+    agent_id = models.CharField(max_length=200, blank=True)
+    end_user_id = models.CharField(max_length=200, blank=True)
+    data_classification = models.CharField(max_length=16, choices=choices(DataClassification))
+    combination = models.ForeignKey(
+        VersionCombination, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    fencing_token = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.CheckConstraint(condition=_in("status", EntryStatus), name="entry_status_valid"),
+            models.CheckConstraint(
+                condition=_in("decision", Decision), name="entry_decision_valid"
+            ),
+            models.CheckConstraint(condition=_POLICY_MATCHES, name="entry_policy_matches"),
+            models.CheckConstraint(
+                condition=Q(input_hash__regex=SHA256_HEX), name="entry_input_hash_sha256"
+            ),
+        ]
+        indexes: ClassVar = [
+            models.Index(fields=["run", "created_at"], name="entry_run_idx"),
+            models.Index(fields=["tenant", "created_at"], name="entry_tenant_time_idx"),
+            models.Index(fields=["tenant", "idempotency_key"], name="entry_key_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.call_id} {self.status}"
+
+
+class WritePlan(models.Model):
+    """A conditional write's plan: replay is decided by the file's hash (DESIGN section 5)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="write_plans")
+    entry = models.OneToOneField(LedgerEntry, on_delete=models.CASCADE, related_name="write_plan")
+    workspace = models.CharField(max_length=200)
+    path = models.CharField(max_length=1024)
+    before_hash = models.CharField(max_length=64)
+    after_hash = models.CharField(max_length=64)
+    diff = models.TextField(blank=True)
+    patch_ref = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.CheckConstraint(
+                condition=Q(before_hash__regex=SHA256_HEX) & Q(after_hash__regex=SHA256_HEX),
+                name="writeplan_hashes_sha256",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workspace}:{self.path}"
+
+
+class ApprovalRequest(models.Model):
+    """A human decision on one action, bound to its action hash and usable once."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        CONSUMED = "consumed"
+        INVALIDATED = "invalidated"
+        EXPIRED = "expired"
+
+    OPEN_STATES: ClassVar = [State.PENDING, State.APPROVED]
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="approvals")
+    record = models.ForeignKey(
+        IdempotencyRecord, on_delete=models.CASCADE, related_name="approvals"
+    )
+    entry = models.ForeignKey(LedgerEntry, on_delete=models.CASCADE, related_name="approvals")
+    action_hash = models.CharField(max_length=64)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    requested_by = models.CharField(max_length=200)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT
+    )
+    decision_reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["record"],
+                condition=Q(state__in=["pending", "approved"]),
+                name="one_open_approval_per_record",
+            ),
+            models.CheckConstraint(
+                condition=~Q(state="rejected") | ~Q(decision_reason=""),
+                name="approval_rejection_has_reason",
+            ),
+            models.CheckConstraint(
+                condition=Q(action_hash__regex=SHA256_HEX), name="approval_action_hash_sha256"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"approval {self.pk} ({self.state})"
+
+
+class AuditEvent(models.Model):
+    """Append-only: a database trigger rejects UPDATE and DELETE (see migration 0002)."""
+
+    class Outcome(models.TextChoices):
+        SUCCESS = "success"
+        DENIED = "denied"
+
+    class Source(models.TextChoices):
+        API = "api"
+        CONSOLE = "console"
+        WORKER = "worker"
+        SYSTEM = "system"
+        CLI = "cli"
+        ADMIN = "admin"
+
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.PROTECT, related_name="audit_events"
+    )
+    actor = models.CharField(max_length=200)
+    action = models.CharField(max_length=100)
+    target_type = models.CharField(max_length=50)
+    target_id = models.CharField(max_length=100)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    source = models.CharField(max_length=16, choices=Source.choices)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.SUCCESS)
+    detail = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes: ClassVar = [
+            models.Index(fields=["tenant", "created_at"], name="audit_tenant_time_idx"),
+            models.Index(fields=["target_type", "target_id"], name="audit_target_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} {self.target_type}:{self.target_id}"

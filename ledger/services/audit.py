@@ -1,0 +1,41 @@
+"""Audit events: written in the same transaction as the change they describe."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+from ledger.models import AuditEvent, Tenant
+
+
+def audit(
+    *,
+    tenant: Tenant | int | None,
+    actor: str,
+    action: str,
+    target: models.Model | tuple[str, str],
+    source: str,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+    outcome: str = AuditEvent.Outcome.SUCCESS,
+    detail: str = "",
+) -> AuditEvent:
+    """Append one audit event about ``target`` (a model instance, or a (type, id) pair)."""
+    tenant_id = tenant.pk if isinstance(tenant, Tenant) else tenant
+    if isinstance(target, tuple):
+        target_type, target_id = target
+    else:
+        target_type, target_id = target._meta.model_name or "", str(target.pk)
+    return AuditEvent.objects.create(
+        tenant_id=tenant_id,
+        actor=actor,
+        action=action,
+        target_type=target_type,
+        target_id=target_id,
+        before=before,
+        after=after,
+        source=source,
+        outcome=outcome,
+        detail=detail,
+    )

@@ -1,0 +1,466 @@
+"""The idempotency core: reserve, start, heartbeat, complete, expire, clean up.
+
+Every state change goes through ``_transition``, which checks the allowed-transition table of
+``IdempotencyRecord`` and writes the audit event in the same transaction. Reservation is a single
+``INSERT ... ON CONFLICT DO NOTHING``, so it is atomic across any number of callers and web
+processes; the loser locks the existing row and is answered from it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ledger.decisions import answer_existing_record
+from ledger.domain import (
+    TERMINAL_RECORD_STATES,
+    DataClassification,
+    Decision,
+    ObservationCode,
+    RecordState,
+    ReplayPolicy,
+)
+from ledger.errors import InvalidTransition, LeaseExpired, StaleFencingToken
+from ledger.models import AuditEvent, IdempotencyRecord, Run, Tenant, Tool, VersionCombination
+from ledger.redaction import redact_for_storage
+from ledger.services.audit import audit
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """The outcome of ``reserve_key``: the record and what the caller should do."""
+
+    record: IdempotencyRecord
+    created: bool
+    decision: Decision
+    code: ObservationCode | None
+    next_action: str
+
+    @property
+    def may_execute(self) -> bool:
+        return self.decision is Decision.EXECUTE
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    UNCERTAIN = "uncertain"
+
+
+_OUTCOME_STATE = {
+    Outcome.SUCCEEDED: RecordState.SUCCEEDED,
+    Outcome.FAILED: RecordState.FAILED_FINAL,
+    Outcome.UNCERTAIN: RecordState.UNKNOWN,
+}
+
+
+def _snapshot(record: IdempotencyRecord) -> dict[str, Any]:
+    return {
+        "state": record.state,
+        "fencing_token": record.fencing_token,
+        "lease_owner": record.lease_owner,
+        "executions": record.executions,
+    }
+
+
+def _transition(
+    record: IdempotencyRecord,
+    to: RecordState,
+    *,
+    actor: str,
+    source: str,
+    action: str,
+    now: datetime,
+    detail: str = "",
+    **changes: Any,
+) -> None:
+    """Move a row-locked record to ``to`` and audit it. The caller holds the transaction."""
+    current = RecordState(record.state)
+    if to not in IdempotencyRecord.TRANSITIONS[current]:
+        raise InvalidTransition(f"a record cannot go from {current} to {to}")
+    before = _snapshot(record)
+    changes["state"] = to.value
+    changes["updated_at"] = now
+    if to is not RecordState.EXECUTING:
+        changes.setdefault("lease_owner", "")
+        changes.setdefault("lease_expires_at", None)
+    if to in TERMINAL_RECORD_STATES:
+        changes.setdefault("completed_at", now)
+        changes["expires_at"] = now + timedelta(seconds=record.ttl_seconds)
+    else:
+        changes["expires_at"] = None
+    updated = IdempotencyRecord.objects.filter(pk=record.pk, state=current.value).update(**changes)
+    if updated != 1:
+        raise InvalidTransition(f"record {record.pk} changed state concurrently")
+    for field, value in changes.items():
+        setattr(record, field, value)
+    audit(
+        tenant=record.tenant_id,
+        actor=actor,
+        action=action,
+        target=record,
+        source=source,
+        before=before,
+        after=_snapshot(record),
+        detail=detail,
+    )
+
+
+def _lease_until(now: datetime, lease_seconds: int | None) -> datetime:
+    return now + timedelta(seconds=lease_seconds or settings.LEDGER_LEASE_SECONDS)
+
+
+def _insert_if_absent(record: IdempotencyRecord) -> bool:
+    """INSERT the record unless its (tenant, key) exists; True when this call inserted it."""
+    meta = IdempotencyRecord._meta
+    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column or f.name) for f in fields)
+    values = [f.get_db_prep_save(f.pre_save(record, add=True), connection) for f in fields]
+    # Identifiers come from the model's metadata, values are parameters: nothing from input.
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({columns}) "  # noqa: S608
+        f"VALUES ({', '.join(['%s'] * len(fields))}) "
+        f"ON CONFLICT ({quote('tenant_id')}, {quote('key')}) DO NOTHING "
+        f"RETURNING {quote(meta.pk.column or 'id')}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    record.pk = row[0]
+    record._state.adding = False
+    return True
+
+
+def reserve_key(
+    *,
+    tenant: Tenant,
+    tool: Tool,
+    key: str,
+    fingerprint: str,
+    replay_policy: ReplayPolicy,
+    lease_owner: str,
+    actor: str,
+    source: str = AuditEvent.Source.API,
+    requires_approval: bool = False,
+    run: Run | None = None,
+    combination: VersionCombination | None = None,
+    ttl_seconds: int | None = None,
+    lease_seconds: int | None = None,
+) -> Reservation:
+    """Take ``key`` for one business action, or answer from the record that already has it.
+
+    A new key starts executing at once (lease and fencing token 1), or is only reserved when
+    the action needs an approval first. An existing key is answered by the state table of
+    DESIGN section 3; it is never executed a second time unless the replay decision allows it.
+    """
+    now = timezone.now()
+    record = IdempotencyRecord(
+        tenant=tenant,
+        key=key,
+        tool=tool,
+        fingerprint=fingerprint,
+        ttl_seconds=ttl_seconds or settings.LEDGER_DEFAULT_TTL_SECONDS,
+        run=run,
+        combination=combination,
+        requires_approval=requires_approval,
+    )
+    if requires_approval:
+        record.state = RecordState.RESERVED
+    else:
+        record.state = RecordState.EXECUTING
+        record.lease_owner = lease_owner
+        record.lease_expires_at = _lease_until(now, lease_seconds)
+        record.fencing_token = 1
+        record.executions = 1
+    with transaction.atomic():
+        if _insert_if_absent(record):
+            audit(
+                tenant=tenant,
+                actor=actor,
+                action="record.reserved" if requires_approval else "record.started",
+                target=record,
+                source=source,
+                after=_snapshot(record),
+            )
+            if requires_approval:
+                return Reservation(
+                    record,
+                    True,
+                    Decision.APPROVAL_REQUIRED,
+                    ObservationCode.APPROVAL_REQUIRED,
+                    "await_approval",
+                )
+            return Reservation(record, True, Decision.EXECUTE, None, "execute")
+        return _answer_existing(
+            tenant=tenant,
+            key=key,
+            fingerprint=fingerprint,
+            replay_policy=replay_policy,
+            lease_owner=lease_owner,
+            lease_seconds=lease_seconds,
+            actor=actor,
+            source=source,
+            now=now,
+        )
+
+
+def _answer_existing(
+    *,
+    tenant: Tenant,
+    key: str,
+    fingerprint: str,
+    replay_policy: ReplayPolicy,
+    lease_owner: str,
+    lease_seconds: int | None,
+    actor: str,
+    source: str,
+    now: datetime,
+) -> Reservation:
+    existing = IdempotencyRecord.objects.select_for_update().get(tenant=tenant, key=key)
+    lease = existing.lease_expires_at
+    if existing.state == RecordState.EXECUTING and lease is not None and lease <= now:
+        # The holder went silent: its outcome is unknown now, not failed (DESIGN section 3).
+        _transition(
+            existing,
+            RecordState.UNKNOWN,
+            actor="system",
+            source=source,
+            action="record.lease_expired",
+            now=now,
+        )
+    answer = answer_existing_record(
+        state=RecordState(existing.state),
+        fingerprint_matches=existing.fingerprint == fingerprint,
+        replay_policy=replay_policy,
+        awaiting_approval=existing.requires_approval,
+        error_code=(existing.error or {}).get("code"),
+        error_retryable=existing.error_retryable,
+    )
+    if answer.reexecute:
+        _transition(
+            existing,
+            RecordState.EXECUTING,
+            actor=actor,
+            source=source,
+            action="record.replayed",
+            now=now,
+            lease_owner=lease_owner,
+            lease_expires_at=_lease_until(now, lease_seconds),
+            fencing_token=existing.fencing_token + 1,
+            executions=existing.executions + 1,
+            error=None,
+            error_retryable=False,
+            completed_at=None,
+        )
+        return Reservation(existing, False, Decision.EXECUTE, None, "execute")
+    if answer.decision is Decision.CONFLICT:
+        audit(
+            tenant=tenant,
+            actor=actor,
+            action="record.key_conflict",
+            target=existing,
+            source=source,
+            outcome=AuditEvent.Outcome.DENIED,
+            detail="Same idempotency key with a different request fingerprint.",
+        )
+    else:
+        IdempotencyRecord.objects.filter(pk=existing.pk).update(
+            duplicate_hits=F("duplicate_hits") + 1
+        )
+        existing.duplicate_hits += 1
+    return Reservation(existing, False, answer.decision, answer.code, answer.next_action)
+
+
+def start_execution(
+    *,
+    record: IdempotencyRecord,
+    lease_owner: str,
+    actor: str,
+    source: str = AuditEvent.Source.API,
+    lease_seconds: int | None = None,
+) -> IdempotencyRecord:
+    """Start a reserved record whose approval (if any) was granted: reserved -> executing."""
+    now = timezone.now()
+    with transaction.atomic():
+        locked = IdempotencyRecord.objects.select_for_update().get(pk=record.pk)
+        if locked.requires_approval:
+            raise InvalidTransition("the record is waiting for an approval")
+        _transition(
+            locked,
+            RecordState.EXECUTING,
+            actor=actor,
+            source=source,
+            action="record.started",
+            now=now,
+            lease_owner=lease_owner,
+            lease_expires_at=_lease_until(now, lease_seconds),
+            fencing_token=locked.fencing_token + 1,
+            executions=locked.executions + 1,
+        )
+    return locked
+
+
+def heartbeat(
+    *, record: IdempotencyRecord, fencing_token: int, lease_seconds: int | None = None
+) -> datetime:
+    """Extend the lease of an executing record held with ``fencing_token``."""
+    now = timezone.now()
+    until = _lease_until(now, lease_seconds)
+    extended = IdempotencyRecord.objects.filter(
+        pk=record.pk,
+        state=RecordState.EXECUTING,
+        fencing_token=fencing_token,
+        lease_expires_at__gt=now,
+    ).update(lease_expires_at=until, updated_at=now)
+    if extended:
+        return until
+    current = IdempotencyRecord.objects.get(pk=record.pk)
+    if current.fencing_token != fencing_token:
+        raise StaleFencingToken("another caller holds this record now")
+    if current.state == RecordState.EXECUTING or current.state == RecordState.UNKNOWN:
+        raise LeaseExpired("the lease lapsed; the outcome is unknown and will be reconciled")
+    raise InvalidTransition(f"the record is {current.state}; there is no lease to extend")
+
+
+def complete_execution(
+    *,
+    record: IdempotencyRecord,
+    fencing_token: int,
+    outcome: Outcome,
+    actor: str,
+    source: str = AuditEvent.Source.API,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    retryable: bool = False,
+    data_classification: DataClassification = DataClassification.INTERNAL,
+) -> IdempotencyRecord:
+    """Record the outcome reported by the holder of ``fencing_token``.
+
+    A late report for a record whose lease lapsed (now ``unknown``) is accepted when the token is
+    still current: it is the best evidence there is. A report with an older token is refused and
+    the refusal is audited.
+    """
+    now = timezone.now()
+    target = _OUTCOME_STATE[outcome]
+    denial: str | None = None
+    with transaction.atomic():
+        locked = IdempotencyRecord.objects.select_for_update().get(pk=record.pk)
+        if locked.fencing_token != fencing_token:
+            denial = "stale"
+        elif locked.state == RecordState.UNKNOWN and target is RecordState.UNKNOWN:
+            return locked  # already uncertain: nothing new to record
+        elif locked.state not in (RecordState.EXECUTING, RecordState.UNKNOWN):
+            denial = "state"
+        else:
+            _transition(
+                locked,
+                target,
+                actor=actor,
+                source=source,
+                action=f"record.{target.value}",
+                now=now,
+                result=redact_for_storage(result, data_classification)
+                if target is RecordState.SUCCEEDED
+                else None,
+                error=redact_for_storage(error, data_classification) if error else None,
+                error_retryable=retryable and target is RecordState.FAILED_FINAL,
+            )
+            return locked
+    # Audit the refusal in its own transaction: it must outlive the error raised below.
+    audit(
+        tenant=locked.tenant_id,
+        actor=actor,
+        action="record.complete_refused",
+        target=locked,
+        source=source,
+        outcome=AuditEvent.Outcome.DENIED,
+        detail=f"token {fencing_token} reported {outcome.value}; record is {locked.state} "
+        f"with token {locked.fencing_token}",
+    )
+    if denial == "stale":
+        raise StaleFencingToken(
+            f"fencing token {fencing_token} is stale (current is {locked.fencing_token})"
+        )
+    raise InvalidTransition(f"the record is already {locked.state}")
+
+
+def expire_leases(*, batch_size: int = 500) -> list[int]:
+    """Executing records whose lease lapsed become ``unknown`` (never ``reserved``).
+
+    Rows locked by another sweeper or a completing caller are skipped, so several workers can
+    sweep at once. Returns the ids that became unknown, for reconciliation.
+    """
+    now = timezone.now()
+    expired: list[int] = []
+    with transaction.atomic():
+        batch = list(
+            IdempotencyRecord.objects.select_for_update(skip_locked=True)
+            .filter(state=RecordState.EXECUTING, lease_expires_at__lte=now)
+            .order_by("lease_expires_at")[:batch_size]
+        )
+        for record in batch:
+            _transition(
+                record,
+                RecordState.UNKNOWN,
+                actor="system",
+                source="worker",
+                action="record.lease_expired",
+                now=now,
+            )
+            expired.append(record.pk)
+    if expired:
+        logger.info("lease sweep", extra={"expired": len(expired)})
+    return expired
+
+
+def cleanup_expired_records(*, batch_size: int | None = None, max_batches: int = 100) -> int:
+    """Delete terminal records past their TTL in bounded batches; returns how many.
+
+    Only ``succeeded`` and ``failed_final`` records ever have an ``expires_at`` (a database
+    constraint), and the delete re-checks the state, so a record still in flight is never
+    touched, even one that changed while the batch was being chosen.
+    """
+    size = batch_size or settings.LEDGER_CLEANUP_BATCH_SIZE
+    terminal = [state.value for state in TERMINAL_RECORD_STATES]
+    total = 0
+    for _ in range(max_batches):
+        now = timezone.now()
+        with transaction.atomic():
+            ids = list(
+                IdempotencyRecord.objects.select_for_update(skip_locked=True)
+                .filter(state__in=terminal, expires_at__lte=now)
+                .order_by("expires_at")
+                .values_list("pk", flat=True)[:size]
+            )
+            if not ids:
+                break
+            _deleted, by_model = IdempotencyRecord.objects.filter(
+                pk__in=ids, state__in=terminal, expires_at__lte=now
+            ).delete()
+            count = by_model.get(IdempotencyRecord._meta.label, 0)
+            audit(
+                tenant=None,
+                actor="system",
+                action="records.cleaned_up",
+                target=("idempotencyrecord", f"{min(ids)}-{max(ids)}"),
+                source="worker",
+                after={"deleted": count},
+            )
+        total += count
+        logger.info("ttl cleanup batch", extra={"deleted": count})
+        if len(ids) < size:
+            break
+    return total

@@ -1,0 +1,303 @@
+"""The tool registry: register tools, import MCP servers' tools, override, apply policy.
+
+The stored classification is always recomputed here from the declared descriptor, the tenant's
+policy rules and the human override, so it can never drift from the rules that produce it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from ledger.classification import Classification
+from ledger.classification.catalogue import SHELL_TOOLS, catalogue_tool
+from ledger.classification.mcp import validate_descriptor
+from ledger.classification.policy import (
+    Override,
+    PolicyRule,
+    base_classification,
+    effective_classification,
+)
+from ledger.domain import Idempotency, KeyScope, ServerTrust
+from ledger.errors import InvalidInput
+from ledger.models import McpServer, Tenant, Tool
+from ledger.models import PolicyRule as PolicyRuleRow
+from ledger.services.audit import audit
+
+TOOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,199}$")
+SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+MAX_IMPORTED_TOOLS = 500
+
+
+def validate_tool_name(name: Any) -> str:
+    """A registry name: letters, digits and ``_ . : / @ + -``; no markup, no control characters."""
+    if not isinstance(name, str) or not TOOL_NAME.match(name):
+        raise InvalidInput(
+            f"tool name {name!r} is not allowed: use 1-200 letters, digits or _ . : / @ + -"
+        )
+    return name
+
+
+def _rules(tenant: Tenant) -> list[PolicyRule]:
+    return [
+        PolicyRule(r.pattern, Idempotency(r.idempotency), r.destructive, r.reason, str(r.pk))
+        for r in PolicyRuleRow.objects.filter(tenant=tenant)
+    ]
+
+
+def _override(tool: Tool) -> Override | None:
+    if not tool.override_idempotency:
+        return None
+    return Override(
+        Idempotency(tool.override_idempotency),
+        tool.override_destructive,
+        tool.override_reason,
+        tool.overridden_by,
+    )
+
+
+def _classify(tool: Tool, rules: list[PolicyRule]) -> Classification:
+    base = base_classification(
+        tool_name=tool.name,
+        declared=Idempotency(tool.declared_idempotency) if tool.declared_idempotency else None,
+        mcp_descriptor=tool.descriptor if tool.kind == Tool.Kind.MCP else None,
+        trust=ServerTrust(tool.server.trust) if tool.server else None,
+    )
+    return effective_classification(
+        base, tool_name=tool.name, rules=rules, override=_override(tool)
+    )
+
+
+def _apply(tool: Tool, classification: Classification) -> None:
+    tool.idempotency = classification.idempotency.value
+    tool.replay_policy = classification.replay_policy.value
+    tool.destructive = classification.destructive
+    tool.reason = classification.reason
+    tool.rule = classification.rule
+
+
+def _snapshot(tool: Tool) -> dict[str, Any]:
+    return {
+        "idempotency": tool.idempotency,
+        "replay_policy": tool.replay_policy,
+        "destructive": tool.destructive,
+        "rule": tool.rule,
+    }
+
+
+def _kind(name: str) -> str:
+    if name in SHELL_TOOLS:
+        return Tool.Kind.SHELL
+    if catalogue_tool(name) is not None:
+        return Tool.Kind.BUILTIN
+    return Tool.Kind.CUSTOM
+
+
+def register_tool(
+    *,
+    tenant: Tenant,
+    name: str,
+    actor: str,
+    source: str,
+    declared_idempotency: Idempotency | None = None,
+    description: str = "",
+    output_schema: dict[str, Any] | None = None,
+    key_scope: KeyScope | None = None,
+) -> Tool:
+    """Create or update a tool declared by the tenant's runtime, and classify it."""
+    validate_tool_name(name)
+    known = catalogue_tool(name)
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update().filter(tenant=tenant, name=name).first()
+        created = tool is None
+        if tool is None:
+            tool = Tool(tenant=tenant, name=name)
+        elif tool.kind == Tool.Kind.MCP:
+            raise InvalidInput(f"{name!r} was imported from an MCP server; re-import it instead")
+        before = None if created else _snapshot(tool)
+        tool.kind = _kind(name)
+        tool.declared_idempotency = declared_idempotency.value if declared_idempotency else ""
+        tool.description = description or (known.description if known else "")
+        tool.output_schema = output_schema
+        tool.key_scope = (key_scope or (known.key_scope if known else KeyScope.RUN)).value
+        tool.descriptor = {
+            "name": name,
+            "idempotency": tool.declared_idempotency or None,
+            "description": description,
+        }
+        _apply(tool, _classify(tool, _rules(tenant)))
+        tool.save()
+        audit(
+            tenant=tenant,
+            actor=actor,
+            action="tool.registered" if created else "tool.updated",
+            target=tool,
+            source=source,
+            before=before,
+            after=_snapshot(tool),
+        )
+    return tool
+
+
+def ensure_catalogue_tool(*, tenant: Tenant, name: str, actor: str, source: str) -> Tool:
+    """The registry row of a catalogue or shell tool, registered on first use."""
+    tool = Tool.objects.filter(tenant=tenant, name=name).first()
+    if tool is not None:
+        return tool
+    if name not in SHELL_TOOLS and catalogue_tool(name) is None:
+        raise InvalidInput(f"unknown tool {name!r}: register it first")
+    return register_tool(tenant=tenant, name=name, actor=actor, source=source)
+
+
+def _validated_tools(tools_list: Any) -> list[dict[str, Any]]:
+    if not isinstance(tools_list, dict) or not isinstance(tools_list.get("tools"), list):
+        raise InvalidInput("an MCP tools/list result is a JSON object with a 'tools' array")
+    tools = tools_list["tools"]
+    if len(tools) > MAX_IMPORTED_TOOLS:
+        raise InvalidInput(f"at most {MAX_IMPORTED_TOOLS} tools can be imported at once")
+    names: set[str] = set()
+    for index, descriptor in enumerate(tools):
+        try:
+            name, _description, _annotations = validate_descriptor(descriptor)
+        except ValueError as exc:
+            raise InvalidInput(f"tools[{index}]: {exc}") from None
+        validate_tool_name(name)
+        if name in names:
+            raise InvalidInput(f"tools[{index}]: {name!r} appears twice")
+        names.add(name)
+    return tools
+
+
+def import_mcp_tools(
+    *,
+    tenant: Tenant,
+    server_name: str,
+    trust: ServerTrust,
+    tools_list: Any,
+    actor: str,
+    source: str,
+) -> list[Tool]:
+    """Import (or refresh) an MCP server's ``tools/list`` result, re-classifying every tool.
+
+    The whole list is validated first; bad input changes nothing. Registry names are
+    ``server/tool`` so two servers may offer tools of the same name.
+    """
+    if not isinstance(server_name, str) or not SERVER_NAME.match(server_name):
+        raise InvalidInput(f"server name {server_name!r} is not allowed")
+    descriptors = _validated_tools(tools_list)
+    rules = _rules(tenant)
+    imported: list[Tool] = []
+    with transaction.atomic():
+        server, created = McpServer.objects.select_for_update().get_or_create(
+            tenant=tenant, name=server_name, defaults={"trust": trust.value}
+        )
+        if not created and server.trust != trust.value:
+            audit(
+                tenant=tenant,
+                actor=actor,
+                action="mcp_server.trust_changed",
+                target=server,
+                source=source,
+                before={"trust": server.trust},
+                after={"trust": trust.value},
+            )
+            server.trust = trust.value
+            server.save(update_fields=["trust"])
+        elif created:
+            audit(
+                tenant=tenant,
+                actor=actor,
+                action="mcp_server.registered",
+                target=server,
+                source=source,
+                after={"trust": server.trust},
+            )
+        for descriptor in descriptors:
+            name = f"{server_name}/{descriptor['name']}"
+            tool = Tool.objects.select_for_update().filter(tenant=tenant, name=name).first()
+            before = None if tool is None else _snapshot(tool)
+            tool = tool or Tool(tenant=tenant, name=name)
+            tool.kind = Tool.Kind.MCP
+            tool.server = server
+            tool.description = descriptor.get("description") or ""
+            tool.descriptor = descriptor
+            tool.output_schema = descriptor.get("outputSchema")
+            tool.key_scope = KeyScope.RUN.value
+            _apply(tool, _classify(tool, rules))
+            tool.save()
+            if before != _snapshot(tool):
+                audit(
+                    tenant=tenant,
+                    actor=actor,
+                    action="tool.imported" if before is None else "tool.reclassified",
+                    target=tool,
+                    source=source,
+                    before=before,
+                    after=_snapshot(tool),
+                    detail=tool.reason,
+                )
+            imported.append(tool)
+    return imported
+
+
+def override_tool(
+    *,
+    tool: Tool,
+    idempotency: Idempotency | None,
+    reason: str,
+    actor: str,
+    source: str,
+    destructive: bool = False,
+) -> Tool:
+    """Set (or, with ``idempotency=None``, clear) a human override; a reason is required."""
+    if not reason.strip():
+        raise InvalidInput("an override needs a reason")
+    with transaction.atomic():
+        locked = Tool.objects.select_for_update().get(pk=tool.pk)
+        before = _snapshot(locked)
+        locked.override_idempotency = idempotency.value if idempotency else ""
+        locked.override_destructive = destructive if idempotency else False
+        locked.override_reason = reason.strip() if idempotency else ""
+        locked.overridden_by = actor if idempotency else ""
+        locked.overridden_at = timezone.now() if idempotency else None
+        _apply(locked, _classify(locked, _rules(locked.tenant)))
+        locked.save()
+        audit(
+            tenant=locked.tenant_id,
+            actor=actor,
+            action="tool.override_set" if idempotency else "tool.override_cleared",
+            target=locked,
+            source=source,
+            before=before,
+            after=_snapshot(locked),
+            detail=reason,
+        )
+    return locked
+
+
+def reclassify_tenant_tools(*, tenant: Tenant, actor: str, source: str) -> int:
+    """Recompute every tool of a tenant (after its policy rules change); returns changes."""
+    rules = _rules(tenant)
+    changed = 0
+    with transaction.atomic():
+        tools = Tool.objects.select_for_update(of=("self",)).filter(tenant=tenant)
+        for tool in tools.select_related("server"):
+            before = _snapshot(tool)
+            _apply(tool, _classify(tool, rules))
+            if _snapshot(tool) != before:
+                tool.save()
+                audit(
+                    tenant=tenant,
+                    actor=actor,
+                    action="tool.reclassified",
+                    target=tool,
+                    source=source,
+                    before=before,
+                    after=_snapshot(tool),
+                    detail=tool.reason,
+                )
+                changed += 1
+    return changed

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ReconcileConfig(AppConfig):
+    name = "reconcile"
+    verbose_name = "Reconciliation"

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Make sure the PostgreSQL and Redis that the tests use are answering. Starts them when they
+# are installed but stopped; says exactly what is missing when they are not installed.
+set -euo pipefail
+
+db_url=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/agent_ledger}
+broker_url=${TEST_BROKER_URL:-redis://127.0.0.1:6379/15}
+
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+wait_port() {
+  for _ in $(seq 1 60); do port_open "$1" "$2" && return 0; sleep 0.5; done
+  return 1
+}
+host_port() { # URL -> "host port" (defaults to 127.0.0.1 and the given port)
+  local rest=${1#*://}; rest=${rest#*@}; rest=${rest%%/*}
+  local host=${rest%%:*} port=${rest##*:}
+  [ "$port" = "$rest" ] && port=$2
+  echo "${host:-127.0.0.1} $port"
+}
+
+read -r pg_host pg_port <<<"$(host_port "$db_url" 5432)"
+read -r redis_host redis_port <<<"$(host_port "$broker_url" 6379)"
+
+if ! port_open "$pg_host" "$pg_port"; then
+  if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
+    version=$(ls /etc/postgresql | sort -V | tail -n 1)
+    echo "Starting PostgreSQL $version ..."
+    pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+    wait_port "$pg_host" "$pg_port" || { echo "PostgreSQL did not come up on $pg_host:$pg_port" >&2; exit 1; }
+  else
+    echo "PostgreSQL is not running on $pg_host:$pg_port and is not installed." >&2
+    echo "Install it (apt-get install postgresql) or set TEST_DATABASE_URL." >&2
+    exit 1
+  fi
+fi
+
+# The tests connect over TCP as the URL's user without a password; on a fresh Debian install
+# that needs a trust rule for loopback (this machine is a test machine, never production).
+if command -v psql >/dev/null 2>&1 && ! psql "${db_url%/*}/postgres" -Atqc 'select 1' >/dev/null 2>&1; then
+  hba=$(ls /etc/postgresql/*/main/pg_hba.conf 2>/dev/null | sort -V | tail -n 1 || true)
+  if [ -n "$hba" ] && [ -w "$hba" ]; then
+    echo "Allowing trust authentication on loopback in $hba for the test suite ..."
+    sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+    version=$(basename "$(dirname "$(dirname "$hba")")")
+    pg_ctlcluster --skip-systemctl-redirect "$version" main reload
+    sleep 1
+  fi
+  psql "${db_url%/*}/postgres" -Atqc 'select 1' >/dev/null || {
+    echo "Cannot connect to PostgreSQL as given by $db_url" >&2; exit 1; }
+fi
+
+if ! port_open "$redis_host" "$redis_port"; then
+  if command -v redis-server >/dev/null 2>&1; then
+    echo "Starting Redis ..."
+    redis-server --daemonize yes --bind 127.0.0.1 -::1 --port "$redis_port" --save "" --appendonly no
+    wait_port "$redis_host" "$redis_port" || { echo "Redis did not come up on $redis_host:$redis_port" >&2; exit 1; }
+  else
+    echo "Redis is not running on $redis_host:$redis_port and is not installed." >&2
+    echo "Install it (apt-get install redis-server) or set TEST_BROKER_URL." >&2
+    exit 1
+  fi
+fi
+echo "PostgreSQL ($pg_host:$pg_port) and Redis ($redis_host:$redis_port) are up."

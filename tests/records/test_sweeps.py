@@ -1,0 +1,112 @@
+"""Lease expiry makes records unknown (never reserved); cleanup only removes expired terminals."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connections
+from django.utils import timezone
+
+from ledger.domain import RecordState
+from ledger.models import AuditEvent, IdempotencyRecord
+from ledger.services.records import (
+    Outcome,
+    cleanup_expired_records,
+    complete_execution,
+    expire_leases,
+)
+from tests.factories import make_tenant, make_tool, refresh, reserve
+
+
+def _lapse(record: IdempotencyRecord) -> None:
+    IdempotencyRecord.objects.filter(pk=record.pk).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=5)
+    )
+
+
+@pytest.mark.django_db
+def test_expired_lease_becomes_unknown_never_reserved(tenant, create_order) -> None:
+    lapsed = reserve(tenant, create_order, key="k-lapsed").record
+    alive = reserve(tenant, create_order, key="k-alive").record
+    _lapse(lapsed)
+    assert expire_leases() == [lapsed.pk]
+    assert refresh(lapsed).state == RecordState.UNKNOWN
+    assert refresh(lapsed).lease_owner == "" and refresh(lapsed).expires_at is None
+    assert refresh(alive).state == RecordState.EXECUTING
+    event = AuditEvent.objects.get(action="record.lease_expired")
+    assert event.before["state"] == "executing" and event.after["state"] == "unknown"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_sweepers_expire_each_record_exactly_once() -> None:
+    tenant = make_tenant("sweep")
+    tool = make_tool(tenant, "create_order")
+    records = [reserve(tenant, tool, key=f"k-{i}").record for i in range(40)]
+    for record in records:
+        _lapse(record)
+    swept: list[list[int]] = []
+
+    def sweep() -> None:
+        try:
+            while batch := expire_leases(batch_size=5):
+                swept.append(batch)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=sweep) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ids = [pk for batch in swept for pk in batch]
+    assert sorted(ids) == sorted(r.pk for r in records)
+    assert AuditEvent.objects.filter(action="record.lease_expired").count() == 40
+
+
+@pytest.mark.django_db
+def test_cleanup_deletes_only_expired_terminal_records_in_batches(tenant, create_order) -> None:
+    def finished(key: str, outcome: Outcome, *, expired: bool) -> IdempotencyRecord:
+        record = reserve(tenant, create_order, key=key).record
+        complete_execution(
+            record=record,
+            fencing_token=1,
+            outcome=outcome,
+            actor="w",
+            error={"code": "X"} if outcome is Outcome.FAILED else None,
+        )
+        if expired:
+            IdempotencyRecord.objects.filter(pk=record.pk).update(
+                expires_at=timezone.now() - timedelta(seconds=1)
+            )
+        return record
+
+    expired = [finished(f"done-{i}", Outcome.SUCCEEDED, expired=True) for i in range(5)]
+    expired.append(finished("failed", Outcome.FAILED, expired=True))
+    fresh = finished("fresh", Outcome.SUCCEEDED, expired=False)
+    unknown = finished("unknown", Outcome.UNCERTAIN, expired=False)
+    executing = reserve(tenant, create_order, key="executing").record
+    _lapse(executing)  # even a lapsed lease is not cleanup's business
+    reserved = reserve(tenant, create_order, key="reserved", requires_approval=True).record
+
+    assert cleanup_expired_records(batch_size=4) == 6
+    remaining = set(IdempotencyRecord.objects.values_list("key", flat=True))
+    assert remaining == {"fresh", "unknown", "executing", "reserved"}
+    assert AuditEvent.objects.filter(action="records.cleaned_up").count() == 2  # 4 + 2
+    assert {fresh.pk, unknown.pk, executing.pk, reserved.pk} <= set(
+        IdempotencyRecord.objects.values_list("pk", flat=True)
+    )
+
+
+@pytest.mark.django_db
+def test_non_terminal_records_cannot_carry_an_expiry(tenant, create_order) -> None:
+    from django.db import IntegrityError, transaction
+
+    record = reserve(tenant, create_order).record
+    with pytest.raises(IntegrityError), transaction.atomic():
+        IdempotencyRecord.objects.filter(pk=record.pk).update(
+            expires_at=timezone.now() - timedelta(days=1)
+        )
+    assert cleanup_expired_records() == 0
+    assert refresh(record).state == RecordState.EXECUTING

@@ -1,0 +1,299 @@
+"""Every allowed and every forbidden state change of records and ledger entries."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from ledger.domain import Decision, EntryStatus, ObservationCode, RecordState
+from ledger.errors import InvalidTransition, LeaseExpired, StaleFencingToken
+from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry
+from ledger.services.entries import transition_entry
+from ledger.services.records import (
+    Outcome,
+    complete_execution,
+    heartbeat,
+    reserve_key,
+    start_execution,
+)
+from ledger.services.records import _transition as transition_record
+from tests.factories import refresh, reserve
+
+pytestmark = pytest.mark.django_db
+
+ALLOWED_RECORD = {
+    (RecordState.RESERVED, RecordState.EXECUTING),
+    (RecordState.EXECUTING, RecordState.SUCCEEDED),
+    (RecordState.EXECUTING, RecordState.FAILED_FINAL),
+    (RecordState.EXECUTING, RecordState.UNKNOWN),
+    (RecordState.UNKNOWN, RecordState.SUCCEEDED),
+    (RecordState.UNKNOWN, RecordState.FAILED_FINAL),
+    (RecordState.UNKNOWN, RecordState.EXECUTING),
+    (RecordState.FAILED_FINAL, RecordState.EXECUTING),
+}
+
+
+def test_the_transition_table_is_exactly_the_designed_one() -> None:
+    table = {(a, b) for a, targets in IdempotencyRecord.TRANSITIONS.items() for b in targets}
+    assert table == ALLOWED_RECORD
+    # Never back to reserved: not after a lapsed lease, not ever.
+    assert all(b is not RecordState.RESERVED for _a, b in table)
+
+
+def _record_in(state: RecordState, tenant, tool) -> IdempotencyRecord:
+    record = reserve(tenant, tool, key=f"k-{state}").record
+    if state is not RecordState.EXECUTING:
+        changes = {"lease_owner": "", "lease_expires_at": None}
+        if state in (RecordState.SUCCEEDED, RecordState.FAILED_FINAL):
+            changes["expires_at"] = timezone.now() + timedelta(days=1)
+        IdempotencyRecord.objects.filter(pk=record.pk).update(state=state, **changes)
+    return refresh(record)
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [pair for pair in itertools.product(RecordState, RecordState)],
+    ids=lambda s: str(s),
+)
+def test_record_transition(source: RecordState, target: RecordState, tenant, create_order) -> None:
+    record = _record_in(source, tenant, create_order)
+    now = timezone.now()
+    extra = {}
+    if target is RecordState.EXECUTING:
+        extra = {"lease_owner": "w", "lease_expires_at": now + timedelta(minutes=1)}
+    if (source, target) in ALLOWED_RECORD:
+        transition_record(
+            record, target, actor="t", source="system", action="test", now=now, **extra
+        )
+        assert refresh(record).state == target
+    else:
+        with pytest.raises(InvalidTransition):
+            transition_record(
+                record, target, actor="t", source="system", action="test", now=now, **extra
+            )
+        assert refresh(record).state == source
+
+
+def test_a_new_key_executes_with_a_lease_and_token_one(tenant, create_order) -> None:
+    reservation = reserve(tenant, create_order)
+    assert reservation.created and reservation.decision is Decision.EXECUTE
+    record = refresh(reservation.record)
+    assert (record.state, record.fencing_token, record.executions) == ("executing", 1, 1)
+    assert record.lease_owner == "worker-1" and record.lease_expires_at > timezone.now()
+    assert AuditEvent.objects.filter(action="record.started", target_id=str(record.pk)).exists()
+
+
+def test_a_key_needing_approval_is_only_reserved(tenant, create_order) -> None:
+    reservation = reserve(tenant, create_order, requires_approval=True)
+    assert reservation.decision is Decision.APPROVAL_REQUIRED
+    assert refresh(reservation.record).state == RecordState.RESERVED
+    with pytest.raises(InvalidTransition):
+        start_execution(record=reservation.record, lease_owner="w", actor="w")
+
+
+def test_start_moves_reserved_to_executing_once_approved(tenant, create_order) -> None:
+    record = reserve(tenant, create_order, requires_approval=True).record
+    IdempotencyRecord.objects.filter(pk=record.pk).update(requires_approval=False)
+    started = start_execution(record=record, lease_owner="w2", actor="w2")
+    assert (started.state, started.fencing_token, started.executions) == ("executing", 1, 1)
+
+
+def test_duplicate_of_succeeded_returns_the_original_result(tenant, create_order) -> None:
+    first = reserve(tenant, create_order)
+    complete_execution(
+        record=first.record,
+        fencing_token=1,
+        outcome=Outcome.SUCCEEDED,
+        actor="w",
+        result={"order_id": "o-1"},
+    )
+    again = reserve(tenant, create_order, owner="worker-2")
+    assert again.decision is Decision.RECORDED_RESULT
+    assert again.record.result == {"order_id": "o-1"}
+    assert refresh(again.record).duplicate_hits == 1 and refresh(again.record).executions == 1
+
+
+def test_duplicate_of_failed_final_returns_the_original_error(tenant, create_order) -> None:
+    first = reserve(tenant, create_order)
+    complete_execution(
+        record=first.record,
+        fencing_token=1,
+        outcome=Outcome.FAILED,
+        actor="w",
+        error={"code": "PERMISSION_DENIED", "message": "no"},
+    )
+    again = reserve(tenant, create_order)
+    assert again.decision is Decision.RECORDED_RESULT
+    assert (
+        again.code is ObservationCode.FAILED and again.record.error["code"] == "PERMISSION_DENIED"
+    )
+
+
+def test_same_key_different_fingerprint_is_a_conflict(tenant, create_order) -> None:
+    reserve(tenant, create_order, params={"cart": "cart-1", "amount": 10})
+    conflict = reserve(tenant, create_order, params={"cart": "cart-1", "amount": 99})
+    assert conflict.decision is Decision.CONFLICT
+    assert conflict.code is ObservationCode.IDEMPOTENCY_KEY_CONFLICT
+    record = refresh(conflict.record)
+    assert record.executions == 1 and record.duplicate_hits == 0
+    assert AuditEvent.objects.filter(action="record.key_conflict", outcome="denied").count() == 1
+
+
+def test_unknown_idempotent_call_is_replayed_with_a_new_token(tenant, read_file) -> None:
+    first = reserve(tenant, read_file, key="k-read")
+    complete_execution(record=first.record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
+    again = reserve(tenant, read_file, key="k-read", owner="w2")
+    assert again.decision is Decision.EXECUTE
+    record = refresh(again.record)
+    assert (record.state, record.fencing_token, record.executions) == ("executing", 2, 2)
+
+
+def test_unknown_non_idempotent_call_is_forbidden(tenant, create_order) -> None:
+    first = reserve(tenant, create_order)
+    complete_execution(record=first.record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
+    again = reserve(tenant, create_order, owner="w2")
+    assert again.decision is Decision.FORBIDDEN
+    assert again.code is ObservationCode.SIDE_EFFECT_UNCERTAIN
+    assert refresh(again.record).executions == 1
+
+
+def test_stale_fencing_token_is_refused_and_audited(tenant, read_file) -> None:
+    first = reserve(tenant, read_file, key="k-read")
+    complete_execution(record=first.record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
+    reserve(tenant, read_file, key="k-read", owner="w2")  # replay: token 2
+    with pytest.raises(StaleFencingToken):
+        complete_execution(
+            record=first.record,
+            fencing_token=1,
+            outcome=Outcome.SUCCEEDED,
+            actor="w",
+            result={"late": True},
+        )
+    record = refresh(first.record)
+    assert record.state == RecordState.EXECUTING and record.result is None
+    assert AuditEvent.objects.filter(action="record.complete_refused", outcome="denied").exists()
+
+
+def test_late_completion_with_the_current_token_resolves_unknown(tenant, create_order) -> None:
+    first = reserve(tenant, create_order)
+    complete_execution(record=first.record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
+    done = complete_execution(
+        record=first.record,
+        fencing_token=1,
+        outcome=Outcome.SUCCEEDED,
+        actor="w",
+        result={"order_id": "o-1"},
+    )
+    assert done.state == RecordState.SUCCEEDED
+
+
+def test_completing_a_terminal_record_is_refused(tenant, create_order) -> None:
+    first = reserve(tenant, create_order)
+    complete_execution(record=first.record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w")
+    with pytest.raises(InvalidTransition):
+        complete_execution(
+            record=first.record,
+            fencing_token=1,
+            outcome=Outcome.FAILED,
+            actor="w",
+            error={"code": "X"},
+        )
+    assert refresh(first.record).state == RecordState.SUCCEEDED
+
+
+def test_result_is_redacted_before_it_is_stored(tenant, create_order) -> None:
+    first = reserve(tenant, create_order)
+    done = complete_execution(
+        record=first.record,
+        fencing_token=1,
+        outcome=Outcome.SUCCEEDED,
+        actor="w",
+        result={"email": "bob@example.com", "token": "t"},
+    )
+    stored = refresh(done).result
+    assert stored["token"] == "[REDACTED]" and "bob@example.com" not in stored["email"]
+
+
+def test_heartbeat_extends_the_lease_of_the_holder_only(tenant, create_order) -> None:
+    record = reserve(tenant, create_order).record
+    before = refresh(record).lease_expires_at
+    until = heartbeat(record=record, fencing_token=1, lease_seconds=600)
+    assert until > before and refresh(record).lease_expires_at == until
+    with pytest.raises(StaleFencingToken):
+        heartbeat(record=record, fencing_token=7)
+
+
+def test_heartbeat_after_the_lease_lapsed_is_refused(tenant, create_order) -> None:
+    record = reserve(tenant, create_order).record
+    IdempotencyRecord.objects.filter(pk=record.pk).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    with pytest.raises(LeaseExpired):
+        heartbeat(record=record, fencing_token=1)
+
+
+def test_duplicate_of_an_executing_record_past_its_lease_sees_unknown(tenant, create_order) -> None:
+    record = reserve(tenant, create_order).record
+    IdempotencyRecord.objects.filter(pk=record.pk).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    again = reserve(tenant, create_order, owner="w2")
+    assert again.code is ObservationCode.SIDE_EFFECT_UNCERTAIN
+    assert refresh(record).state == RecordState.UNKNOWN
+
+
+def test_keys_are_per_tenant(tenant, other_tenant, create_order) -> None:
+    from tests.factories import make_tool
+
+    reserve(tenant, create_order)
+    theirs = reserve(other_tenant, make_tool(other_tenant, "create_order"))
+    assert theirs.created and theirs.decision is Decision.EXECUTE
+
+
+# --- Ledger entries ------------------------------------------------------------------------
+
+ALLOWED_ENTRY = {
+    (EntryStatus.PLANNED, EntryStatus.APPROVED),
+    (EntryStatus.PLANNED, EntryStatus.STARTED),
+    (EntryStatus.PLANNED, EntryStatus.FAILED),
+    (EntryStatus.APPROVED, EntryStatus.STARTED),
+    (EntryStatus.APPROVED, EntryStatus.FAILED),
+    (EntryStatus.STARTED, EntryStatus.SUCCEEDED),
+    (EntryStatus.STARTED, EntryStatus.FAILED),
+    (EntryStatus.STARTED, EntryStatus.UNCERTAIN),
+    (EntryStatus.UNCERTAIN, EntryStatus.SUCCEEDED),
+    (EntryStatus.UNCERTAIN, EntryStatus.FAILED),
+}
+
+
+@pytest.mark.parametrize(
+    ("source", "target"), list(itertools.product(EntryStatus, EntryStatus)), ids=str
+)
+def test_entry_transition(source: EntryStatus, target: EntryStatus, tenant, create_order) -> None:
+    from tests.factories import make_entry
+
+    entry = make_entry(tenant, create_order, status=source)
+    if (source, target) in ALLOWED_ENTRY:
+        transition_entry(entry, target)
+        assert LedgerEntry.objects.get(pk=entry.pk).status == target
+    else:
+        with pytest.raises(InvalidTransition):
+            transition_entry(entry, target)
+        assert LedgerEntry.objects.get(pk=entry.pk).status == source
+
+
+def test_entry_transition_loses_to_a_concurrent_change(tenant, create_order) -> None:
+    from tests.factories import make_entry
+
+    entry = make_entry(tenant, create_order, status=EntryStatus.STARTED)
+    LedgerEntry.objects.filter(pk=entry.pk).update(status=EntryStatus.SUCCEEDED)
+    with pytest.raises(InvalidTransition):
+        transition_entry(entry, EntryStatus.UNCERTAIN)
+
+
+def test_reserve_key_signature_is_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        reserve_key(None)  # type: ignore[misc]

@@ -1,0 +1,134 @@
+"""The decision tables of DESIGN sections 3-5."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledger.decisions import (
+    RecoveryAction,
+    WriteCheck,
+    answer_existing_record,
+    check_write_plan,
+    recovery_decision,
+)
+from ledger.domain import Decision, ObservationCode, RecordState, ReplayPolicy
+
+AUTO, ASK, NEVER = ReplayPolicy.AUTO, ReplayPolicy.ASK, ReplayPolicy.NEVER
+
+
+def _answer(state: RecordState, policy: ReplayPolicy = NEVER, **kwargs: object):
+    args = {
+        "fingerprint_matches": True,
+        "awaiting_approval": False,
+        "error_code": None,
+        "error_retryable": False,
+        **kwargs,
+    }
+    return answer_existing_record(state=state, replay_policy=policy, **args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("state", "policy", "extra", "decision", "code"),
+    [
+        (RecordState.RESERVED, NEVER, {}, Decision.WAIT, ObservationCode.IN_PROGRESS),
+        (
+            RecordState.RESERVED,
+            NEVER,
+            {"awaiting_approval": True},
+            Decision.APPROVAL_REQUIRED,
+            ObservationCode.APPROVAL_REQUIRED,
+        ),
+        (RecordState.EXECUTING, AUTO, {}, Decision.WAIT, ObservationCode.IN_PROGRESS),
+        (RecordState.SUCCEEDED, NEVER, {}, Decision.RECORDED_RESULT, None),
+        (
+            RecordState.FAILED_FINAL,
+            NEVER,
+            {"error_code": "DECLINED"},
+            Decision.RECORDED_RESULT,
+            ObservationCode.FAILED,
+        ),
+        (RecordState.UNKNOWN, NEVER, {}, Decision.FORBIDDEN, ObservationCode.SIDE_EFFECT_UNCERTAIN),
+        (
+            RecordState.UNKNOWN,
+            ASK,
+            {},
+            Decision.APPROVAL_REQUIRED,
+            ObservationCode.APPROVAL_REQUIRED,
+        ),
+        (RecordState.UNKNOWN, AUTO, {}, Decision.EXECUTE, None),
+        (
+            RecordState.SUCCEEDED,
+            NEVER,
+            {"fingerprint_matches": False},
+            Decision.CONFLICT,
+            ObservationCode.IDEMPOTENCY_KEY_CONFLICT,
+        ),
+    ],
+)
+def test_duplicate_answers_follow_the_state_table(state, policy, extra, decision, code) -> None:
+    answer = _answer(state, policy, **extra)
+    assert (answer.decision, answer.code) == (decision, code)
+
+
+def test_executing_is_never_started_twice_even_for_idempotent_tools() -> None:
+    assert not _answer(RecordState.EXECUTING, AUTO).reexecute
+
+
+def test_retryable_failure_of_an_auto_tool_is_replayed() -> None:
+    answer = _answer(RecordState.FAILED_FINAL, AUTO, error_code="UNAVAILABLE", error_retryable=True)
+    assert answer.reexecute and answer.decision is Decision.EXECUTE
+
+
+def test_permission_denied_is_never_replayed_even_if_marked_retryable() -> None:
+    answer = _answer(
+        RecordState.FAILED_FINAL, AUTO, error_code="PERMISSION_DENIED", error_retryable=True
+    )
+    assert not answer.reexecute and answer.next_action == "stop"
+
+
+@pytest.mark.parametrize(
+    ("policy", "uncertain", "error_code", "final", "action"),
+    [
+        (AUTO, True, None, False, RecoveryAction.REPLAY),
+        (ASK, True, None, False, RecoveryAction.CHECK_CONDITION),
+        (NEVER, True, None, False, RecoveryAction.LOOKUP),
+        (NEVER, False, "UNAVAILABLE", False, RecoveryAction.ASK_HUMAN),
+        (AUTO, False, "PERMISSION_DENIED", False, RecoveryAction.NEVER),
+        (AUTO, False, "DECLINED", True, RecoveryAction.NEVER),
+    ],
+)
+def test_recovery_decision_table(policy, uncertain, error_code, final, action) -> None:
+    decision = recovery_decision(
+        replay_policy=policy, uncertain=uncertain, error_code=error_code, error_final=final
+    )
+    assert decision.action is action
+
+
+def test_seed_eval_cases_for_recovery() -> None:
+    # read_file timeout -> retry allowed; create_order timeout -> forbidden, uncertain.
+    assert recovery_decision(
+        replay_policy=AUTO, uncertain=True, error_code=None, error_final=False
+    ).retryable
+    create_order = recovery_decision(
+        replay_policy=NEVER, uncertain=True, error_code=None, error_final=False
+    )
+    assert create_order.code is ObservationCode.SIDE_EFFECT_UNCERTAIN
+    assert not create_order.retryable
+    denied = recovery_decision(
+        replay_policy=AUTO, uncertain=False, error_code="PERMISSION_DENIED", error_final=True
+    )
+    assert denied.code is ObservationCode.PERMISSION_DENIED
+
+
+@pytest.mark.parametrize(
+    ("current", "expected"),
+    [
+        ("after", WriteCheck.ALREADY_APPLIED),
+        ("before", WriteCheck.APPLY_AGAIN),
+        ("other", WriteCheck.CONFLICT),
+    ],
+)
+def test_write_plan_check(current: str, expected: WriteCheck) -> None:
+    assert (
+        check_write_plan(current_hash=current, before_hash="before", after_hash="after") is expected
+    )

@@ -1,0 +1,92 @@
+"""``manage.py classify`` and the strict settings, run as a user would run them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GIT_TOOLS = ROOT / "tests" / "fixtures" / "mcp" / "mcp_server_git_tools_list.json"
+WRITE_VERBS = ("commit", "add", "reset", "create", "checkout")
+
+
+def _manage(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=60,
+        check=False,
+    )
+
+
+def test_classify_commands_prints_a_json_array(tmp_path: Path) -> None:
+    commands = ["ls", "git status", "cat a > b", "npm publish", "rm -rf /", "ls; rm -rf /"]
+    source = tmp_path / "commands.json"
+    source.write_text(json.dumps(commands))
+    result = _manage("classify", "--commands", str(source))
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [r["command"] for r in rows] == commands
+    assert set(rows[0]) == {"command", "idempotency", "replay_policy", "destructive", "reason"}
+    assert [r["replay_policy"] for r in rows] == ["auto", "auto", "ask", "never", "never", "never"]
+    assert rows[4]["destructive"] and rows[5]["destructive"]
+
+
+def test_classify_real_mcp_server_untrusted_never_auto_for_writers() -> None:
+    result = _manage("classify", "--mcp", str(GIT_TOOLS), "--trust", "untrusted")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert len(rows) == 12
+    for row in rows:
+        if any(verb in row["name"] for verb in WRITE_VERBS):
+            assert row["replay_policy"] == "never", row
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--mcp", str(GIT_TOOLS)], "--mcp needs --trust"),
+        (["--commands", "/nonexistent.json"], "cannot read"),
+        (["--commands", str(GIT_TOOLS)], "expected a JSON array of command strings"),
+        (["--mcp", "-", "--trust", "untrusted"], "not valid JSON"),
+    ],
+)
+def test_classify_bad_input_is_a_clear_error(args: list[str], message: str) -> None:
+    result = _manage("classify", *args)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"DEBUG": "ture"}, "DEBUG='ture' is not a boolean"),
+        ({"LEDGER_LEASE_SECONDS": "-5"}, "LEDGER_LEASE_SECONDS='-5' must be greater than zero"),
+        ({"LEDGER_DEFAULT_TTL_SECONDS": "week"}, "is not a whole number"),
+        ({"DATABASE_URL": "mysql://x/y"}, "DATABASE_URL must be a URL with one of the schemes"),
+        ({"DEBUG": "false", "SECRET_KEY": ""}, "SECRET_KEY must be set when DEBUG is off"),
+    ],
+)
+def test_bad_settings_stop_start_up_with_a_clear_message(env: dict[str, str], message: str) -> None:
+    result = _manage("check", env=env)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_production_settings_pass_the_deploy_check() -> None:
+    env = {
+        "DEBUG": "false",
+        "SECRET_KEY": "a-long-random-production-secret-" + "x" * 40,
+        "ALLOWED_HOSTS": "ledger.example.com",
+        "SECURE_SSL_REDIRECT": "true",
+    }
+    result = _manage("check", "--deploy", "--fail-level", "WARNING", env=env)
+    assert result.returncode == 0, result.stderr

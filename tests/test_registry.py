@@ -1,0 +1,167 @@
+"""The registry computes classifications itself, audits overrides and keeps bad input out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ledger.domain import Idempotency, KeyScope, ReplayPolicy, ServerTrust
+from ledger.errors import InvalidInput
+from ledger.models import AuditEvent, McpServer, PolicyRule, Tool
+from ledger.services.registry import (
+    import_mcp_tools,
+    override_tool,
+    reclassify_tenant_tools,
+    register_tool,
+)
+
+pytestmark = pytest.mark.django_db
+GIT_TOOLS = json.loads(
+    (Path(__file__).parent / "fixtures" / "mcp" / "mcp_server_git_tools_list.json").read_text()
+)
+
+
+def _register(tenant, name: str, **kwargs) -> Tool:
+    return register_tool(tenant=tenant, name=name, actor="alice", source="api", **kwargs)
+
+
+def test_catalogue_tool_gets_its_seed_classification_and_scope(tenant) -> None:
+    tool = _register(tenant, "charge_customer")
+    assert (tool.kind, tool.idempotency, tool.replay_policy) == (
+        "builtin",
+        "non_idempotent",
+        "never",
+    )
+    assert tool.key_scope == KeyScope.BUSINESS and tool.rule == "catalogue.charge_customer"
+
+
+def test_undeclared_custom_tool_is_conservative(tenant) -> None:
+    tool = _register(tenant, "sync_crm")
+    assert tool.replay_policy == ReplayPolicy.NEVER and tool.rule == "default.undeclared"
+
+
+def test_declared_custom_tool_is_believed(tenant) -> None:
+    tool = _register(tenant, "price_quote", declared_idempotency=Idempotency.IDEMPOTENT)
+    assert tool.replay_policy == ReplayPolicy.AUTO
+
+
+def test_registration_is_audited(tenant) -> None:
+    tool = _register(tenant, "price_quote")
+    event = AuditEvent.objects.get(action="tool.registered", target_id=str(tool.pk))
+    assert event.actor == "alice" and event.after["replay_policy"] == "never"
+
+
+@pytest.mark.parametrize(
+    "name", ["<script>alert(1)</script>", "a b", "", "x" * 201, "bad\x00name", "-leading"]
+)
+def test_bad_tool_names_are_refused_and_nothing_is_written(tenant, name: str) -> None:
+    with pytest.raises(InvalidInput):
+        _register(tenant, name)
+    assert not Tool.objects.exists() and not AuditEvent.objects.exists()
+
+
+def test_mcp_import_reclassifies_every_tool(tenant) -> None:
+    tools = import_mcp_tools(
+        tenant=tenant,
+        server_name="git",
+        trust=ServerTrust.UNTRUSTED,
+        tools_list=GIT_TOOLS,
+        actor="alice",
+        source="api",
+    )
+    by_name = {t.name: t for t in tools}
+    assert by_name["git/git_status"].replay_policy == ReplayPolicy.AUTO
+    assert by_name["git/git_commit"].replay_policy == ReplayPolicy.NEVER
+    assert by_name["git/git_reset"].destructive
+    assert McpServer.objects.get(tenant=tenant, name="git").trust == "untrusted"
+
+
+def test_mcp_reimport_with_trust_change_is_audited_and_reclassifies(tenant) -> None:
+    import_mcp_tools(
+        tenant=tenant,
+        server_name="git",
+        trust=ServerTrust.UNTRUSTED,
+        tools_list=GIT_TOOLS,
+        actor="alice",
+        source="api",
+    )
+    import_mcp_tools(
+        tenant=tenant,
+        server_name="git",
+        trust=ServerTrust.TRUSTED,
+        tools_list=GIT_TOOLS,
+        actor="bob",
+        source="api",
+    )
+    assert Tool.objects.get(name="git/git_branch").replay_policy == ReplayPolicy.AUTO
+    assert AuditEvent.objects.filter(action="mcp_server.trust_changed", actor="bob").exists()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [],
+        {"tools": "x"},
+        {"tools": [{"name": "ok"}, {"description": "no name"}]},
+        {"tools": [{"name": "<b>x</b>"}]},
+        {"tools": [{"name": "a"}, {"name": "a"}]},
+    ],
+)
+def test_bad_mcp_import_changes_nothing(tenant, bad) -> None:
+    with pytest.raises(InvalidInput):
+        import_mcp_tools(
+            tenant=tenant,
+            server_name="srv",
+            trust=ServerTrust.UNTRUSTED,
+            tools_list=bad,
+            actor="alice",
+            source="api",
+        )
+    assert not Tool.objects.exists() and not McpServer.objects.exists()
+
+
+def test_override_needs_a_reason_and_is_audited_with_before_and_after(tenant) -> None:
+    tool = _register(tenant, "sync_crm")
+    with pytest.raises(InvalidInput):
+        override_tool(
+            tool=tool, idempotency=Idempotency.IDEMPOTENT, reason=" ", actor="bob", source="console"
+        )
+    tool = override_tool(
+        tool=tool,
+        idempotency=Idempotency.IDEMPOTENT,
+        reason="read-only sync, checked with CRM team",
+        actor="bob",
+        source="console",
+    )
+    assert tool.replay_policy == ReplayPolicy.AUTO and tool.rule == "override"
+    event = AuditEvent.objects.get(action="tool.override_set")
+    assert (event.before["replay_policy"], event.after["replay_policy"]) == ("never", "auto")
+    cleared = override_tool(
+        tool=tool, idempotency=None, reason="undo", actor="bob", source="console"
+    )
+    assert cleared.replay_policy == ReplayPolicy.NEVER
+
+
+def test_policy_rules_apply_on_reclassification(tenant) -> None:
+    tool = _register(tenant, "billing_lookup", declared_idempotency=Idempotency.IDEMPOTENT)
+    PolicyRule.objects.create(
+        tenant=tenant,
+        pattern="billing_*",
+        idempotency=Idempotency.CONDITIONAL,
+        reason="finance review",
+    )
+    assert reclassify_tenant_tools(tenant=tenant, actor="carol", source="console") == 1
+    tool.refresh_from_db()
+    assert tool.replay_policy == ReplayPolicy.ASK and tool.rule.startswith("policy.")
+
+
+def test_policy_of_one_tenant_does_not_touch_another(tenant, other_tenant) -> None:
+    theirs = _register(other_tenant, "billing_lookup", declared_idempotency=Idempotency.IDEMPOTENT)
+    PolicyRule.objects.create(
+        tenant=tenant, pattern="*", idempotency=Idempotency.NON_IDEMPOTENT, reason="lockdown"
+    )
+    reclassify_tenant_tools(tenant=tenant, actor="carol", source="console")
+    theirs.refresh_from_db()
+    assert theirs.replay_policy == ReplayPolicy.AUTO
