@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.db import connection
+from hypothesis import settings as hypothesis_settings
 
 from tests.factories import make_tenant, make_tool
 
@@ -34,3 +37,10 @@ def create_order(tenant):
 @pytest.fixture
 def read_file(tenant):
     return make_tool(tenant, "read_file")
+
+
+# CI explores a fixed set of examples so a run is reproducible; set HYPOTHESIS_PROFILE=explore
+# locally to search further (and add any counterexample it finds to the tables).
+hypothesis_settings.register_profile("ci", derandomize=True, max_examples=300)
+hypothesis_settings.register_profile("explore", max_examples=5000)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

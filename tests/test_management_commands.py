@@ -90,3 +90,29 @@ def test_production_settings_pass_the_deploy_check() -> None:
     }
     result = _manage("check", "--deploy", "--fail-level", "WARNING", env=env)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.django_db
+def test_issue_token_prints_a_token_once_and_stores_only_its_hash(tenant) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from ledger.models import ApiToken, AuditEvent
+
+    out = StringIO()
+    call_command("issue_token", "acme", "runtime-1", stdout=out)
+    plaintext = out.getvalue().strip()
+    token = ApiToken.objects.get(tenant=tenant)
+    assert plaintext.startswith("al_") and len(plaintext) > 40
+    assert token.token_hash == ApiToken.hash(plaintext) and plaintext not in token.token_hash
+    assert token.prefix == plaintext[:10]
+    assert AuditEvent.objects.filter(action="token.issued", target_id=str(token.pk)).exists()
+
+
+@pytest.mark.django_db
+def test_issue_token_for_an_unknown_tenant_is_a_clear_error() -> None:
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="no tenant 'nope'"):
+        call_command("issue_token", "nope", "runtime-1")

@@ -11,7 +11,9 @@ deny-list, so a new dangerous program is safe by default.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import bashlex
@@ -49,27 +51,51 @@ def _unknown(part: str, why: str, rule: str = "not_understood") -> Classificatio
     return _result(NON_IDEMPOTENT, part, why, rule, destructive=destructive)
 
 
+_ROUGH_SEPARATORS = re.compile(r"[;&|\n()`{}]+|\$\(|<\(|>\(")
+_DESTRUCTIVE_WORDS = frozenset(
+    {
+        "migrate",
+        "db:migrate",
+        "destroy",
+        "delete",
+        "-delete",
+        "clean",
+        "--hard",
+        "--force",
+        "-rf",
+        "-fr",
+        "drop",
+        "truncate",
+        "prune",
+    }
+)
+_in_fallback: ContextVar[bool] = ContextVar("_in_fallback", default=False)
+
+
 def _looks_destructive(text: str) -> bool:
-    """A lexical fallback for text that could not be parsed: does any word name a destroyer?"""
+    """A lexical fallback for text that was not understood: could any part of it destroy?
+
+    The text is cut at anything that looks like a shell operator and each piece is classified
+    as a plain argument vector, so the program tables decide here too; any word that names a
+    destructive action also counts. This only sets the flag: the result stays ``never``.
+    """
     words = set(re.split(r"[^A-Za-z0-9_.:-]+", text))
-    return bool(words & _DESTRUCTIVE.keys()) or bool(
-        words
-        & {
-            "migrate",
-            "db:migrate",
-            "destroy",
-            "delete",
-            "-delete",
-            "clean",
-            "--hard",
-            "--force",
-            "-f",
-            "-rf",
-            "-fr",
-            "drop",
-            "truncate",
-        }
-    )
+    if words & (_DESTRUCTIVE.keys() | _DESTRUCTIVE_WORDS):
+        return True
+    if _in_fallback.get():
+        return False
+    reset = _in_fallback.set(True)
+    try:
+        for piece in _ROUGH_SEPARATORS.split(text):
+            try:
+                argv = shlex.split(piece)
+            except ValueError:
+                argv = piece.split()
+            if argv and classify_argv(argv, depth=MAX_NESTING).destructive:
+                return True
+        return False
+    finally:
+        _in_fallback.reset(reset)
 
 
 def classify_command(command: str) -> Classification:
