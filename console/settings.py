@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django_htmx",
+    "ninja",
     "ledger",
     "reconcile",
     "console",
@@ -51,6 +52,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "ledger.middleware.BodySizeLimitMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -127,6 +129,8 @@ LEDGER_LEASE_SECONDS = positive_int(env, "LEDGER_LEASE_SECONDS", default=60, max
 LEDGER_APPROVAL_EXPIRY_SECONDS = positive_int(
     env, "LEDGER_APPROVAL_EXPIRY_SECONDS", default=24 * 3600
 )
+# Request bodies larger than this are refused (413) before they are parsed.
+DATA_UPLOAD_MAX_MEMORY_SIZE = positive_int(env, "LEDGER_MAX_BODY_BYTES", default=1024 * 1024)
 LEDGER_CLEANUP_BATCH_SIZE = positive_int(
     env, "LEDGER_CLEANUP_BATCH_SIZE", default=1000, maximum=100_000
 )

@@ -3,6 +3,8 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import path
 from django.views.generic import RedirectView
 
+from ledger.api import api
+
 
 def healthz(request: HttpRequest) -> JsonResponse:
     """Liveness probe for load balancers; touches nothing."""
@@ -11,6 +13,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/v1/", api.urls),
     path("healthz", healthz, name="healthz"),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]

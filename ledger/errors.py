@@ -34,5 +34,28 @@ class LeaseExpired(LedgerError):
 
 
 class InvalidInput(LedgerError):
+    """The request is malformed or refers to something that cannot be used; nothing changed."""
+
     code = "INVALID_INPUT"
-    http_status = 422
+    http_status = 400
+
+
+class NotFound(LedgerError):
+    """No such object for this tenant (another tenant's objects are not found either)."""
+
+    code = "NOT_FOUND"
+    http_status = 404
+
+
+class RunNotRunning(LedgerError):
+    """The run has finished; a finished run takes no more calls."""
+
+    code = "RUN_FINISHED"
+    http_status = 409
+
+
+class ApprovalError(LedgerError):
+    """An approval cannot be given, used or refused in its current state."""
+
+    code = "APPROVAL_INVALID"
+    http_status = 409

@@ -24,14 +24,24 @@ from ledger.domain import (
     TERMINAL_RECORD_STATES,
     DataClassification,
     Decision,
+    EntryStatus,
     ObservationCode,
     RecordState,
     ReplayPolicy,
 )
 from ledger.errors import InvalidTransition, LeaseExpired, StaleFencingToken
-from ledger.models import AuditEvent, IdempotencyRecord, Run, Tenant, Tool, VersionCombination
+from ledger.models import (
+    AuditEvent,
+    IdempotencyRecord,
+    LedgerEntry,
+    Run,
+    Tenant,
+    Tool,
+    VersionCombination,
+)
 from ledger.redaction import redact_for_storage
 from ledger.services.audit import audit
+from ledger.services.entries import transition_entry
 
 logger = logging.getLogger(__name__)
 
@@ -250,20 +260,14 @@ def _answer_existing(
         error_retryable=existing.error_retryable,
     )
     if answer.reexecute:
-        _transition(
+        _begin_execution(
             existing,
-            RecordState.EXECUTING,
+            lease_owner=lease_owner,
             actor=actor,
             source=source,
             action="record.replayed",
             now=now,
-            lease_owner=lease_owner,
-            lease_expires_at=_lease_until(now, lease_seconds),
-            fencing_token=existing.fencing_token + 1,
-            executions=existing.executions + 1,
-            error=None,
-            error_retryable=False,
-            completed_at=None,
+            lease_seconds=lease_seconds,
         )
         return Reservation(existing, False, Decision.EXECUTE, None, "execute")
     if answer.decision is Decision.CONFLICT:
@@ -284,6 +288,35 @@ def _answer_existing(
     return Reservation(existing, False, answer.decision, answer.code, answer.next_action)
 
 
+def _begin_execution(
+    record: IdempotencyRecord,
+    *,
+    lease_owner: str,
+    actor: str,
+    source: str,
+    action: str,
+    now: datetime,
+    lease_seconds: int | None,
+) -> None:
+    """Hand a locked record to a new executor: a new lease and the next fencing token."""
+    _transition(
+        record,
+        RecordState.EXECUTING,
+        actor=actor,
+        source=source,
+        action=action,
+        now=now,
+        lease_owner=lease_owner,
+        lease_expires_at=_lease_until(now, lease_seconds),
+        fencing_token=record.fencing_token + 1,
+        executions=record.executions + 1,
+        requires_approval=False,
+        error=None,
+        error_retryable=False,
+        completed_at=None,
+    )
+
+
 def start_execution(
     *,
     record: IdempotencyRecord,
@@ -291,24 +324,24 @@ def start_execution(
     actor: str,
     source: str = AuditEvent.Source.API,
     lease_seconds: int | None = None,
+    approved: bool = False,
 ) -> IdempotencyRecord:
-    """Start a reserved record whose approval (if any) was granted: reserved -> executing."""
+    """Start a record that was waiting: reserved, or (after an approved replay) unknown or
+    failed. Without ``approved`` only a reserved record that needs no approval may start.
+    """
     now = timezone.now()
     with transaction.atomic():
         locked = IdempotencyRecord.objects.select_for_update().get(pk=record.pk)
-        if locked.requires_approval:
-            raise InvalidTransition("the record is waiting for an approval")
-        _transition(
+        if not approved and (locked.requires_approval or locked.state != RecordState.RESERVED):
+            raise InvalidTransition(f"the {locked.state} record needs an approval to start")
+        _begin_execution(
             locked,
-            RecordState.EXECUTING,
+            lease_owner=lease_owner,
             actor=actor,
             source=source,
             action="record.started",
             now=now,
-            lease_owner=lease_owner,
-            lease_expires_at=_lease_until(now, lease_seconds),
-            fencing_token=locked.fencing_token + 1,
-            executions=locked.executions + 1,
+            lease_seconds=lease_seconds,
         )
     return locked
 
@@ -346,8 +379,12 @@ def complete_execution(
     error: dict[str, Any] | None = None,
     retryable: bool = False,
     data_classification: DataClassification = DataClassification.INTERNAL,
+    entry: LedgerEntry | None = None,
 ) -> IdempotencyRecord:
     """Record the outcome reported by the holder of ``fencing_token``.
+
+    When ``entry`` (the ledger entry of the reporting call) is given, its status changes in
+    the same transaction.
 
     A late report for a record whose lease lapsed (now ``unknown``) is accepted when the token is
     still current: it is the best evidence there is. A report with an older token is refused and
@@ -361,6 +398,8 @@ def complete_execution(
         if locked.fencing_token != fencing_token:
             denial = "stale"
         elif locked.state == RecordState.UNKNOWN and target is RecordState.UNKNOWN:
+            if entry is not None and entry.status != EntryStatus.UNCERTAIN:
+                _finish_entry(entry, outcome, now)
             return locked  # already uncertain: nothing new to record
         elif locked.state not in (RecordState.EXECUTING, RecordState.UNKNOWN):
             denial = "state"
@@ -378,6 +417,8 @@ def complete_execution(
                 error=redact_for_storage(error, data_classification) if error else None,
                 error_retryable=retryable and target is RecordState.FAILED_FINAL,
             )
+            if entry is not None:
+                _finish_entry(entry, outcome, now)
             return locked
     # Audit the refusal in its own transaction: it must outlive the error raised below.
     audit(
@@ -395,6 +436,62 @@ def complete_execution(
             f"fencing token {fencing_token} is stale (current is {locked.fencing_token})"
         )
     raise InvalidTransition(f"the record is already {locked.state}")
+
+
+def resolve_unknown(
+    *,
+    record: IdempotencyRecord,
+    outcome: Outcome,
+    actor: str,
+    source: str = AuditEvent.Source.API,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    detail: str,
+) -> IdempotencyRecord:
+    """Settle an ``unknown`` record from evidence (a downstream look-up, a file hash, a human):
+    ``succeeded`` with the evidence as its result, or ``failed_final`` (it did not happen).
+    """
+    if outcome is Outcome.UNCERTAIN:
+        raise InvalidTransition("resolving needs a known outcome")
+    target = _OUTCOME_STATE[outcome]
+    with transaction.atomic():
+        locked = IdempotencyRecord.objects.select_for_update().get(pk=record.pk)
+        if locked.state != RecordState.UNKNOWN:
+            raise InvalidTransition(f"only an unknown record can be resolved; it is {locked.state}")
+        _transition(
+            locked,
+            target,
+            actor=actor,
+            source=source,
+            action=f"record.resolved_{target.value}",
+            now=timezone.now(),
+            detail=detail,
+            result=redact_for_storage(result, DataClassification.INTERNAL)
+            if target is RecordState.SUCCEEDED
+            else None,
+            error=redact_for_storage(error, DataClassification.INTERNAL) if error else None,
+            # Known not to have happened: the same key may be used again safely.
+            error_retryable=target is RecordState.FAILED_FINAL,
+        )
+        LedgerEntry.objects.filter(record=locked, status=EntryStatus.UNCERTAIN).update(
+            status=_ENTRY_STATUS[outcome], finished_at=timezone.now()
+        )
+    return locked
+
+
+_ENTRY_STATUS = {
+    Outcome.SUCCEEDED: EntryStatus.SUCCEEDED,
+    Outcome.FAILED: EntryStatus.FAILED,
+    Outcome.UNCERTAIN: EntryStatus.UNCERTAIN,
+}
+
+
+def _finish_entry(entry: LedgerEntry, outcome: Outcome, now: datetime) -> None:
+    target = _ENTRY_STATUS[outcome]
+    changes: dict[str, Any] = {}
+    if target is not EntryStatus.UNCERTAIN:
+        changes["finished_at"] = now
+    transition_entry(entry, target, **changes)
 
 
 def expire_leases(*, batch_size: int = 500) -> list[int]:

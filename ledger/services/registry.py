@@ -22,7 +22,7 @@ from ledger.classification.policy import (
     effective_classification,
 )
 from ledger.domain import Idempotency, KeyScope, ServerTrust
-from ledger.errors import InvalidInput
+from ledger.errors import InvalidInput, NotFound
 from ledger.models import McpServer, Tenant, Tool
 from ledger.models import PolicyRule as PolicyRuleRow
 from ledger.services.audit import audit
@@ -147,9 +147,28 @@ def ensure_catalogue_tool(*, tenant: Tenant, name: str, actor: str, source: str)
     tool = Tool.objects.filter(tenant=tenant, name=name).first()
     if tool is not None:
         return tool
-    if name not in SHELL_TOOLS and catalogue_tool(name) is None:
-        raise InvalidInput(f"unknown tool {name!r}: register it first")
+    if not is_builtin(name):
+        raise NotFound(f"unknown tool {name!r}: register it first")
     return register_tool(tenant=tenant, name=name, actor=actor, source=source)
+
+
+def is_builtin(name: str) -> bool:
+    return name in SHELL_TOOLS or catalogue_tool(name) is not None
+
+
+def unsaved_builtin_tool(*, tenant: Tenant, name: str) -> Tool:
+    """A catalogue or shell tool as it would be registered, without writing anything."""
+    if not is_builtin(name):
+        raise NotFound(f"unknown tool {name!r}: register it first")
+    known = catalogue_tool(name)
+    tool = Tool(
+        tenant=tenant,
+        name=name,
+        kind=_kind(name),
+        key_scope=(known.key_scope if known else KeyScope.RUN).value,
+    )
+    _apply(tool, _classify(tool, _rules(tenant)))
+    return tool
 
 
 def _validated_tools(tools_list: Any) -> list[dict[str, Any]]:

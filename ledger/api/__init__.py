@@ -1,0 +1,87 @@
+"""API v1: a typed JSON API with its OpenAPI document at /api/v1/openapi.json.
+
+django-ninja gives typed request/response schemas and the OpenAPI document from one source.
+Every error is ``application/problem+json`` and every status an operation can return is in
+the document.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+
+from ledger.api.auth import TokenAuth
+from ledger.api.problems import PROBLEM_CONTENT_TYPE, problem
+from ledger.errors import LedgerError
+from ledger.services.runs import RunHalted
+
+
+class LedgerAPI(NinjaAPI):
+    def get_openapi_schema(self, *args: Any, **kwargs: Any) -> Any:
+        """Error responses are documented as problem+json, as they are served."""
+        schema = super().get_openapi_schema(*args, **kwargs)
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                for status, response in operation.get("responses", {}).items():
+                    content = response.get("content", {})
+                    if int(status) >= 400 and "application/json" in content:
+                        content[PROBLEM_CONTENT_TYPE] = content.pop("application/json")
+        return schema
+
+
+api = LedgerAPI(
+    title="Agent Ledger API",
+    version="1",
+    description="Record every tool call before it runs and get a decision for every retry.",
+    urls_namespace="api-v1",
+    auth=TokenAuth(),
+    docs_url="/docs",
+)
+
+
+@api.exception_handler(LedgerError)
+def _ledger_error(request: HttpRequest, exc: LedgerError) -> HttpResponse:
+    return problem(exc.http_status, exc.code, exc.message)
+
+
+@api.exception_handler(RunHalted)
+def _run_halted(request: HttpRequest, exc: RunHalted) -> HttpResponse:
+    return problem(409, "RUN_HALTED", str(exc), extra={"combination_id": exc.combination.pk})
+
+
+@api.exception_handler(ValidationError)
+def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    errors = [
+        {"loc": [str(part) for part in error.get("loc", [])], "msg": error.get("msg", "")}
+        for error in exc.errors
+    ]
+    first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
+    where = ".".join(p for p in first["loc"] if p not in {"body", "payload"}) or "request"
+    return problem(400, "INVALID_INPUT", f"{where}: {first['msg']}", extra={"errors": errors})
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return problem(401, "UNAUTHENTICATED", "A valid bearer token for this tenant is required.")
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    code = "INVALID_JSON" if exc.status_code == 400 else "HTTP_ERROR"
+    return problem(exc.status_code, code, str(exc))
+
+
+@api.exception_handler(Http404)
+def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return problem(404, "NOT_FOUND", "No such resource.")
+
+
+from ledger.api import calls, runs, tools  # noqa: E402  (routers import ``api`` helpers)
+
+api.add_router("/tools", tools.router)
+api.add_router("/runs", runs.router)
+api.add_router("/calls", calls.router)
+api.add_router("/records", calls.records_router)

@@ -1,0 +1,32 @@
+"""Per-tenant bearer tokens, looked up by their sha256 (one indexed query per request)."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from ninja.security import HttpBearer
+
+from ledger.models import ApiToken
+from ledger.services.calls import Caller
+
+AGENT_HEADER = "HTTP_X_AGENT_ID"
+
+
+class TokenAuth(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str) -> Caller | None:
+        if not token.startswith(ApiToken.PREFIX) or len(token) > 200:
+            return None
+        api_token = (
+            ApiToken.objects.select_related("tenant")
+            .filter(token_hash=ApiToken.hash(token), revoked_at__isnull=True)
+            .first()
+        )
+        if api_token is None:
+            return None
+        agent_id = request.META.get(AGENT_HEADER, "")[:200]
+        return Caller(tenant=api_token.tenant, token=api_token, agent_id=agent_id)
+
+
+def caller_of(request: HttpRequest) -> Caller:
+    caller = request.auth  # type: ignore[attr-defined]
+    assert isinstance(caller, Caller)
+    return caller

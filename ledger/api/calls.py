@@ -1,0 +1,227 @@
+"""The call protocol: the hot path and its follow-ups, and record look-up by key."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.http import HttpRequest, HttpResponse
+from ninja import Query, Router, Schema, Status
+from pydantic import Field
+
+from ledger.api.auth import caller_of
+from ledger.api.schemas import (
+    CallIn,
+    CallOut,
+    ClassificationOut,
+    CompleteIn,
+    HeartbeatIn,
+    HeartbeatOut,
+    LeaseOut,
+    Problem,
+    RecordOut,
+    ReplayIn,
+)
+from ledger.domain import Decision, Idempotency
+from ledger.errors import NotFound
+from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry
+from ledger.services import calls
+from ledger.services.records import Outcome
+
+router = Router(tags=["calls"])
+records_router = Router(tags=["records"])
+COMMON = {400: Problem, 401: Problem, 404: Problem}
+
+
+def call_out(
+    entry: LedgerEntry,
+    *,
+    observation: dict | None,
+    lease: calls.Lease | None = None,
+    approval: ApprovalRequest | None = None,
+    notes: list[str] | None = None,
+) -> CallOut:
+    record = entry.record
+    return CallOut(
+        call_id=str(entry.call_id),
+        run_id=entry.run.run_id,
+        step_id=entry.step_id,
+        tool=entry.tool.name,
+        status=entry.status,
+        decision=Decision(entry.decision),
+        idempotency_key=entry.idempotency_key,
+        classification=ClassificationOut(
+            idempotency=Idempotency(entry.idempotency),
+            replay_policy=entry.replay_policy,
+            destructive=entry.destructive,
+            reason=entry.classification_reason,
+            rule=entry.classification_rule,
+        ),
+        observation=observation,
+        lease=LeaseOut(fencing_token=lease.fencing_token, expires_at=lease.expires_at)
+        if lease
+        else None,
+        approval_id=approval.pk if approval else None,
+        approval_state=approval.state if approval else None,
+        record_state=record.state if record else None,
+        notes=notes or [],
+    )
+
+
+def _respond(result: calls.CallResult) -> Status:
+    body = call_out(
+        result.entry,
+        observation=result.observation,
+        lease=result.lease,
+        approval=result.approval,
+        notes=result.notes,
+    )
+    body.decision = result.decision
+    return Status(result.http_status, body)
+
+
+@router.post(
+    "",
+    response={200: CallOut, 409: CallOut, 422: CallOut, **COMMON},
+    summary="Record a tool call before it runs and get a decision",
+)
+def record_call(request: HttpRequest, payload: CallIn):  # type: ignore[no-untyped-def]
+    """The hot path. One request records the ledger entry, classifies the call, builds the
+    idempotency key from the business intent, fingerprints the input, reserves the key and
+    returns the decision: ``execute`` (with a lease and fencing token), ``recorded_result``,
+    ``wait`` (409, Retry-After), ``approval_required``, ``forbidden`` or ``conflict`` (422),
+    with the observation to hand to the model.
+    """
+    caller = caller_of(request)
+    plan = payload.write_plan
+    result = calls.record_call(
+        caller=caller,
+        request=calls.CallInput(
+            run_id=payload.run_id,
+            step_id=payload.step_id,
+            tool=payload.tool,
+            input=payload.input,
+            business_object_id=payload.business_object_id,
+            input_source=payload.input_source,
+            data_classification=payload.data_classification,
+            end_user_id=payload.end_user_id,
+            write_plan=calls.WritePlanInput(**plan.model_dump()) if plan else None,
+        ),
+    )
+    response = _respond(result)
+    if response.status_code == 409:
+        return _with_retry_after(response)
+    return response
+
+
+def _with_retry_after(status: Status) -> HttpResponse:
+    """A 409 ``wait`` tells the runtime when to ask again."""
+    body: CallOut = status.value
+    response = HttpResponse(
+        body.model_dump_json(), status=status.status_code, content_type="application/json"
+    )
+    response["Retry-After"] = str(calls.RETRY_AFTER_SECONDS)
+    return response
+
+
+@router.get("/{call_id}", response={200: CallOut, **COMMON}, summary="Get a call")
+def get_call(request: HttpRequest, call_id: str) -> CallOut:
+    entry, approval = calls.call_status(caller=caller_of(request), call_id=_uuid(call_id))
+    return call_out(
+        entry, observation=calls.current_observation(entry, approval), approval=approval
+    )
+
+
+@router.post(
+    "/{call_id}/start",
+    response={200: CallOut, 409: Problem, **COMMON},
+    summary="Start a call after its approval",
+)
+def start(request: HttpRequest, call_id: str):  # type: ignore[no-untyped-def]
+    """Uses the granted approval once; the approval must be for this exact action."""
+    return _respond(calls.start_call(caller=caller_of(request), call_id=_uuid(call_id)))
+
+
+@router.post(
+    "/{call_id}/heartbeat",
+    response={200: HeartbeatOut, 409: Problem, **COMMON},
+    summary="Extend the lease of an executing call",
+)
+def heartbeat(request: HttpRequest, call_id: str, payload: HeartbeatIn) -> HeartbeatOut:
+    until = calls.heartbeat_call(
+        caller=caller_of(request), call_id=_uuid(call_id), fencing_token=payload.fencing_token
+    )
+    return HeartbeatOut(lease_expires_at=until)
+
+
+@router.post(
+    "/{call_id}/complete",
+    response={200: CallOut, 409: Problem, **COMMON},
+    summary="Report how a call ended",
+)
+def complete(request: HttpRequest, call_id: str, payload: CompleteIn):  # type: ignore[no-untyped-def]
+    """``succeeded`` with the result (checked against the tool's output schema), ``failed``
+    with an error (``retryable`` when no side effect happened), or ``uncertain`` after a timeout
+    or lost connection. A stale fencing token is refused with 409."""
+    result = calls.complete_call(
+        caller=caller_of(request),
+        call_id=_uuid(call_id),
+        fencing_token=payload.fencing_token,
+        outcome=Outcome(payload.outcome),
+        result=payload.result,
+        error=payload.error.model_dump() if payload.error else None,
+        retryable=payload.retryable,
+        evidence=payload.evidence,
+    )
+    result.entry.refresh_from_db()
+    return _respond(result)
+
+
+@router.post(
+    "/{call_id}/replay",
+    response={200: CallOut, 409: CallOut, **COMMON},
+    summary="Ask whether and how an uncertain or failed call may be recovered",
+)
+def replay(request: HttpRequest, call_id: str, payload: ReplayIn):  # type: ignore[no-untyped-def]
+    """Applies the recovery table: idempotent tools replay (a new lease), conditional ones are
+    checked (``current_hash``) and approved by a human, non-idempotent ones are looked up
+    downstream, final failures are never replayed."""
+    result = calls.replay_call(
+        caller=caller_of(request), call_id=_uuid(call_id), current_hash=payload.current_hash
+    )
+    response = _respond(result)
+    if response.status_code == 409:
+        return _with_retry_after(response)
+    return response
+
+
+class KeyQuery(Schema):
+    key: str = Field(min_length=1, max_length=1024)
+
+
+@records_router.get(
+    "", response={200: RecordOut, **COMMON}, summary="Look up an idempotency record by key"
+)
+def record_by_key(request: HttpRequest, query: Query[KeyQuery]) -> RecordOut:
+    record = calls.record_by_key(caller=caller_of(request), key=query.key)
+    return record_out(record)
+
+
+def record_out(record: IdempotencyRecord) -> RecordOut:
+    return RecordOut(
+        key=record.key,
+        tool=record.tool.name,
+        state=record.state,
+        executions=record.executions,
+        duplicate_hits=record.duplicate_hits,
+        result=record.result,
+        error=record.error,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+    )
+
+
+def _uuid(value: str) -> str:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise NotFound(f"no call {value!r}") from None

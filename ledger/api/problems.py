@@ -1,0 +1,43 @@
+"""Errors as RFC 9457 ``application/problem+json`` documents."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+_TITLES = {
+    400: "Bad request",
+    401: "Authentication required",
+    403: "Forbidden",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict",
+    413: "Request body too large",
+    422: "Unprocessable request",
+    500: "Internal error",
+}
+
+
+def problem(
+    status: int, code: str, detail: str, *, extra: dict[str, Any] | None = None
+) -> HttpResponse:
+    body = {
+        "type": f"https://agent-ledger.invalid/problems/{code.lower().replace('_', '-')}",
+        "title": _TITLES.get(status, "Error"),
+        "status": status,
+        "code": code,
+        "detail": detail,
+        **(extra or {}),
+    }
+    response = JsonResponse(body, status=status, content_type=PROBLEM_CONTENT_TYPE)
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="agent-ledger"'
+    return response
+
+
+def problem_for(request: HttpRequest, status: int, code: str, detail: str) -> HttpResponse:
+    """Signature used by exception handlers that receive the request."""
+    return problem(status, code, detail)

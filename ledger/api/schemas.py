@@ -1,0 +1,177 @@
+"""Request and response shapes of API v1. Inputs forbid unknown fields."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from ninja import Schema
+from pydantic import ConfigDict, Field
+
+from ledger.domain import DataClassification, Decision, Idempotency, InputSource, KeyScope
+from ledger.services.registry import SERVER_NAME, TOOL_NAME
+
+TOOL_NAME_PATTERN = TOOL_NAME.pattern
+SERVER_NAME_PATTERN = SERVER_NAME.pattern
+Identifier = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
+Sha256 = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class Strict(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Problem(Schema):
+    type: str
+    title: str
+    status: int
+    code: str
+    detail: str
+
+
+class ClassificationOut(Schema):
+    idempotency: Idempotency
+    replay_policy: str
+    destructive: bool
+    reason: str
+    rule: str
+
+
+class ToolIn(Strict):
+    name: str = Field(pattern=TOOL_NAME_PATTERN, max_length=200)
+    idempotency: Idempotency | None = None
+    description: str = Field(default="", max_length=4000)
+    output_schema: dict[str, Any] | None = None
+    key_scope: KeyScope | None = None
+
+
+class ToolOut(Schema):
+    name: str
+    kind: str
+    server: str | None
+    description: str
+    key_scope: str
+    output_schema: dict[str, Any] | None
+    classification: ClassificationOut
+    overridden: bool
+
+
+class McpImportIn(Strict):
+    server: str = Field(pattern=SERVER_NAME_PATTERN, max_length=100)
+    trust: Literal["trusted", "untrusted"]
+    tools_list: dict[str, Any] = Field(description="An MCP tools/list result: {'tools': [...]}")
+
+
+class ClassifyIn(Strict):
+    tool: str = Field(pattern=TOOL_NAME_PATTERN, max_length=200)
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunIn(Strict):
+    run_id: str | None = Field(
+        default=None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f:]+$"
+    )
+    user_id: str = Identifier
+    agent_id: str = Field(default="", max_length=200)
+    combination_id: int | None = Field(default=None, ge=1, le=2**62)
+
+
+class RunOut(Schema):
+    run_id: str
+    user_id: str
+    agent_id: str
+    status: str
+    combination_id: int | None
+    combination_label: str | None
+    termination_reason: str
+    started_at: datetime
+    finished_at: datetime | None
+
+
+class RunFinishIn(Strict):
+    termination_reason: str = Identifier
+
+
+class WritePlanIn(Strict):
+    workspace: str = Identifier
+    path: str = Field(min_length=1, max_length=1024)
+    before_hash: str = Sha256
+    after_hash: str = Sha256
+    diff: str = Field(default="", max_length=200_000)
+    patch_ref: str = Field(default="", max_length=200)
+
+
+class CallIn(Strict):
+    run_id: str = Identifier
+    step_id: str = Identifier
+    tool: str = Field(pattern=TOOL_NAME_PATTERN, max_length=200)
+    input: dict[str, Any] = Field(default_factory=dict)
+    business_object_id: str | None = Field(default=None, min_length=1, max_length=200)
+    input_source: InputSource = InputSource.MODEL
+    data_classification: DataClassification = DataClassification.INTERNAL
+    end_user_id: str = Field(default="", max_length=200)
+    write_plan: WritePlanIn | None = None
+
+
+class LeaseOut(Schema):
+    fencing_token: int
+    expires_at: datetime
+
+
+class RecordOut(Schema):
+    key: str
+    tool: str
+    state: str
+    executions: int
+    duplicate_hits: int
+    result: Any | None
+    error: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class CallOut(Schema):
+    call_id: str
+    run_id: str
+    step_id: str
+    tool: str
+    status: str
+    decision: Decision
+    idempotency_key: str
+    classification: ClassificationOut
+    observation: dict[str, Any] | None
+    lease: LeaseOut | None
+    approval_id: int | None
+    approval_state: str | None
+    record_state: str | None
+    notes: list[str]
+
+
+class HeartbeatIn(Strict):
+    fencing_token: int = Field(ge=1, le=2**62)
+
+
+class HeartbeatOut(Schema):
+    lease_expires_at: datetime
+
+
+class ErrorIn(Strict):
+    code: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:-]+$")
+    message: str = Field(default="", max_length=4000)
+
+
+class CompleteIn(Strict):
+    fencing_token: int = Field(ge=1, le=2**62)
+    outcome: Literal["succeeded", "failed", "uncertain"]
+    result: Any = None
+    error: ErrorIn | None = None
+    retryable: bool = Field(default=False, description="Failed without side effect; may retry.")
+    evidence: dict[str, Any] | None = None
+
+
+class ReplayIn(Strict):
+    current_hash: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="The file's sha256 now, for a conditional write's condition check.",
+    )

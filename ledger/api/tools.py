@@ -1,0 +1,106 @@
+"""Tool registry endpoints."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from ninja import Router
+
+from ledger.api.auth import caller_of
+from ledger.api.schemas import ClassificationOut, ClassifyIn, McpImportIn, Problem, ToolIn, ToolOut
+from ledger.domain import Idempotency, ServerTrust
+from ledger.errors import NotFound
+from ledger.models import Tool
+from ledger.services.calls import classify_call
+from ledger.services.registry import import_mcp_tools, register_tool, unsaved_builtin_tool
+
+router = Router(tags=["tools"])
+ERRORS = {400: Problem, 401: Problem}
+
+
+def tool_out(tool: Tool) -> ToolOut:
+    return ToolOut(
+        name=tool.name,
+        kind=tool.kind,
+        server=tool.server.name if tool.server else None,
+        description=tool.description,
+        key_scope=tool.key_scope,
+        output_schema=tool.output_schema,
+        classification=ClassificationOut(
+            idempotency=Idempotency(tool.idempotency),
+            replay_policy=tool.replay_policy,
+            destructive=tool.destructive,
+            reason=tool.reason,
+            rule=tool.rule,
+        ),
+        overridden=bool(tool.override_idempotency),
+    )
+
+
+@router.post("", response={200: ToolOut, **ERRORS}, summary="Register or update a tool")
+def register(request: HttpRequest, payload: ToolIn) -> ToolOut:
+    """Declare one of your runtime's tools. The server computes its classification; a tool
+    with no declared idempotency is non-idempotent."""
+    caller = caller_of(request)
+    tool = register_tool(
+        tenant=caller.tenant,
+        name=payload.name,
+        actor=caller.identity,
+        source="api",
+        declared_idempotency=payload.idempotency,
+        description=payload.description,
+        output_schema=payload.output_schema,
+        key_scope=payload.key_scope,
+    )
+    return tool_out(tool)
+
+
+@router.get("", response={200: list[ToolOut], 401: Problem}, summary="List tools")
+def list_tools(request: HttpRequest) -> list[ToolOut]:
+    caller = caller_of(request)
+    tools = Tool.objects.filter(tenant=caller.tenant).select_related("server").order_by("name")
+    return [tool_out(tool) for tool in tools[:1000]]
+
+
+@router.post(
+    "/import-mcp",
+    response={200: list[ToolOut], **ERRORS},
+    summary="Import an MCP server's tools/list result",
+)
+def import_mcp(request: HttpRequest, payload: McpImportIn) -> list[ToolOut]:
+    """Every tool is re-classified; an untrusted server's claims only make tools more
+    conservative. Registry names are ``server/tool``."""
+    caller = caller_of(request)
+    tools = import_mcp_tools(
+        tenant=caller.tenant,
+        server_name=payload.server,
+        trust=ServerTrust(payload.trust),
+        tools_list=payload.tools_list,
+        actor=caller.identity,
+        source="api",
+    )
+    return [tool_out(tool) for tool in tools]
+
+
+@router.post(
+    "/classify",
+    response={200: ClassificationOut, **ERRORS, 404: Problem},
+    summary="Classify a call without recording anything",
+)
+def classify(request: HttpRequest, payload: ClassifyIn) -> ClassificationOut:
+    caller = caller_of(request)
+    tool = Tool.objects.filter(tenant=caller.tenant, name=payload.tool).first()
+    if tool is None:
+        tool = unsaved_builtin_tool(tenant=caller.tenant, name=payload.tool)
+    result = classify_call(tool, payload.input)
+    return ClassificationOut(**result.as_dict())  # type: ignore[arg-type]
+
+
+@router.get(
+    "/{path:name}", response={200: ToolOut, 401: Problem, 404: Problem}, summary="Get a tool"
+)
+def get_tool(request: HttpRequest, name: str) -> ToolOut:
+    caller = caller_of(request)
+    tool = Tool.objects.filter(tenant=caller.tenant, name=name).select_related("server").first()
+    if tool is None:
+        raise NotFound(f"no tool {name!r}")
+    return tool_out(tool)

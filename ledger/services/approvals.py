@@ -1,0 +1,194 @@
+"""Approvals: a human decision bound to one action hash, usable once (DESIGN section 5)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ledger.errors import ApprovalError, InvalidInput
+from ledger.keys import fingerprint
+from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry
+from ledger.services.audit import audit
+
+Approval = ApprovalRequest.State
+
+
+def action_hash(entry: LedgerEntry) -> str:
+    """What exactly is being approved: tool, input, write plan hashes and version combination.
+
+    If any of them changes, the hash changes and an approval given for the old one is void.
+    """
+    plan = getattr(entry, "write_plan", None)
+    return fingerprint(
+        {
+            "tool": entry.tool.name,
+            "input": entry.input_hash,
+            "write_plan": [plan.path, plan.before_hash, plan.after_hash] if plan else None,
+            "combination": entry.combination.fingerprint if entry.combination else None,
+        }
+    )
+
+
+def open_approval(record: IdempotencyRecord) -> ApprovalRequest | None:
+    return (
+        ApprovalRequest.objects.filter(record=record, state__in=ApprovalRequest.OPEN_STATES)
+        .order_by("-pk")
+        .first()
+    )
+
+
+def request_approval(
+    *, record: IdempotencyRecord, entry: LedgerEntry, requested_by: str, detail: str = ""
+) -> ApprovalRequest:
+    """The open approval request for this record, created if there is none."""
+    existing = open_approval(record)
+    if existing is not None:
+        return existing
+    try:
+        with transaction.atomic():
+            approval = ApprovalRequest.objects.create(
+                tenant_id=record.tenant_id,
+                record=record,
+                entry=entry,
+                action_hash=action_hash(entry),
+                requested_by=requested_by,
+                expires_at=timezone.now()
+                + timedelta(seconds=settings.LEDGER_APPROVAL_EXPIRY_SECONDS),
+            )
+            audit(
+                tenant=record.tenant_id,
+                actor=requested_by,
+                action="approval.requested",
+                target=approval,
+                source=AuditEvent.Source.API,
+                detail=detail,
+                after={"record": record.pk, "action_hash": approval.action_hash},
+            )
+    except IntegrityError:  # a concurrent request created it first
+        winner = open_approval(record)
+        if winner is None:
+            raise
+        return winner
+    return approval
+
+
+def decide(
+    *,
+    approval: ApprovalRequest,
+    user: AbstractBaseUser,
+    approve: bool,
+    reason: str,
+    source: str = AuditEvent.Source.CONSOLE,
+) -> ApprovalRequest:
+    """Approve or reject a pending request. The requester may not decide their own request,
+    a rejection needs a reason, and a request whose action changed is invalidated instead.
+    """
+    actor = user.get_username()
+    now = timezone.now()
+    denial: str | None = None
+    with transaction.atomic():
+        locked = (
+            ApprovalRequest.objects.select_for_update(of=("self",))
+            .select_related("entry__tool", "entry__combination")
+            .get(pk=approval.pk)
+        )
+        before: dict[str, Any] = {"state": locked.state}
+        if locked.state != Approval.PENDING:
+            denial = f"the request is already {locked.state}"
+        elif locked.requested_by == actor:
+            denial = "the requester cannot approve their own request"
+        elif not approve and not reason.strip():
+            raise InvalidInput("a rejection needs a reason for the model")
+        elif locked.expires_at <= now:
+            locked.state = Approval.EXPIRED
+            denial = "the request expired"
+        elif action_hash(locked.entry) != locked.action_hash:
+            locked.state = Approval.INVALIDATED
+            denial = "the action changed since the request was made"
+        else:
+            locked.state = Approval.APPROVED if approve else Approval.REJECTED
+            locked.decided_by = user  # type: ignore[assignment]
+            locked.decision_reason = reason.strip()
+            locked.decided_at = now
+        if locked.state != before["state"]:
+            locked.save()
+        if denial is None or locked.state != before["state"]:
+            audit(
+                tenant=locked.tenant_id,
+                actor=actor,
+                action=f"approval.{locked.state}",
+                target=locked,
+                source=source,
+                before=before,
+                after={"state": locked.state},
+                detail=reason,
+            )
+    if denial is not None:
+        audit(
+            tenant=locked.tenant_id,
+            actor=actor,
+            action="approval.decide_refused",
+            target=locked,
+            source=source,
+            outcome=AuditEvent.Outcome.DENIED,
+            detail=denial,
+        )
+        raise ApprovalError(denial)
+    return locked
+
+
+class ApprovalMismatch(ApprovalError):
+    """The granted approval was for another action; nothing was written yet."""
+
+    def __init__(self, approval: ApprovalRequest) -> None:
+        super().__init__("the approval was for a different action")
+        self.approval = approval
+
+
+def consume(*, record: IdempotencyRecord, entry: LedgerEntry, actor: str) -> ApprovalRequest:
+    """Use the approval of this record once; it must match the action being started.
+
+    Runs inside the caller's transaction, so the approval is used up only if the action
+    really starts. On a mismatch nothing is written: the caller invalidates it afterwards.
+    """
+    approval = (
+        ApprovalRequest.objects.select_for_update()
+        .filter(record=record, state=Approval.APPROVED)
+        .first()
+    )
+    if approval is None:
+        raise ApprovalError("there is no granted approval for this action")
+    if approval.action_hash != action_hash(entry):
+        raise ApprovalMismatch(approval)
+    approval.state = Approval.CONSUMED
+    approval.save(update_fields=["state"])
+    audit(
+        tenant=record.tenant_id,
+        actor=actor,
+        action="approval.consumed",
+        target=approval,
+        source=AuditEvent.Source.API,
+    )
+    return approval
+
+
+def invalidate(*, approval: ApprovalRequest, actor: str, detail: str) -> None:
+    """Void an approval whose action changed; audited."""
+    with transaction.atomic():
+        updated = ApprovalRequest.objects.filter(
+            pk=approval.pk, state__in=ApprovalRequest.OPEN_STATES
+        ).update(state=Approval.INVALIDATED)
+        if updated:
+            audit(
+                tenant=approval.tenant_id,
+                actor=actor,
+                action="approval.invalidated",
+                target=approval,
+                source=AuditEvent.Source.API,
+                detail=detail,
+            )

@@ -1,0 +1,746 @@
+"""The call protocol a runtime follows for every tool call (DESIGN sections 3-6).
+
+``record_call`` is the hot path: it writes the ledger entry *before* the tool runs, classifies
+the call, builds the key, fingerprints the input, reserves the key and returns the decision with
+its model-facing observation. ``start_call``, ``heartbeat_call``, ``complete_call`` and
+``replay_call`` follow it; ``call_status`` and ``record_by_key`` look things up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+import jsonschema
+from django.db import transaction
+from django.utils import timezone
+
+from ledger.classification import Classification
+from ledger.classification.commands import classify_command
+from ledger.decisions import RecoveryAction, WriteCheck, check_write_plan, recovery_decision
+from ledger.domain import (
+    FINAL_ERROR_CODES,
+    DataClassification,
+    Decision,
+    EntryStatus,
+    Idempotency,
+    InputSource,
+    KeyScope,
+    ObservationCode,
+    RecordState,
+    ReplayPolicy,
+)
+from ledger.errors import (
+    ApprovalError,
+    InvalidInput,
+    InvalidTransition,
+    NotFound,
+    RunNotRunning,
+    StaleFencingToken,
+)
+from ledger.keys import KeyBuildError, build_idempotency_key, fingerprint
+from ledger.models import (
+    ApiToken,
+    ApprovalRequest,
+    IdempotencyRecord,
+    LedgerEntry,
+    Run,
+    Tenant,
+    Tool,
+    VersionCombination,
+    WritePlan,
+)
+from ledger.observations import CallContext, refusal, success
+from ledger.redaction import redact_for_storage
+from ledger.services import approvals, records
+from ledger.services.entries import transition_entry
+from ledger.services.records import Outcome
+from ledger.services.registry import ensure_catalogue_tool, validate_tool_name
+
+RETRY_AFTER_SECONDS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is calling: the tenant's token and the agent it acts for."""
+
+    tenant: Tenant
+    token: ApiToken | None
+    agent_id: str = ""
+
+    @property
+    def identity(self) -> str:
+        token = f"token:{self.token.prefix}" if self.token else "system"
+        return f"{token}/{self.agent_id}" if self.agent_id else token
+
+
+@dataclass(frozen=True, slots=True)
+class WritePlanInput:
+    workspace: str
+    path: str
+    before_hash: str
+    after_hash: str
+    diff: str = ""
+    patch_ref: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CallInput:
+    run_id: str
+    step_id: str
+    tool: str
+    input: dict[str, Any]
+    business_object_id: str | None = None
+    input_source: InputSource = InputSource.MODEL
+    data_classification: DataClassification = DataClassification.INTERNAL
+    end_user_id: str = ""
+    write_plan: WritePlanInput | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    fencing_token: int
+    expires_at: datetime
+
+
+@dataclass(slots=True)
+class CallResult:
+    """A decision about one call, with everything the API returns for it."""
+
+    entry: LedgerEntry
+    decision: Decision
+    classification: Classification
+    observation: dict[str, Any] | None = None
+    lease: Lease | None = None
+    approval: ApprovalRequest | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def http_status(self) -> int:
+        if self.decision is Decision.WAIT:
+            return 409
+        if self.decision is Decision.CONFLICT:
+            return 422
+        return 200
+
+
+def classify_call(tool: Tool, tool_input: dict[str, Any]) -> Classification:
+    """The classification of one call: per call for shell tools, else the tool's own."""
+    decided_by_people = tool.override_idempotency or tool.rule.startswith("policy.")
+    if tool.kind == Tool.Kind.SHELL and not decided_by_people:
+        command = tool_input.get("command")
+        if not isinstance(command, str):
+            raise InvalidInput(f"{tool.name} needs a string 'command' in its input")
+        return classify_command(command)
+    idempotency = Idempotency(tool.idempotency)
+    return Classification(
+        idempotency, ReplayPolicy(tool.replay_policy), tool.destructive, tool.reason, tool.rule
+    )
+
+
+def _tool(tenant: Tenant, name: str, actor: str) -> Tool:
+    validate_tool_name(name)
+    tool = Tool.objects.filter(tenant=tenant, name=name).first()
+    return tool or ensure_catalogue_tool(tenant=tenant, name=name, actor=actor, source="api")
+
+
+def _running_run(tenant: Tenant, run_id: str) -> Run:
+    run = Run.objects.select_related("combination").filter(tenant=tenant, run_id=run_id).first()
+    if run is None:
+        raise NotFound(f"no run {run_id!r}: start it first")
+    if run.status == Run.Status.FINISHED:
+        raise RunNotRunning(f"run {run_id!r} has finished ({run.termination_reason})")
+    return run
+
+
+def _is_halted(run: Run) -> bool:
+    combination = run.combination
+    return run.status == Run.Status.HALTED or (
+        combination is not None and combination.state == VersionCombination.State.HALTED
+    )
+
+
+def _context(entry: LedgerEntry, tool_name: str) -> CallContext:
+    return CallContext(
+        tool=tool_name,
+        idempotency=Idempotency(entry.idempotency),
+        replay_policy=ReplayPolicy(entry.replay_policy),
+        idempotency_key=entry.idempotency_key or None,
+        call_id=str(entry.call_id),
+    )
+
+
+def _key(tenant: Tenant, run: Run, tool: Tool, request: CallInput) -> str:
+    try:
+        return build_idempotency_key(
+            scope=KeyScope(tool.key_scope),
+            tenant=tenant.slug,
+            user=run.user_id,
+            run_id=run.run_id,
+            tool=tool.name,
+            business_object_id=request.business_object_id,
+            step_id=request.step_id,
+        )
+    except KeyBuildError as exc:
+        raise InvalidInput(str(exc)) from None
+
+
+def _fingerprint(value: Any) -> str:
+    try:
+        return fingerprint(value)
+    except ValueError as exc:
+        raise InvalidInput(f"input cannot be fingerprinted: {exc}") from None
+
+
+_ENTRY_STATUS_FOR = {
+    Decision.EXECUTE: EntryStatus.STARTED,
+    Decision.WAIT: EntryStatus.PLANNED,
+    Decision.APPROVAL_REQUIRED: EntryStatus.PLANNED,
+    Decision.FORBIDDEN: EntryStatus.PLANNED,
+    Decision.CONFLICT: EntryStatus.PLANNED,
+}
+
+
+def _new_entry(
+    *,
+    caller: Caller,
+    run: Run,
+    tool: Tool,
+    request: CallInput,
+    classification: Classification,
+    input_hash: str,
+    key: str,
+    decision: Decision,
+    record: IdempotencyRecord | None,
+    code: str = "",
+) -> LedgerEntry:
+    now = timezone.now()
+    if decision is Decision.RECORDED_RESULT:
+        assert record is not None
+        status = (
+            EntryStatus.SUCCEEDED if record.state == RecordState.SUCCEEDED else EntryStatus.FAILED
+        )
+    else:
+        status = _ENTRY_STATUS_FOR[decision]
+    return LedgerEntry.objects.create(
+        tenant=caller.tenant,
+        step_id=request.step_id,
+        run=run,
+        tool=tool,
+        input_hash=input_hash,
+        input=redact_for_storage(request.input, request.data_classification),
+        status=status,
+        idempotency=classification.idempotency,
+        replay_policy=classification.replay_policy,
+        destructive=classification.destructive,
+        classification_reason=classification.reason,
+        classification_rule=classification.rule,
+        idempotency_key=key,
+        record=record,
+        decision=decision,
+        observation_code=code,
+        input_source=request.input_source,
+        caller_token=caller.token,
+        agent_id=caller.agent_id,
+        end_user_id=request.end_user_id,
+        data_classification=request.data_classification,
+        combination=run.combination,
+        fencing_token=record.fencing_token if decision is Decision.EXECUTE and record else None,
+        started_at=now if decision is Decision.EXECUTE else None,
+        finished_at=now if decision is Decision.RECORDED_RESULT else None,
+    )
+
+
+def record_call(*, caller: Caller, request: CallInput) -> CallResult:
+    """Record one call before it runs and decide what the runtime may do with it.
+
+    SQL cost of a new key (the common case): token lookup (in the API's auth), run lookup,
+    tool lookup, then in one transaction the record INSERT ... ON CONFLICT, its audit INSERT
+    and the entry INSERT (plus SAVEPOINT/RELEASE around the nested atomic blocks). A
+    duplicate adds a SELECT ... FOR UPDATE and an UPDATE of the counters.
+    """
+    run = _running_run(caller.tenant, request.run_id)
+    input_hash = _fingerprint(request.input)
+    # One transaction: a first use of a catalogue tool registers it, and an error anywhere
+    # below (a bad key, say) must leave nothing behind.
+    with transaction.atomic():
+        tool = _tool(caller.tenant, request.tool, caller.identity)
+        classification = classify_call(tool, request.input)
+        key = _key(caller.tenant, run, tool, request)
+        new_entry = partial(
+            _new_entry,
+            caller=caller,
+            run=run,
+            tool=tool,
+            request=request,
+            classification=classification,
+            input_hash=input_hash,
+            key=key,
+        )
+        if _is_halted(run):
+            entry = new_entry(
+                decision=Decision.FORBIDDEN,
+                record=None,
+                code=ObservationCode.RUN_HALTED,
+            )
+            observation = refusal(
+                ObservationCode.RUN_HALTED, _context(entry, tool.name), next_action="stop"
+            )
+            return CallResult(entry, Decision.FORBIDDEN, classification, observation)
+        reservation = records.reserve_key(
+            tenant=caller.tenant,
+            tool=tool,
+            key=key,
+            fingerprint=input_hash,
+            replay_policy=classification.replay_policy,
+            lease_owner=caller.identity,
+            actor=caller.identity,
+            run=run,
+            combination=run.combination,
+        )
+        record = reservation.record
+        entry = new_entry(
+            decision=reservation.decision,
+            record=record,
+            code=reservation.code.value if reservation.code else "",
+        )
+        if request.write_plan is not None and reservation.created:
+            _save_write_plan(caller.tenant, entry, request.write_plan)
+        result = CallResult(entry, reservation.decision, classification)
+        if reservation.decision is Decision.EXECUTE:
+            result.lease = Lease(record.fencing_token, record.lease_expires_at)  # type: ignore[arg-type]
+        elif reservation.decision is Decision.APPROVAL_REQUIRED:
+            _ask_for_approval(result, record, caller)
+        result.observation = _observation(result, record, tool.name, reservation.next_action)
+    return result
+
+
+def _save_write_plan(tenant: Tenant, entry: LedgerEntry, plan: WritePlanInput) -> None:
+    for label, value in (("before_hash", plan.before_hash), ("after_hash", plan.after_hash)):
+        if len(value) != 64 or any(ch not in "0123456789abcdef" for ch in value):
+            raise InvalidInput(f"write_plan.{label} must be a lowercase sha256 hex digest")
+    if not plan.workspace or not plan.path:
+        raise InvalidInput("write_plan needs a workspace and a path")
+    WritePlan.objects.create(
+        tenant=tenant,
+        entry=entry,
+        workspace=plan.workspace,
+        path=plan.path,
+        before_hash=plan.before_hash,
+        after_hash=plan.after_hash,
+        diff=plan.diff,
+        patch_ref=plan.patch_ref,
+    )
+
+
+def _ask_for_approval(result: CallResult, record: IdempotencyRecord, caller: Caller) -> None:
+    """Open (or join) the approval request, unless this exact action was already rejected."""
+    latest = ApprovalRequest.objects.filter(record=record).order_by("-pk").first()
+    if (
+        latest is not None
+        and latest.state == ApprovalRequest.State.REJECTED
+        and latest.action_hash == approvals.action_hash(result.entry)
+    ):
+        result.decision = Decision.FORBIDDEN
+        result.approval = latest
+        LedgerEntry.objects.filter(pk=result.entry.pk).update(
+            decision=Decision.FORBIDDEN, observation_code=ObservationCode.APPROVAL_REJECTED
+        )
+        return
+    result.approval = approvals.request_approval(
+        record=record, entry=result.entry, requested_by=caller.identity
+    )
+
+
+def _observation(
+    result: CallResult, record: IdempotencyRecord | None, tool_name: str, next_action: str
+) -> dict[str, Any] | None:
+    context = _context(result.entry, tool_name)
+    decision = result.decision
+    if decision is Decision.EXECUTE:
+        return None
+    if decision is Decision.RECORDED_RESULT and record is not None:
+        if record.state == RecordState.SUCCEEDED:
+            return success(record.result, context, replayed=True)
+        error = record.error or {}
+        retryable = record.error_retryable and error.get("code") not in FINAL_ERROR_CODES
+        return refusal(
+            ObservationCode.FAILED,
+            context,
+            next_action=next_action,
+            detail=str(error.get("message") or error.get("code") or "no detail"),
+            retryable=retryable,
+            error_code=str(error.get("code") or "FAILED"),
+            extra={"replayed": True},
+        )
+    if decision is Decision.WAIT:
+        return refusal(
+            ObservationCode.IN_PROGRESS,
+            context,
+            next_action="wait",
+            extra={"retry_after_seconds": RETRY_AFTER_SECONDS},
+        )
+    if decision is Decision.APPROVAL_REQUIRED:
+        extra = {"approval_id": result.approval.pk} if result.approval else {}
+        return refusal(
+            ObservationCode.APPROVAL_REQUIRED, context, next_action="await_approval", extra=extra
+        )
+    if decision is Decision.CONFLICT:
+        return refusal(ObservationCode.IDEMPOTENCY_KEY_CONFLICT, context, next_action="stop")
+    if result.approval is not None and result.approval.state == ApprovalRequest.State.REJECTED:
+        return refusal(
+            ObservationCode.APPROVAL_REJECTED,
+            context,
+            next_action="stop",
+            detail=result.approval.decision_reason,
+        )
+    code = ObservationCode(result.entry.observation_code or ObservationCode.SIDE_EFFECT_UNCERTAIN)
+    return refusal(code, context, next_action=next_action)
+
+
+def _entry_for(caller: Caller, call_id: str) -> LedgerEntry:
+    entry = (
+        LedgerEntry.objects.select_related("tool", "record", "combination", "run")
+        .filter(tenant=caller.tenant, call_id=call_id)
+        .first()
+    )
+    if entry is None:
+        raise NotFound(f"no call {call_id}")
+    return entry
+
+
+def start_call(*, caller: Caller, call_id: str) -> CallResult:
+    """Start a call whose approval was granted; the approval is used up in the same step."""
+    entry = _entry_for(caller, call_id)
+    record = entry.record
+    if record is None or entry.decision != Decision.APPROVAL_REQUIRED:
+        raise InvalidTransition("only a call that was waiting for approval can be started")
+    try:
+        with transaction.atomic():
+            approvals.consume(record=record, entry=entry, actor=caller.identity)
+            started = records.start_execution(
+                record=record, lease_owner=caller.identity, actor=caller.identity, approved=True
+            )
+            transition_entry(entry, EntryStatus.APPROVED)
+            transition_entry(
+                entry,
+                EntryStatus.STARTED,
+                started_at=timezone.now(),
+                fencing_token=started.fencing_token,
+            )
+    except approvals.ApprovalMismatch as mismatch:
+        approvals.invalidate(
+            approval=mismatch.approval,
+            actor=caller.identity,
+            detail="the action changed after it was approved",
+        )
+        raise ApprovalError(str(mismatch)) from None
+    result = CallResult(entry, Decision.EXECUTE, _entry_classification(entry))
+    result.lease = Lease(started.fencing_token, started.lease_expires_at)  # type: ignore[arg-type]
+    return result
+
+
+def _entry_classification(entry: LedgerEntry) -> Classification:
+    return Classification(
+        Idempotency(entry.idempotency),
+        ReplayPolicy(entry.replay_policy),
+        entry.destructive,
+        entry.classification_reason,
+        entry.classification_rule,
+    )
+
+
+def heartbeat_call(*, caller: Caller, call_id: str, fencing_token: int) -> datetime:
+    entry = _entry_for(caller, call_id)
+    if entry.record is None:
+        raise InvalidTransition("this call holds no lease")
+    return records.heartbeat(record=entry.record, fencing_token=fencing_token)
+
+
+def _validate_result(tool: Tool, result: Any) -> str | None:
+    """Why ``result`` does not match the tool's output schema, or None when it does."""
+    if not tool.output_schema:
+        return None
+    try:
+        jsonschema.validate(result, tool.output_schema)
+    except jsonschema.ValidationError as exc:
+        return f"the result does not match {tool.name}'s output schema: {exc.message}"
+    except jsonschema.SchemaError:
+        return f"{tool.name}'s output schema is invalid; the result cannot be trusted"
+    return None
+
+
+def complete_call(
+    *,
+    caller: Caller,
+    call_id: str,
+    fencing_token: int,
+    outcome: Outcome,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    retryable: bool = False,
+    evidence: Any = None,
+) -> CallResult:
+    """Record how a call ended. A result that fails the tool's output schema is not a success:
+    the side effect may have happened, so the call becomes uncertain.
+    """
+    entry = _entry_for(caller, call_id)
+    record = entry.record
+    if record is None or entry.fencing_token is None:
+        raise InvalidTransition("this call was never started, so it cannot be completed")
+    if entry.fencing_token != fencing_token:
+        raise StaleFencingToken("the fencing token does not belong to this call")
+    notes: list[str] = []
+    if outcome is Outcome.SUCCEEDED:
+        problem = _validate_result(entry.tool, result)
+        if problem is not None:
+            notes.append(problem)
+            outcome, error = Outcome.UNCERTAIN, {"code": "MALFORMED_RESULT", "message": problem}
+    if outcome is Outcome.FAILED and error is None:
+        raise InvalidInput("a failed call needs an error with a code")
+    if error is not None and error.get("code") in FINAL_ERROR_CODES:
+        retryable = False
+    classification = DataClassification(entry.data_classification)
+    with transaction.atomic():
+        updated = records.complete_execution(
+            record=record,
+            fencing_token=fencing_token,
+            outcome=outcome,
+            actor=caller.identity,
+            result=result,
+            error=error,
+            retryable=retryable,
+            data_classification=classification,
+            entry=entry,
+        )
+        if evidence is not None:
+            LedgerEntry.objects.filter(pk=entry.pk).update(
+                side_effects=[{"evidence": redact_for_storage(evidence, classification)}]
+            )
+    decision = Decision.EXECUTE
+    observation = None
+    if updated.state == RecordState.UNKNOWN:
+        recovery = recovery_decision(
+            replay_policy=ReplayPolicy(entry.replay_policy),
+            uncertain=True,
+            error_code=None,
+            error_final=False,
+        )
+        code = recovery.code or ObservationCode.SIDE_EFFECT_UNCERTAIN
+        if recovery.action is RecoveryAction.REPLAY:
+            code = ObservationCode.SIDE_EFFECT_UNCERTAIN
+        observation = refusal(
+            code,
+            _context(entry, entry.tool.name),
+            next_action=recovery.action.value,
+            retryable=recovery.retryable,
+        )
+    return CallResult(entry, decision, _entry_classification(entry), observation, notes=notes)
+
+
+def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None) -> CallResult:
+    """The recovery decision for a call that ended uncertain or failed (DESIGN section 4).
+
+    The replay request is itself a new ledger entry pointing at the same record.
+    """
+    original = _entry_for(caller, call_id)
+    record = original.record
+    if record is None:
+        raise InvalidTransition("this call has no idempotency record to recover")
+    classification = _entry_classification(original)
+    with transaction.atomic():
+        locked = IdempotencyRecord.objects.select_for_update().get(pk=record.pk)
+        state = RecordState(locked.state)
+        error = locked.error or {}
+        decision, code, next_action, approval, lease = _recover(
+            caller, original, locked, state, error, current_hash
+        )
+        entry = LedgerEntry.objects.create(
+            tenant=caller.tenant,
+            step_id=original.step_id,
+            run=original.run,
+            tool=original.tool,
+            input_hash=original.input_hash,
+            input=original.input,
+            status=EntryStatus.STARTED if decision is Decision.EXECUTE else EntryStatus.PLANNED,
+            idempotency=original.idempotency,
+            replay_policy=original.replay_policy,
+            destructive=original.destructive,
+            classification_reason=original.classification_reason,
+            classification_rule=original.classification_rule,
+            idempotency_key=original.idempotency_key,
+            record=locked,
+            decision=decision,
+            observation_code=code.value if code else "",
+            input_source=original.input_source,
+            caller_token=caller.token,
+            agent_id=caller.agent_id,
+            end_user_id=original.end_user_id,
+            data_classification=original.data_classification,
+            combination=original.combination,
+            fencing_token=lease.fencing_token if lease else None,
+            started_at=timezone.now() if lease else None,
+        )
+        if decision is Decision.APPROVAL_REQUIRED and approval is None:
+            approval = approvals.request_approval(
+                record=locked, entry=entry, requested_by=caller.identity
+            )
+    result = CallResult(entry, decision, classification, lease=lease, approval=approval)
+    context = _context(entry, original.tool.name)
+    if decision is Decision.EXECUTE:
+        return result
+    if decision is Decision.RECORDED_RESULT:
+        if code is ObservationCode.ALREADY_APPLIED:
+            result.observation = {
+                **success(locked.result, context, replayed=False),
+                "code": code.value,
+            }
+        else:
+            result.observation = _observation(result, locked, original.tool.name, next_action)
+        return result
+    extra = {"approval_id": approval.pk} if approval else {}
+    result.observation = refusal(
+        code or ObservationCode.REPLAY_FORBIDDEN,
+        context,
+        next_action=next_action,
+        extra=extra,
+        detail=approval.decision_reason if approval else "",
+    )
+    return result
+
+
+def _recover(
+    caller: Caller,
+    original: LedgerEntry,
+    record: IdempotencyRecord,
+    state: RecordState,
+    error: dict[str, Any],
+    current_hash: str | None,
+) -> tuple[Decision, ObservationCode | None, str, ApprovalRequest | None, Lease | None]:
+    if state is RecordState.SUCCEEDED:
+        return Decision.RECORDED_RESULT, None, "use_result", None, None
+    if state in (RecordState.RESERVED, RecordState.EXECUTING):
+        return Decision.WAIT, ObservationCode.IN_PROGRESS, "wait", None, None
+    recovery = recovery_decision(
+        replay_policy=ReplayPolicy(original.replay_policy),
+        uncertain=state is RecordState.UNKNOWN,
+        error_code=error.get("code"),
+        error_final=state is RecordState.FAILED_FINAL and not record.error_retryable,
+    )
+    approval = approvals.open_approval(record)
+    if recovery.action is RecoveryAction.REPLAY:
+        records.start_execution(
+            record=record, lease_owner=caller.identity, actor=caller.identity, approved=True
+        )
+        record.refresh_from_db()
+        lease = Lease(record.fencing_token, record.lease_expires_at)  # type: ignore[arg-type]
+        return Decision.EXECUTE, None, "execute", None, lease
+    if recovery.action is RecoveryAction.CHECK_CONDITION:
+        plan = WritePlan.objects.filter(entry__record=record).order_by("pk").first()
+        if plan is not None and current_hash:
+            check = check_write_plan(
+                current_hash=current_hash, before_hash=plan.before_hash, after_hash=plan.after_hash
+            )
+            if check is WriteCheck.ALREADY_APPLIED:
+                records.resolve_unknown(
+                    record=record,
+                    outcome=Outcome.SUCCEEDED,
+                    actor=caller.identity,
+                    result={"already_applied": True, "path": plan.path},
+                    detail="the file already has the planned content (after_hash)",
+                )
+                return (
+                    Decision.RECORDED_RESULT,
+                    ObservationCode.ALREADY_APPLIED,
+                    "use_result",
+                    None,
+                    None,
+                )
+            if check is WriteCheck.CONFLICT:
+                return Decision.FORBIDDEN, ObservationCode.WRITE_CONFLICT, "ask_human", None, None
+        return (
+            Decision.APPROVAL_REQUIRED,
+            ObservationCode.APPROVAL_REQUIRED,
+            "await_approval",
+            approval,
+            None,
+        )
+    if recovery.action is RecoveryAction.ASK_HUMAN:
+        return (
+            Decision.APPROVAL_REQUIRED,
+            ObservationCode.APPROVAL_REQUIRED,
+            "await_approval",
+            approval,
+            None,
+        )
+    if recovery.action is RecoveryAction.LOOKUP:
+        return Decision.FORBIDDEN, ObservationCode.SIDE_EFFECT_UNCERTAIN, "lookup", None, None
+    return Decision.FORBIDDEN, recovery.code, "stop", None, None
+
+
+def current_observation(
+    entry: LedgerEntry, approval: ApprovalRequest | None
+) -> dict[str, Any] | None:
+    """The observation for a call as things stand now (for polling runtimes)."""
+    context = _context(entry, entry.tool.name)
+    record = entry.record
+    if record is None:
+        code = entry.observation_code
+        return refusal(ObservationCode(code), context, next_action="stop") if code else None
+    if approval is not None and approval.state == ApprovalRequest.State.REJECTED:
+        return refusal(
+            ObservationCode.APPROVAL_REJECTED,
+            context,
+            next_action="stop",
+            detail=approval.decision_reason,
+        )
+    state = RecordState(record.state)
+    if state is RecordState.SUCCEEDED:
+        return success(record.result, context, replayed=entry.decision != Decision.EXECUTE)
+    if state is RecordState.FAILED_FINAL:
+        error = record.error or {}
+        return refusal(
+            ObservationCode.FAILED,
+            context,
+            next_action="stop",
+            detail=str(error.get("message") or error.get("code")),
+            retryable=record.error_retryable,
+            error_code=str(error.get("code") or "FAILED"),
+        )
+    if state is RecordState.UNKNOWN:
+        return refusal(ObservationCode.SIDE_EFFECT_UNCERTAIN, context, next_action="lookup")
+    if entry.status == EntryStatus.STARTED:
+        return None  # this call holds the lease: go ahead
+    if approval is not None and approval.state == ApprovalRequest.State.APPROVED:
+        return refusal(
+            ObservationCode.APPROVAL_REQUIRED,
+            context,
+            next_action="start",
+            extra={"approval_id": approval.pk, "approved": True},
+        )
+    if entry.decision == Decision.APPROVAL_REQUIRED:
+        return refusal(
+            ObservationCode.APPROVAL_REQUIRED,
+            context,
+            next_action="await_approval",
+            extra={"approval_id": approval.pk} if approval else {},
+        )
+    return refusal(ObservationCode.IN_PROGRESS, context, next_action="wait")
+
+
+def call_status(*, caller: Caller, call_id: str) -> tuple[LedgerEntry, ApprovalRequest | None]:
+    """A call's entry with its record and the latest approval of that record."""
+    entry = _entry_for(caller, call_id)
+    approval = None
+    if entry.record is not None:
+        approval = ApprovalRequest.objects.filter(record=entry.record).order_by("-pk").first()
+    return entry, approval
+
+
+def record_by_key(*, caller: Caller, key: str) -> IdempotencyRecord:
+    record = IdempotencyRecord.objects.filter(tenant=caller.tenant, key=key).first()
+    if record is None:
+        raise NotFound("no record for that idempotency key")
+    return record

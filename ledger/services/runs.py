@@ -1,0 +1,124 @@
+"""Runs: started under a version combination, finished with a termination reason."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ledger.errors import InvalidInput, NotFound, RunNotRunning
+from ledger.models import AuditEvent, Run, Tenant, VersionCombination
+from ledger.services.audit import audit
+
+
+class RunHalted(Exception):
+    """The run's combination is halted: new runs and new calls under it are refused."""
+
+    def __init__(self, combination: VersionCombination) -> None:
+        super().__init__(f"version combination {combination.label!r} is halted")
+        self.combination = combination
+
+
+def canary_bucket(run_id: str) -> int:
+    """A stable number in [0, 10000) for a run id, so a run always lands on the same side."""
+    digest = hashlib.sha256(run_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % 10_000
+
+
+def pick_combination(tenant: Tenant, run_id: str) -> VersionCombination | None:
+    """The tenant's active combination, or a canary when the run id falls in its share."""
+    candidates = list(
+        VersionCombination.objects.filter(
+            tenant=tenant,
+            state__in=[VersionCombination.State.ACTIVE, VersionCombination.State.CANARY],
+        ).order_by("pk")
+    )
+    bucket = canary_bucket(run_id)
+    floor = 0
+    for combination in candidates:
+        if combination.state == VersionCombination.State.CANARY:
+            if floor <= bucket < floor + combination.canary_share_bp:
+                return combination
+            floor += combination.canary_share_bp
+    return next((c for c in candidates if c.state == VersionCombination.State.ACTIVE), None)
+
+
+def start_run(
+    *,
+    tenant: Tenant,
+    user_id: str,
+    actor: str,
+    run_id: str | None = None,
+    agent_id: str = "",
+    combination_id: int | None = None,
+) -> tuple[Run, bool]:
+    """Start a run (or return the same run again); returns (run, created).
+
+    Starting the same ``run_id`` twice for the same user is harmless and returns the first run,
+    so a runtime may retry this call too.
+    """
+    run_id = run_id or str(uuid.uuid4())
+    if combination_id is not None:
+        combination = VersionCombination.objects.filter(tenant=tenant, pk=combination_id).first()
+        if combination is None:
+            raise NotFound(f"no version combination {combination_id}")
+    else:
+        combination = pick_combination(tenant, run_id)
+    if combination is not None and combination.state == VersionCombination.State.HALTED:
+        raise RunHalted(combination)
+    existing = Run.objects.filter(tenant=tenant, run_id=run_id).first()
+    if existing is not None:
+        return _same_run(existing, user_id), False
+    try:
+        with transaction.atomic():
+            run = Run.objects.create(
+                tenant=tenant,
+                run_id=run_id,
+                user_id=user_id,
+                agent_id=agent_id,
+                combination=combination,
+            )
+            audit(
+                tenant=tenant,
+                actor=actor,
+                action="run.started",
+                target=run,
+                source=AuditEvent.Source.API,
+                after={"run_id": run_id, "combination": combination.pk if combination else None},
+            )
+    except IntegrityError:  # a concurrent start of the same run id won
+        return _same_run(Run.objects.get(tenant=tenant, run_id=run_id), user_id), False
+    return run, True
+
+
+def _same_run(run: Run, user_id: str) -> Run:
+    if run.user_id != user_id:
+        raise InvalidInput(f"run {run.run_id!r} already exists for another user")
+    return run
+
+
+def finish_run(*, run: Run, termination_reason: str, actor: str) -> Run:
+    """Finish a running run; finishing it again with the same reason is harmless."""
+    if not termination_reason.strip():
+        raise InvalidInput("a termination reason is required")
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.status != Run.Status.RUNNING:
+            if locked.termination_reason == termination_reason:
+                return locked
+            raise RunNotRunning(f"run {run.run_id!r} already ended ({locked.termination_reason})")
+        locked.status = Run.Status.FINISHED
+        locked.termination_reason = termination_reason
+        locked.finished_at = timezone.now()
+        locked.save(update_fields=["status", "termination_reason", "finished_at"])
+        audit(
+            tenant=locked.tenant_id,
+            actor=actor,
+            action="run.finished",
+            target=locked,
+            source=AuditEvent.Source.API,
+            after={"termination_reason": termination_reason},
+        )
+    return locked

@@ -1,0 +1,58 @@
+"""An API client holding a tenant's bearer token."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from ledger.models import ApiToken, Tenant
+
+
+class ApiClient:
+    def __init__(self, tenant: Tenant, token: str | None) -> None:
+        self.tenant = tenant
+        self.token = token
+        self.client = Client()
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def post(self, path: str, body: Any = None, *, raw: str | bytes | None = None) -> Any:
+        data = raw if raw is not None else json.dumps(body if body is not None else {})
+        return self.client.post(
+            f"/api/v1{path}",
+            data=data,
+            content_type="application/json",
+            headers=self._headers(),
+            secure=True,
+        )
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.client.get(f"/api/v1{path}", params, headers=self._headers(), secure=True)
+
+    def start_run(self, run_id: str = "run-1", user_id: str = "u1") -> dict[str, Any]:
+        response = self.post("/runs", {"run_id": run_id, "user_id": user_id})
+        assert response.status_code in (200, 201), response.content
+        return response.json()
+
+    def call(self, tool: str, input: dict[str, Any], **extra: Any) -> Any:
+        body = {"run_id": "run-1", "step_id": "step-1", "tool": tool, "input": input, **extra}
+        return self.post("/calls", body)
+
+
+def client_for(tenant: Tenant) -> ApiClient:
+    _token, plaintext = ApiToken.issue(tenant=tenant, name="runtime")
+    return ApiClient(tenant, plaintext)
+
+
+@pytest.fixture
+def api(tenant: Tenant) -> ApiClient:
+    return client_for(tenant)
+
+
+@pytest.fixture
+def other_api(other_tenant: Tenant) -> ApiClient:
+    return client_for(other_tenant)

@@ -1,0 +1,238 @@
+"""The hot path and its follow-ups through the HTTP API."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry
+from tests.api.conftest import ApiClient
+
+pytestmark = pytest.mark.django_db
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_first_call_executes_with_a_lease(api: ApiClient) -> None:
+    api.start_run()
+    response = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["decision"] == "execute" and body["observation"] is None
+    assert body["lease"]["fencing_token"] == 1
+    assert body["idempotency_key"] == "agent:acme:u1:create_order:cart-1"
+    assert body["status"] == "started"
+    assert body["classification"]["replay_policy"] == "never"
+
+
+def test_duplicate_after_success_returns_the_recorded_result(api: ApiClient) -> None:
+    api.start_run()
+    first = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1").json()
+    done = api.post(
+        f"/calls/{first['call_id']}/complete",
+        {"fencing_token": 1, "outcome": "succeeded", "result": {"order": "o-1"}},
+    )
+    assert done.status_code == 200, done.content
+    again = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1").json()
+    assert again["decision"] == "recorded_result"
+    assert again["observation"] == {
+        "ok": True,
+        "content": {"order": "o-1"},
+        "metadata": {
+            "idempotency": "non_idempotent",
+            "replay_policy": "never",
+            "idempotency_key": "agent:acme:u1:create_order:cart-1",
+            "call_id": again["call_id"],
+            "replayed": True,
+        },
+    }
+    assert LedgerEntry.objects.count() == 2
+    assert IdempotencyRecord.objects.get().executions == 1
+
+
+def test_duplicate_while_executing_waits_with_409_and_retry_after(api: ApiClient) -> None:
+    api.start_run()
+    api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1")
+    response = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1")
+    assert response.status_code == 409 and response["Retry-After"] == "2"
+    assert response.json()["observation"]["code"] == "IN_PROGRESS"
+
+
+def test_same_key_other_parameters_is_a_422_conflict(api: ApiClient) -> None:
+    api.start_run()
+    api.call("create_order", {"cart": "c-1", "total": 10}, business_object_id="cart-1")
+    response = api.call("create_order", {"cart": "c-1", "total": 99}, business_object_id="cart-1")
+    assert response.status_code == 422
+    assert response.json()["observation"]["code"] == "IDEMPOTENCY_KEY_CONFLICT"
+    assert IdempotencyRecord.objects.get().executions == 1
+
+
+def test_uncertain_create_order_is_never_retried(api: ApiClient) -> None:
+    api.start_run()
+    first = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1").json()
+    done = api.post(
+        f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"}
+    ).json()
+    assert done["observation"]["code"] == "SIDE_EFFECT_UNCERTAIN"
+    assert done["observation"]["metadata"]["retryable"] is False
+    again = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1").json()
+    assert again["decision"] == "forbidden"
+    assert again["observation"]["metadata"]["next_action"] == "lookup"
+    replay = api.post(f"/calls/{first['call_id']}/replay", {}).json()
+    assert replay["decision"] == "forbidden"
+    assert IdempotencyRecord.objects.get().executions == 1
+
+
+def test_uncertain_read_file_is_replayed(api: ApiClient) -> None:
+    api.start_run()
+    first = api.call("read_file", {"path": "a.txt"}).json()
+    api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+    again = api.call("read_file", {"path": "a.txt"}).json()
+    assert again["decision"] == "execute" and again["lease"]["fencing_token"] == 2
+
+
+def test_permission_denied_is_never_replayed(api: ApiClient) -> None:
+    api.start_run()
+    first = api.call("read_file", {"path": "secret"}).json()
+    api.post(
+        f"/calls/{first['call_id']}/complete",
+        {
+            "fencing_token": 1,
+            "outcome": "failed",
+            "retryable": True,
+            "error": {"code": "PERMISSION_DENIED", "message": "no access"},
+        },
+    )
+    replay = api.post(f"/calls/{first['call_id']}/replay", {}).json()
+    assert replay["decision"] == "forbidden"
+    assert replay["observation"]["code"] == "PERMISSION_DENIED"
+    again = api.call("read_file", {"path": "secret"}).json()
+    assert again["decision"] == "recorded_result"
+    assert again["observation"]["code"] == "PERMISSION_DENIED"
+
+
+def test_run_command_is_classified_per_call(api: ApiClient) -> None:
+    api.start_run()
+    ls = api.call("run_command", {"command": "ls"}, step_id="s-ls").json()
+    publish = api.call("run_command", {"command": "npm publish"}, step_id="s-pub").json()
+    assert ls["classification"]["replay_policy"] == "auto"
+    assert publish["classification"]["replay_policy"] == "never"
+
+
+def _write(api: ApiClient, before: str, after: str) -> dict:
+    plan = {
+        "workspace": "repo",
+        "path": "src/app.py",
+        "before_hash": _sha(before),
+        "after_hash": _sha(after),
+        "diff": "-old\n+new\n",
+    }
+    first = api.call("write_file", {"path": "src/app.py", "content": after}, write_plan=plan).json()
+    api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+    return first
+
+
+def test_write_replay_already_applied_marks_succeeded(api: ApiClient) -> None:
+    api.start_run()
+    first = _write(api, "old", "new")
+    replay = api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("new")}).json()
+    assert replay["observation"]["code"] == "ALREADY_APPLIED"
+    assert IdempotencyRecord.objects.get().state == "succeeded"
+    assert IdempotencyRecord.objects.get().executions == 1
+
+
+def test_write_replay_with_changed_file_is_a_conflict(api: ApiClient) -> None:
+    api.start_run()
+    first = _write(api, "old", "new")
+    replay = api.post(
+        f"/calls/{first['call_id']}/replay", {"current_hash": _sha("someone else")}
+    ).json()
+    assert replay["decision"] == "forbidden"
+    assert replay["observation"]["code"] == "WRITE_CONFLICT"
+
+
+def test_write_replay_apply_again_needs_an_approval_then_starts(
+    api: ApiClient, django_user_model
+) -> None:
+    from ledger.services.approvals import decide
+
+    api.start_run()
+    first = _write(api, "old", "new")
+    replay = api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("old")}).json()
+    assert replay["decision"] == "approval_required"
+    not_yet = api.post(f"/calls/{replay['call_id']}/start")
+    assert not_yet.status_code == 409
+    approver = django_user_model.objects.create_user("approver", password="pw-123456789")
+    decide(approval=ApprovalRequest.objects.get(), user=approver, approve=True, reason="ok")
+    started = api.post(f"/calls/{replay['call_id']}/start")
+    assert started.status_code == 200, started.content
+    assert started.json()["lease"]["fencing_token"] == 2
+    assert ApprovalRequest.objects.get().state == "consumed"
+    used_twice = api.post(f"/calls/{replay['call_id']}/start")
+    assert used_twice.status_code == 409
+
+
+def test_rejection_reaches_the_model_as_an_observation(api: ApiClient, django_user_model) -> None:
+    from ledger.services.approvals import decide
+
+    api.start_run()
+    first = _write(api, "old", "new")
+    replay = api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("old")}).json()
+    approver = django_user_model.objects.create_user("approver", password="pw-123456789")
+    decide(
+        approval=ApprovalRequest.objects.get(), user=approver, approve=False, reason="wrong file"
+    )
+    status = api.get(f"/calls/{replay['call_id']}").json()
+    assert status["observation"]["code"] == "APPROVAL_REJECTED"
+    assert "wrong file" in status["observation"]["content"]
+    assert status["observation"]["ok"] is False
+
+
+def test_malformed_result_is_not_a_success(api: ApiClient) -> None:
+    api.post(
+        "/tools",
+        {
+            "name": "get_price",
+            "idempotency": "idempotent",
+            "output_schema": {"type": "object", "required": ["price"]},
+        },
+    )
+    api.start_run()
+    first = api.call("get_price", {"sku": "x"}).json()
+    done = api.post(
+        f"/calls/{first['call_id']}/complete",
+        {"fencing_token": 1, "outcome": "succeeded", "result": {"oops": 1}},
+    ).json()
+    assert done["record_state"] == "unknown" and done["status"] == "uncertain"
+    assert "output schema" in done["notes"][0]
+
+
+def test_stale_fencing_token_is_refused(api: ApiClient) -> None:
+    api.start_run()
+    first = api.call("read_file", {"path": "a"}).json()
+    response = api.post(
+        f"/calls/{first['call_id']}/complete",
+        {"fencing_token": 5, "outcome": "succeeded", "result": {}},
+    )
+    assert response.status_code == 409
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == "STALE_FENCING_TOKEN"
+
+
+def test_heartbeat_extends_the_lease(api: ApiClient) -> None:
+    api.start_run()
+    first = api.call("read_file", {"path": "a"}).json()
+    beat = api.post(f"/calls/{first['call_id']}/heartbeat", {"fencing_token": 1})
+    assert beat.status_code == 200
+    assert beat.json()["lease_expires_at"] >= first["lease"]["expires_at"]
+
+
+def test_record_lookup_by_key(api: ApiClient) -> None:
+    api.start_run()
+    first = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1").json()
+    found = api.get("/records", key=first["idempotency_key"]).json()
+    assert found["state"] == "executing" and found["tool"] == "create_order"
+    assert api.get("/records", key="agent:nope").status_code == 404
