@@ -9,6 +9,7 @@ from django.db import connection
 from hypothesis import settings as hypothesis_settings
 
 from tests.factories import make_tenant, make_tool
+from tests.sandbox_fixtures import sandbox  # noqa: F401 - a fixture for every test module
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

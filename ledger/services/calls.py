@@ -519,25 +519,12 @@ def complete_call(
             LedgerEntry.objects.filter(pk=entry.pk).update(
                 side_effects=[{"evidence": redact_for_storage(evidence, classification)}]
             )
-    decision = Decision.EXECUTE
-    observation = None
-    if updated.state == RecordState.UNKNOWN:
-        recovery = recovery_decision(
-            replay_policy=ReplayPolicy(entry.replay_policy),
-            uncertain=True,
-            error_code=None,
-            error_final=False,
-        )
-        code = recovery.code or ObservationCode.SIDE_EFFECT_UNCERTAIN
-        if recovery.action is RecoveryAction.REPLAY:
-            code = ObservationCode.SIDE_EFFECT_UNCERTAIN
-        observation = refusal(
-            code,
-            _context(entry, entry.tool.name),
-            next_action=recovery.action.value,
-            retryable=recovery.retryable,
-        )
-    return CallResult(entry, decision, _entry_classification(entry), observation, notes=notes)
+    entry.refresh_from_db()
+    entry.record = updated
+    observation = current_observation(entry, None)
+    return CallResult(
+        entry, Decision.EXECUTE, _entry_classification(entry), observation, notes=notes
+    )
 
 
 def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None) -> CallResult:
@@ -710,7 +697,18 @@ def current_observation(
             error_code=str(error.get("code") or "FAILED"),
         )
     if state is RecordState.UNKNOWN:
-        return refusal(ObservationCode.SIDE_EFFECT_UNCERTAIN, context, next_action="lookup")
+        recovery = recovery_decision(
+            replay_policy=ReplayPolicy(entry.replay_policy),
+            uncertain=True,
+            error_code=None,
+            error_final=False,
+        )
+        return refusal(
+            ObservationCode.SIDE_EFFECT_UNCERTAIN,
+            context,
+            next_action=recovery.action.value,
+            retryable=recovery.retryable,
+        )
     if entry.status == EntryStatus.STARTED:
         return None  # this call holds the lease: go ahead
     if approval is not None and approval.state == ApprovalRequest.State.APPROVED:

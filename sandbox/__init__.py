@@ -1,0 +1,1 @@
+"""Sandbox downstreams for tests, drills and the demo: see ``sandbox.server``."""

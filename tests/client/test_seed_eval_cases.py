@@ -1,0 +1,265 @@
+"""Seed 000's eight eval cases and seed 001's hard acceptance, through the Python client
+against a live server and the sandbox downstreams over real HTTP."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connections
+
+from agent_ledger_client import CallContext, LedgerClient, ToolError
+from ledger.models import ApprovalRequest, IdempotencyRecord
+from ledger.services.approvals import decide
+from sandbox.server import SandboxServer
+from tests.sandbox_fixtures import arm
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.calls = 0
+
+
+def create_order_tool(sandbox: SandboxServer, counter: Counter, timeout: float = 1.0):
+    def execute(ctx: CallContext) -> dict[str, Any]:
+        counter.calls += 1
+        response = httpx.post(
+            f"{sandbox.url}/orders/objects",
+            json={"reference": "cart-9"},
+            headers={"Idempotency-Key": ctx.idempotency_key},
+            timeout=timeout,
+        )
+        response.raise_for_status()
+        return response.json()
+
+    return execute
+
+
+def test_read_file_timeout_is_retried(client: LedgerClient) -> None:
+    counter = Counter()
+
+    def read_file(ctx: CallContext) -> dict[str, str]:
+        counter.calls += 1
+        if counter.calls == 1:
+            time.sleep(1.0)  # longer than the tool timeout below
+        return {"content": "hello"}
+
+    with client.run(user_id="u1") as run:
+        observation = run.call("read_file", {"path": "a.txt"}, execute=read_file, timeout=0.3)
+    assert observation["ok"] is True and observation["content"] == {"content": "hello"}
+    assert counter.calls == 2
+    assert IdempotencyRecord.objects.get().executions == 2
+
+
+def test_create_order_timeout_forbids_a_retry(client: LedgerClient, sandbox: SandboxServer) -> None:
+    counter = Counter()
+    arm(sandbox, service="orders", mode="timeout_after_commit", hang_seconds=2)
+    with client.run(user_id="u1") as run:
+        first = run.call(
+            "create_order",
+            {"cart": "cart-9"},
+            business_object_id="cart-9",
+            execute=create_order_tool(sandbox, counter, timeout=0.5),
+        )
+        again = run.call(
+            "create_order",
+            {"cart": "cart-9"},
+            business_object_id="cart-9",
+            execute=create_order_tool(sandbox, counter),
+        )
+    assert first["ok"] is False and first["code"] == "SIDE_EFFECT_UNCERTAIN"
+    assert first["metadata"]["retryable"] is False
+    assert again["code"] == "SIDE_EFFECT_UNCERTAIN" and again["metadata"]["next_action"] == "lookup"
+    assert counter.calls == 1
+    assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
+
+
+def _write_tool(sandbox: SandboxServer, path: str, content: str):
+    def execute(ctx: CallContext) -> dict[str, Any]:
+        response = httpx.put(
+            f"{sandbox.url}/workspace/files/{path}", json={"content": content}, timeout=1
+        )
+        response.raise_for_status()
+        return response.json()
+
+    return execute
+
+
+def _uncertain_write(client: LedgerClient, sandbox: SandboxServer) -> tuple[Any, dict]:
+    httpx.put(f"{sandbox.url}/workspace/files/app.py", json={"content": "old"})
+    arm(sandbox, service="workspace", mode="reset")  # the write never lands
+    run = client.start_run(user_id="u1")
+    plan = {
+        "workspace": "sandbox",
+        "path": "app.py",
+        "before_hash": _sha("old"),
+        "after_hash": _sha("new"),
+        "diff": "-old\n+new\n",
+    }
+    first = run.call(
+        "write_file",
+        {"path": "app.py", "content": "new"},
+        write_plan=plan,
+        execute=_write_tool(sandbox, "app.py", "new"),
+    )
+    assert first["code"] == "SIDE_EFFECT_UNCERTAIN"
+    return run, first
+
+
+def _approve_when_asked() -> threading.Thread:
+    """A human approver, in another thread, who approves the first pending request."""
+
+    def approve() -> None:
+        try:
+            approver = get_user_model().objects.create_user("approver", password="pw-12345678")
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                pending = ApprovalRequest.objects.filter(state="pending").first()
+                if pending is not None:
+                    decide(approval=pending, user=approver, approve=True, reason="diff is right")
+                    return
+                time.sleep(0.1)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=approve, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_write_file_with_matching_base_hash_is_replayed_after_approval(
+    client: LedgerClient, sandbox: SandboxServer
+) -> None:
+    _run, first = _uncertain_write(client, sandbox)
+    approver = _approve_when_asked()
+    observation = client.replay(
+        first["metadata"]["call_id"],
+        {"path": "app.py", "content": "new"},
+        execute=_write_tool(sandbox, "app.py", "new"),
+        current_hash=_sha("old"),
+        approval_deadline=15,
+    )
+    approver.join(timeout=15)
+    assert observation["ok"] is True, observation
+    assert httpx.get(f"{sandbox.url}/workspace/files/app.py").json()["content"] == "new"
+    assert ApprovalRequest.objects.get().state == "consumed"
+    assert IdempotencyRecord.objects.get().state == "succeeded"
+
+
+def test_write_file_changed_by_someone_else_is_a_conflict(
+    client: LedgerClient, sandbox: SandboxServer
+) -> None:
+    _run, first = _uncertain_write(client, sandbox)
+    httpx.put(f"{sandbox.url}/workspace/files/app.py", json={"content": "theirs"})
+    observation = client.replay(
+        first["metadata"]["call_id"],
+        {"path": "app.py"},
+        execute=_write_tool(sandbox, "app.py", "new"),
+        current_hash=_sha("theirs"),
+    )
+    assert observation["code"] == "WRITE_CONFLICT"
+    assert not ApprovalRequest.objects.exists()
+
+
+def test_permission_denied_is_not_replayed(client: LedgerClient) -> None:
+    counter = Counter()
+
+    def denied(ctx: CallContext) -> None:
+        counter.calls += 1
+        raise ToolError("PERMISSION_DENIED", "no access to /secret", retryable=True)
+
+    with client.run(user_id="u1") as run:
+        first = run.call("read_file", {"path": "/secret"}, execute=denied)
+        again = run.call("read_file", {"path": "/secret"}, execute=denied)
+    assert first["code"] == again["code"] == "PERMISSION_DENIED"
+    assert first["metadata"]["retryable"] is False
+    assert counter.calls == 1
+
+
+def test_mcp_create_issue_is_non_idempotent_by_default(client: LedgerClient) -> None:
+    tools = client.import_mcp_tools(
+        "tracker",
+        "untrusted",
+        {
+            "tools": [
+                {
+                    "name": "create_issue",
+                    "description": "Creates an issue",
+                    "inputSchema": {},
+                    "annotations": {"readOnlyHint": True, "idempotentHint": True},
+                },
+            ]
+        },
+    )
+    assert tools[0]["classification"]["idempotency"] == "non_idempotent"
+    assert tools[0]["classification"]["replay_policy"] == "never"
+
+
+def test_run_command_ls_is_replayed_automatically(client: LedgerClient) -> None:
+    counter = Counter()
+
+    def ls(ctx: CallContext) -> str:
+        counter.calls += 1
+        if counter.calls == 1:
+            raise ConnectionResetError("lost the sandbox shell")
+        return "README.md\n"
+
+    with client.run(user_id="u1") as run:
+        observation = run.call("run_command", {"command": "ls"}, execute=ls)
+    assert observation["ok"] is True and observation["content"] == "README.md\n"
+    assert counter.calls == 2
+
+
+def test_run_command_npm_publish_is_never_replayed(client: LedgerClient) -> None:
+    counter = Counter()
+
+    def publish(ctx: CallContext) -> str:
+        counter.calls += 1
+        raise ConnectionResetError("registry connection reset")
+
+    with client.run(user_id="u1") as run:
+        first = run.call("run_command", {"command": "npm publish"}, execute=publish)
+        again = run.call("run_command", {"command": "npm publish"}, execute=publish)
+    assert first["code"] == "SIDE_EFFECT_UNCERTAIN"
+    assert again["code"] == "SIDE_EFFECT_UNCERTAIN"
+    assert again["metadata"]["replay_policy"] == "never"
+    assert counter.calls == 1
+
+
+def test_hard_acceptance_ten_retries_after_a_timeout_leave_one_record(
+    client: LedgerClient, sandbox: SandboxServer
+) -> None:
+    """Seed 001: after a timeout, ten retries in a row; exactly one record downstream."""
+    counter = Counter()
+    arm(sandbox, service="orders", mode="timeout_after_commit", hang_seconds=2)
+    observations = []
+    with client.run(user_id="u1") as run:
+        for _ in range(11):  # the first call and ten retries
+            observations.append(
+                run.call(
+                    "create_order",
+                    {"cart": "cart-9"},
+                    business_object_id="cart-9",
+                    execute=create_order_tool(sandbox, counter, timeout=0.5),
+                )
+            )
+    stats = httpx.get(f"{sandbox.url}/orders/stats").json()
+    assert stats["objects"] == 1 and stats["max_per_reference"] == 1
+    assert counter.calls == 1
+    for observation in observations:
+        assert observation["ok"] is False
+        assert observation["code"] == "SIDE_EFFECT_UNCERTAIN"
+        assert observation["content"] and observation["metadata"]["idempotency_key"]
+    record = IdempotencyRecord.objects.get()
+    assert (record.executions, record.duplicate_hits) == (1, 10)

@@ -1,0 +1,29 @@
+"""A sandbox server running in a background thread of the test process (real sockets)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sandbox.server import SandboxServer, serve
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[SandboxServer]:
+    server = serve("127.0.0.1", 0, tmp_path / "workspace")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def arm(server: SandboxServer, **fault: object) -> None:
+    response = httpx.post(f"{server.url}/_faults", json=fault, timeout=5)
+    assert response.status_code == 201, response.text
