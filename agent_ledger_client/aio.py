@@ -72,6 +72,20 @@ class AsyncLedgerClient:
             raise LedgerRequestError(response.status_code, _problem(response))
         return response.json()
 
+    async def import_mcp_tools(
+        self, server: str, trust: str, tools_list: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Import an MCP server's tools/list result; the ledger re-classifies every tool."""
+        tools = await self._json(
+            "POST",
+            "/tools/import-mcp",
+            json={"server": server, "trust": trust, "tools_list": tools_list},
+        )
+        for tool in tools:
+            if tool["classification"]["idempotency"] == "idempotent":
+                self.idempotent_tools.add(tool["name"])
+        return tools
+
     async def start_run(
         self, *, user_id: str, run_id: str | None = None, combination_id: int | None = None
     ) -> AsyncRun:

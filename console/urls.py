@@ -17,3 +17,6 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]
+
+handler404 = "console.errors.not_found"
+handler500 = "console.errors.server_error"

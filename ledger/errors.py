@@ -40,6 +40,13 @@ class InvalidInput(LedgerError):
     http_status = 400
 
 
+class Conflict(LedgerError):
+    """The request is well-formed but contradicts itself or the stored state."""
+
+    code = "CONFLICT"
+    http_status = 409
+
+
 class NotFound(LedgerError):
     """No such object for this tenant (another tenant's objects are not found either)."""
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ledger.domain import Idempotency, KeyScope, ReplayPolicy, ServerTrust
-from ledger.errors import InvalidInput
+from ledger.errors import Conflict, InvalidInput
 from ledger.models import AuditEvent, McpServer, PolicyRule, Tool
 from ledger.services.registry import (
     import_mcp_tools,
@@ -110,7 +110,7 @@ def test_mcp_reimport_with_trust_change_is_audited_and_reclassifies(tenant) -> N
     ],
 )
 def test_bad_mcp_import_changes_nothing(tenant, bad) -> None:
-    with pytest.raises(InvalidInput):
+    with pytest.raises((InvalidInput, Conflict)):
         import_mcp_tools(
             tenant=tenant,
             server_name="srv",

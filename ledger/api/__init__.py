@@ -14,6 +14,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from ledger.api.auth import TokenAuth
+from ledger.api.parser import StrictJSONParser
 from ledger.api.problems import PROBLEM_CONTENT_TYPE, problem
 from ledger.errors import LedgerError
 from ledger.services.runs import RunHalted
@@ -35,10 +36,15 @@ class LedgerAPI(NinjaAPI):
 api = LedgerAPI(
     title="Agent Ledger API",
     version="1",
-    description="Record every tool call before it runs and get a decision for every retry.",
+    description=(
+        "Record every tool call before it runs and get a decision for every retry. "
+        "Bodies are JSON (at most LEDGER_MAX_BODY_BYTES); strings must not contain NUL "
+        "(U+0000), and NaN or Infinity are not JSON. Errors are application/problem+json."
+    ),
     urls_namespace="api-v1",
     auth=TokenAuth(),
     docs_url="/docs",
+    parser=StrictJSONParser(),
 )
 
 
@@ -71,7 +77,10 @@ def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResp
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     code = "INVALID_JSON" if exc.status_code == 400 else "HTTP_ERROR"
-    return problem(exc.status_code, code, str(exc))
+    detail = str(exc)
+    if exc.__cause__ is not None:  # ninja wraps the parser's error; say what was wrong
+        detail = f"{detail}: {exc.__cause__}"
+    return problem(exc.status_code, code, detail)
 
 
 @api.exception_handler(Http404)

@@ -3,21 +3,33 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
 from ledger.domain import DataClassification, Decision, Idempotency, InputSource, KeyScope
 from ledger.services.registry import SERVER_NAME, TOOL_NAME
 
 TOOL_NAME_PATTERN = TOOL_NAME.pattern
 SERVER_NAME_PATTERN = SERVER_NAME.pattern
+
+
+def _json_integer(value: Any) -> Any:
+    """JSON Schema's integer: 3 and 3.0 are integers; "3" and true are not."""
+    if isinstance(value, str | bool):
+        raise ValueError("must be a JSON integer")
+    return value
+
+
+PositiveInt = Annotated[int, Field(ge=1, le=2**62), BeforeValidator(_json_integer)]
 Identifier = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
 Sha256 = Field(pattern=r"^[0-9a-f]{64}$")
 
 
-class Strict(Schema):
+class Strict(BaseModel):
+    """Request bodies: plain pydantic (no lenient attribute access), unknown fields refused."""
+
     model_config = ConfigDict(extra="forbid")
 
 
@@ -56,10 +68,34 @@ class ToolOut(Schema):
     overridden: bool
 
 
+class McpAnnotations(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    readOnlyHint: StrictBool | None = None
+    destructiveHint: StrictBool | None = None
+    idempotentHint: StrictBool | None = None
+    openWorldHint: StrictBool | None = None
+
+
+class McpTool(BaseModel):
+    """One tool of an MCP ``tools/list`` result; fields the ledger does not read are kept."""
+
+    model_config = ConfigDict(extra="allow")
+    # With the server's name (up to 100) and "/", a registry name stays within 200.
+    name: str = Field(pattern=TOOL_NAME_PATTERN, max_length=99)
+    description: str | None = Field(default=None, max_length=20_000)
+    inputSchema: dict[str, Any] = Field(default_factory=dict)
+    annotations: McpAnnotations | None = None
+
+
+class McpToolsList(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    tools: list[McpTool] = Field(max_length=500)
+
+
 class McpImportIn(Strict):
     server: str = Field(pattern=SERVER_NAME_PATTERN, max_length=100)
     trust: Literal["trusted", "untrusted"]
-    tools_list: dict[str, Any] = Field(description="An MCP tools/list result: {'tools': [...]}")
+    tools_list: McpToolsList = Field(description="An MCP tools/list result: {'tools': [...]}")
 
 
 class ClassifyIn(Strict):
@@ -73,7 +109,7 @@ class RunIn(Strict):
     )
     user_id: str = Identifier
     agent_id: str = Field(default="", max_length=200)
-    combination_id: int | None = Field(default=None, ge=1, le=2**62)
+    combination_id: PositiveInt | None = None
 
 
 class RunOut(Schema):
@@ -148,7 +184,7 @@ class CallOut(Schema):
 
 
 class HeartbeatIn(Strict):
-    fencing_token: int = Field(ge=1, le=2**62)
+    fencing_token: PositiveInt
 
 
 class HeartbeatOut(Schema):
@@ -161,11 +197,13 @@ class ErrorIn(Strict):
 
 
 class CompleteIn(Strict):
-    fencing_token: int = Field(ge=1, le=2**62)
+    fencing_token: PositiveInt
     outcome: Literal["succeeded", "failed", "uncertain"]
     result: Any = None
     error: ErrorIn | None = None
-    retryable: bool = Field(default=False, description="Failed without side effect; may retry.")
+    retryable: StrictBool = Field(
+        default=False, description="Failed without side effect; may retry."
+    )
     evidence: dict[str, Any] | None = None
 
 

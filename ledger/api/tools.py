@@ -63,7 +63,7 @@ def list_tools(request: HttpRequest) -> list[ToolOut]:
 
 @router.post(
     "/import-mcp",
-    response={200: list[ToolOut], **ERRORS},
+    response={200: list[ToolOut], 409: Problem, **ERRORS},
     summary="Import an MCP server's tools/list result",
 )
 def import_mcp(request: HttpRequest, payload: McpImportIn) -> list[ToolOut]:
@@ -74,7 +74,7 @@ def import_mcp(request: HttpRequest, payload: McpImportIn) -> list[ToolOut]:
         tenant=caller.tenant,
         server_name=payload.server,
         trust=ServerTrust(payload.trust),
-        tools_list=payload.tools_list,
+        tools_list=payload.tools_list.model_dump(mode="json", exclude_none=True),
         actor=caller.identity,
         source="api",
     )

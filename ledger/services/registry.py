@@ -22,7 +22,7 @@ from ledger.classification.policy import (
     effective_classification,
 )
 from ledger.domain import Idempotency, KeyScope, ServerTrust
-from ledger.errors import InvalidInput, NotFound
+from ledger.errors import Conflict, InvalidInput, NotFound
 from ledger.models import McpServer, Tenant, Tool
 from ledger.models import PolicyRule as PolicyRuleRow
 from ledger.services.audit import audit
@@ -171,7 +171,7 @@ def unsaved_builtin_tool(*, tenant: Tenant, name: str) -> Tool:
     return tool
 
 
-def _validated_tools(tools_list: Any) -> list[dict[str, Any]]:
+def _validated_tools(server_name: str, tools_list: Any) -> list[dict[str, Any]]:
     if not isinstance(tools_list, dict) or not isinstance(tools_list.get("tools"), list):
         raise InvalidInput("an MCP tools/list result is a JSON object with a 'tools' array")
     tools = tools_list["tools"]
@@ -183,9 +183,9 @@ def _validated_tools(tools_list: Any) -> list[dict[str, Any]]:
             name, _description, _annotations = validate_descriptor(descriptor)
         except ValueError as exc:
             raise InvalidInput(f"tools[{index}]: {exc}") from None
-        validate_tool_name(name)
+        validate_tool_name(f"{server_name}/{name}")
         if name in names:
-            raise InvalidInput(f"tools[{index}]: {name!r} appears twice")
+            raise Conflict(f"tools[{index}]: {name!r} appears twice")
         names.add(name)
     return tools
 
@@ -206,7 +206,7 @@ def import_mcp_tools(
     """
     if not isinstance(server_name, str) or not SERVER_NAME.match(server_name):
         raise InvalidInput(f"server name {server_name!r} is not allowed")
-    descriptors = _validated_tools(tools_list)
+    descriptors = _validated_tools(server_name, tools_list)
     rules = _rules(tenant)
     imported: list[Tool] = []
     with transaction.atomic():

@@ -8,7 +8,7 @@ import uuid
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ledger.errors import InvalidInput, NotFound, RunNotRunning
+from ledger.errors import Conflict, InvalidInput, NotFound, RunNotRunning
 from ledger.models import AuditEvent, Run, Tenant, VersionCombination
 from ledger.services.audit import audit
 
@@ -95,7 +95,7 @@ def start_run(
 
 def _same_run(run: Run, user_id: str) -> Run:
     if run.user_id != user_id:
-        raise InvalidInput(f"run {run.run_id!r} already exists for another user")
+        raise Conflict(f"run {run.run_id!r} already exists for another user")
     return run
 
 

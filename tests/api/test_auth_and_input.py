@@ -90,10 +90,10 @@ def test_another_tenants_calls_and_keys_are_not_found(api: ApiClient, other_api:
             '{"run_id": "run-1", "step_id": "s", "tool": "<script>alert(1)</script>"}',
             "INVALID_INPUT",
         ),
-        ('{"run_id": "run-1", "step_id": "s\\u0000x", "tool": "read_file"}', "INVALID_INPUT"),
+        ('{"run_id": "run-1", "step_id": "s\\u0000x", "tool": "read_file"}', "INVALID_JSON"),
         (
             '{"run_id": "run-1", "step_id": "s", "tool": "read_file", "input": {"x": NaN}}',
-            "INVALID_INPUT",
+            "INVALID_JSON",
         ),
     ],
 )
@@ -139,3 +139,9 @@ def test_openapi_document_lists_problem_responses(api: ApiClient) -> None:
         or "application/problem+json" in calls["409"]["content"]
     )
     assert Client().get("/api/v1/docs", secure=True).status_code == 200
+
+
+def test_invalid_json_says_what_is_wrong(api: ApiClient) -> None:
+    api.start_run()
+    body = _problem(api.post("/calls", raw='{"run_id": "run-1", "input": {"x": NaN}}'), 400)
+    assert "NaN is not valid JSON" in body["detail"]
