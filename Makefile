@@ -30,6 +30,7 @@ install: $(STAMP)
 run: install
 	DEBUG=true $(PY) manage.py migrate --noinput
 	DEBUG=true $(PY) manage.py seed_demo
+	DEBUG=true $(PY) manage.py demo_agent --if-empty
 	@echo "Agent Ledger: http://$(HOST):$(PORT)/  (demo accounts are listed in README.md)"
 	DEBUG=true $(PY) manage.py runserver $(HOST):$(PORT)
 

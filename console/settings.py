@@ -194,5 +194,9 @@ LOGGING = {
     },
     "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json"}},
     "root": {"handlers": ["stderr"], "level": LOG_LEVEL},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},  # one line per request would drown everything else
+        "httpcore": {"level": "WARNING"},
+    },
 }

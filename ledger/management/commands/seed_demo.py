@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from ledger.classification.catalogue import CATALOGUE
-from ledger.models import Tenant, VersionCombination
+from ledger.models import Tenant
 from ledger.services.registry import ensure_catalogue_tool
 
 DEMO_PASSWORD = "demo-ledger-2026"  # noqa: S105 - local demo only; refused when DEBUG is off
@@ -31,18 +31,6 @@ class Command(BaseCommand):
             tenant, _ = Tenant.objects.get_or_create(slug="demo", defaults={"name": "Demo Co"})
             for name in [*CATALOGUE, "run_command"]:
                 ensure_catalogue_tool(tenant=tenant, name=name, actor="seed_demo", source="cli")
-            fields = {
-                "model": "gpt-demo-1",
-                "prompt": "p1",
-                "rules": "r1",
-                "tool_schema": "t1",
-                "data_version": "d1",
-            }
-            VersionCombination.objects.get_or_create(
-                tenant=tenant,
-                fingerprint=VersionCombination.compute_fingerprint(**fields),
-                defaults={"label": "baseline", "state": VersionCombination.State.ACTIVE, **fields},
-            )
             user_model = get_user_model()
             for username in DEMO_USERS:
                 if not user_model.objects.filter(username=username).exists():

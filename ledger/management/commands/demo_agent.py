@@ -1,0 +1,284 @@
+"""``manage.py demo_agent``: scripted agent runs that fill the ledger with real data.
+
+No model is needed: each run is a script of tool calls made through the Python client over
+HTTP, against the sandbox downstreams with faults injected. The command serves the ledger and
+the sandbox itself on free loopback ports for the duration, so it works on the embedded SQLite
+default as well as on PostgreSQL. Two version combinations are used; the candidate one hits more
+faults, so its metrics are visibly worse.
+
+Running it again adds more runs; ``make run`` runs it once, on an empty ledger.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandParser
+from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
+from django.core.wsgi import get_wsgi_application
+
+from agent_ledger_client import CallContext, LedgerClient, Run, ToolError
+from ledger.models import ApiToken, ApprovalRequest, Tenant, VersionCombination
+from ledger.services.approvals import decide
+from sandbox.server import SandboxServer, serve
+
+COMBINATIONS = {
+    "baseline": {
+        "model": "gpt-demo-1",
+        "prompt": "support-v1",
+        "rules": "rules-2026.10",
+        "tool_schema": "tools-v3",
+        "data_version": "catalog-2026.11",
+    },
+    "candidate": {
+        "model": "gpt-demo-2",
+        "prompt": "support-v2",
+        "rules": "rules-2026.10",
+        "tool_schema": "tools-v3",
+        "data_version": "catalog-2026.11",
+    },
+}
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _outside_workspace(ctx: CallContext) -> None:
+    raise ToolError("PERMISSION_DENIED", f"{ctx.input.get('path')} is outside the workspace")
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+@contextmanager
+def _serving() -> Iterator[tuple[str, SandboxServer]]:
+    """The ledger (this project's WSGI app) and the sandbox, each on a free loopback port."""
+    ledger = ThreadedWSGIServer(("127.0.0.1", 0), _QuietHandler, allow_reuse_address=True)
+    ledger.set_app(get_wsgi_application())
+    sandbox = serve("127.0.0.1", 0, Path(settings.VAR_DIR) / "workspaces" / "demo")
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (ledger, sandbox)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield f"http://127.0.0.1:{ledger.server_address[1]}", sandbox
+    finally:
+        for server in (ledger, sandbox):
+            server.shutdown()
+            server.server_close()
+
+
+class Demo:
+    """One tenant's scripted runs."""
+
+    def __init__(self, client: LedgerClient, sandbox: SandboxServer, out: Callable[[str], None]):
+        self.client = client
+        self.sandbox = sandbox
+        self.out = out
+
+    def fault(self, **fault: Any) -> None:
+        httpx.post(f"{self.sandbox.url}/_faults", json=fault, timeout=5).raise_for_status()
+
+    def create(self, service: str, reference: str) -> Callable[[CallContext], Any]:
+        def execute(ctx: CallContext) -> Any:
+            response = httpx.post(
+                f"{self.sandbox.url}/{service}/objects",
+                json={"reference": reference, **ctx.input},
+                headers={"Idempotency-Key": ctx.idempotency_key},
+                timeout=1.5,
+            )
+            if response.status_code >= 500:
+                raise ToolError(
+                    "DOWNSTREAM_UNAVAILABLE",
+                    f"{service} answered {response.status_code}",
+                    retryable=True,
+                )
+            response.raise_for_status()
+            return response.json()
+
+        return execute
+
+    def write(self, path: str, content: str) -> Callable[[CallContext], Any]:
+        def execute(ctx: CallContext) -> Any:
+            response = httpx.put(
+                f"{self.sandbox.url}/workspace/files/{path}", json={"content": content}, timeout=1.5
+            )
+            response.raise_for_status()
+            return response.json()
+
+        return execute
+
+    def script(self, run: Run, index: int, *, worse: bool) -> None:
+        """One customer-support run: look up, order, charge, mail, edit a config file."""
+        cart = f"cart-{run.run_id[:8]}"
+        run.call("get_order_status", {"order": cart}, execute=lambda ctx: {"status": "open"})
+        run.call("read_file", {"path": "README.md"}, execute=lambda ctx: {"content": "# Shop"})
+        if worse or index % 3 == 0:
+            self.fault(service="orders", mode="timeout_after_commit", hang_seconds=2.5)
+        order = run.call(
+            "create_order",
+            {"cart": cart, "total": 42 + index},
+            business_object_id=cart,
+            execute=self.create("orders", cart),
+            timeout=2.0,
+        )
+        # The model retries: a duplicate, answered from the ledger.
+        run.call(
+            "create_order",
+            {"cart": cart, "total": 42 + index},
+            business_object_id=cart,
+            execute=self.create("orders", cart),
+            timeout=2.0,
+        )
+        if order.get("ok"):
+            if worse and index % 2 == 0:
+                self.fault(service="payments", mode="reset_after_commit")
+            run.call(
+                "charge_customer",
+                {"cart": cart, "amount": 42 + index},
+                business_object_id=f"charge-{cart}",
+                execute=self.create("payments", cart),
+            )
+        if index % 4 == 1:
+            self.fault(service="email", mode="error_5xx")
+        run.call(
+            "send_email",
+            {"to": f"customer-{index}@example.com", "template": "receipt"},
+            business_object_id=f"receipt-{cart}",
+            execute=self.create("email", cart),
+        )
+        if index % 5 == 2:
+            run.call("read_file", {"path": "/etc/shadow"}, execute=_outside_workspace)
+        run.call("run_command", {"command": "git status"}, execute=lambda ctx: "clean\n")
+        self.config_edit(run, index)
+
+    def config_edit(self, run: Run, index: int) -> None:
+        """A conditional write whose response is lost: replay needs a check and an approval."""
+        path = f"config/app-{index}.yaml"
+        before, after = f"retries: {index}\n", f"retries: {index + 3}\n"
+        httpx.put(
+            f"{self.sandbox.url}/workspace/files/{path}", json={"content": before}, timeout=5
+        ).raise_for_status()
+        self.fault(service="workspace", mode="reset")
+        plan = {
+            "workspace": "demo",
+            "path": path,
+            "before_hash": _sha(before),
+            "after_hash": _sha(after),
+            "diff": f"--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-{before}+{after}",
+        }
+        first = run.call(
+            "update_config",
+            {"path": path, "content": after},
+            write_plan=plan,
+            execute=self.write(path, after),
+        )
+        if first.get("code") != "SIDE_EFFECT_UNCERTAIN":
+            return
+        if index % 3 == 1:  # someone else edited the file meanwhile: a write conflict
+            httpx.put(
+                f"{self.sandbox.url}/workspace/files/{path}",
+                json={"content": "retries: 99\n"},
+                timeout=5,
+            )
+            self.client.replay(
+                first["metadata"]["call_id"],
+                {"path": path},
+                execute=self.write(path, after),
+                current_hash=_sha("retries: 99\n"),
+            )
+            return
+        # Ask for the approval and leave it pending for a human in the console.
+        self.client.replay(
+            first["metadata"]["call_id"],
+            {"path": path},
+            execute=self.write(path, after),
+            current_hash=_sha(before),
+            approval_deadline=0,
+        )
+
+
+class Command(BaseCommand):
+    help = "Drive scripted agent runs through the client against the sandbox (demo data)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--tenant", default="demo")
+        parser.add_argument("--runs", type=int, default=6, help="runs per combination")
+        parser.add_argument(
+            "--if-empty", action="store_true", help="do nothing when the tenant already has runs"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        tenant, _ = Tenant.objects.get_or_create(
+            slug=options["tenant"], defaults={"name": "Demo Co"}
+        )
+        if options["if_empty"] and tenant.runs.exists():
+            self.stdout.write("The demo ledger already has runs; nothing to do.")
+            return
+        combinations = self._combinations(tenant)
+        _token, plaintext = ApiToken.issue(tenant=tenant, name=f"demo-agent-{uuid.uuid4().hex[:6]}")
+        with (
+            _serving() as (url, sandbox),
+            LedgerClient(url, plaintext, agent_id="demo-agent", request_timeout=10) as client,
+        ):
+            demo = Demo(client, sandbox, self.stdout.write)
+            for label, combination in combinations.items():
+                worse = label == "candidate"
+                for index in range(options["runs"]):
+                    run = client.start_run(
+                        user_id=f"customer-{index}", combination_id=combination.pk
+                    )
+                    demo.script(run, index, worse=worse)
+                    run.finish("completed")
+            stats = {
+                s: httpx.get(f"{sandbox.url}/{s}/stats", timeout=5).json()
+                for s in ("orders", "payments", "email")
+            }
+        self._reject_one(tenant)
+        self.stdout.write(
+            f"Demo runs done for tenant {tenant.slug!r}: "
+            + ", ".join(
+                f"{s} {v['objects']} objects (max {v['max_per_key']} per key)"
+                for s, v in stats.items()
+            )
+        )
+
+    def _combinations(self, tenant: Tenant) -> dict[str, VersionCombination]:
+        out = {}
+        for label, fields in COMBINATIONS.items():
+            combination, _ = VersionCombination.objects.get_or_create(
+                tenant=tenant,
+                fingerprint=VersionCombination.compute_fingerprint(**fields),
+                defaults={"label": label, **fields},
+            )
+            out[label] = combination
+        if not VersionCombination.objects.filter(tenant=tenant, state="active").exists():
+            VersionCombination.objects.filter(pk=out["baseline"].pk).update(state="active")
+        VersionCombination.objects.filter(pk=out["candidate"].pk, state="retired").update(
+            state="canary", canary_share_bp=1000
+        )
+        return out
+
+    def _reject_one(self, tenant: Tenant) -> None:
+        """One rejected approval, so the console shows what a rejection looks like."""
+        approver = get_user_model().objects.filter(username="approver").first()
+        pending = ApprovalRequest.objects.filter(tenant=tenant, state="pending").order_by("pk")
+        first = pending.first()
+        if approver is not None and first is not None and pending.count() > 1:
+            decide(
+                approval=first,
+                user=approver,
+                approve=False,
+                reason="The retry count is owned by the platform team; do not change it.",
+            )
