@@ -527,6 +527,50 @@ def complete_call(
     )
 
 
+# What a retry of a call shares with the call it retries.
+_RETRY_COPIES = (
+    "step_id",
+    "run",
+    "tool",
+    "input_hash",
+    "input",
+    "idempotency",
+    "replay_policy",
+    "destructive",
+    "classification_reason",
+    "classification_rule",
+    "idempotency_key",
+    "input_source",
+    "end_user_id",
+    "data_classification",
+    "combination",
+)
+
+
+def _retry_entry(
+    original: LedgerEntry,
+    *,
+    caller: Caller,
+    record: IdempotencyRecord,
+    decision: Decision,
+    code: str,
+    lease: Lease | None,
+) -> LedgerEntry:
+    """A new entry for a retry of ``original``: same action, new caller and decision."""
+    return LedgerEntry.objects.create(
+        tenant=caller.tenant,
+        caller_token=caller.token,
+        agent_id=caller.agent_id,
+        record=record,
+        decision=decision,
+        observation_code=code,
+        status=EntryStatus.STARTED if lease else EntryStatus.PLANNED,
+        fencing_token=lease.fencing_token if lease else None,
+        started_at=timezone.now() if lease else None,
+        **{field: getattr(original, field) for field in _RETRY_COPIES},
+    )
+
+
 def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None) -> CallResult:
     """The recovery decision for a call that ended uncertain or failed (DESIGN section 4).
 
@@ -544,31 +588,13 @@ def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None
         decision, code, next_action, approval, lease = _recover(
             caller, original, locked, state, error, current_hash
         )
-        entry = LedgerEntry.objects.create(
-            tenant=caller.tenant,
-            step_id=original.step_id,
-            run=original.run,
-            tool=original.tool,
-            input_hash=original.input_hash,
-            input=original.input,
-            status=EntryStatus.STARTED if decision is Decision.EXECUTE else EntryStatus.PLANNED,
-            idempotency=original.idempotency,
-            replay_policy=original.replay_policy,
-            destructive=original.destructive,
-            classification_reason=original.classification_reason,
-            classification_rule=original.classification_rule,
-            idempotency_key=original.idempotency_key,
+        entry = _retry_entry(
+            original,
+            caller=caller,
             record=locked,
             decision=decision,
-            observation_code=code.value if code else "",
-            input_source=original.input_source,
-            caller_token=caller.token,
-            agent_id=caller.agent_id,
-            end_user_id=original.end_user_id,
-            data_classification=original.data_classification,
-            combination=original.combination,
-            fencing_token=lease.fencing_token if lease else None,
-            started_at=timezone.now() if lease else None,
+            code=code.value if code else "",
+            lease=lease,
         )
         if decision is Decision.APPROVAL_REQUIRED and approval is None:
             approval = approvals.request_approval(
