@@ -16,7 +16,7 @@ TEST_ENV := DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_UR
 	DEBUG=false SECURE_SSL_REDIRECT=false ALLOWED_HOSTS=testserver,localhost,127.0.0.1 \
 	DJANGO_ALLOW_ASYNC_UNSAFE=true
 
-.PHONY: install run test lint format services clean
+.PHONY: install run worker test lint format services clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ run: install
 	DEBUG=true $(PY) manage.py demo_agent --if-empty
 	@echo "Agent Ledger: http://$(HOST):$(PORT)/  (demo accounts are listed in README.md)"
 	DEBUG=true $(PY) manage.py runserver $(HOST):$(PORT)
+
+# A reconciliation worker with the periodic sweeps (beat) for the embedded default; run it
+# beside `make run`. In production run workers and one beat per README "Scale out".
+worker: install
+	DEBUG=true $(VENV)/bin/celery -A console worker -B -Q reconcile,maintenance -c 2 -l INFO
 
 services:
 	@TEST_DATABASE_URL=$(TEST_DATABASE_URL) TEST_BROKER_URL=$(TEST_BROKER_URL) \

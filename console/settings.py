@@ -98,7 +98,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("OPTIONS", {})
     DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="") or None}
 else:
-    VAR_DIR.mkdir(exist_ok=True)
     # SQLite serialises writers; waiting beats failing with "database is locked" under make run.
     DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -112,6 +111,7 @@ CELERY_BROKER_URL = url_with_scheme(
     default="filesystem://",
     schemes={"redis", "rediss", "filesystem", "memory"},
 )
+VAR_DIR.mkdir(exist_ok=True)
 if CELERY_BROKER_URL.startswith("filesystem://"):
     for sub in ("in", "processed"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
@@ -121,7 +121,56 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "processed_folder": str(BROKER_DIR / "processed"),
         "store_processed": False,
     }
+# Reliability first (each non-default setting with its reason):
+# a task is acknowledged only when it finished, so a worker killed mid-task leaves it queued;
+CELERY_TASK_ACKS_LATE = True
+# ...and a task whose worker process died is redelivered rather than marked failed;
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# one message at a time per process: a slow look-up must not hold others hostage;
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# every task has a named queue (a test checks it); anything unrouted would go to "maintenance";
+CELERY_TASK_DEFAULT_QUEUE = "maintenance"
+CELERY_TASK_ROUTES = {
+    "reconcile.tasks.reconcile_record": {"queue": "reconcile"},
+    "reconcile.tasks.schedule_reconciliation": {"queue": "maintenance"},
+    "reconcile.tasks.sweep_expired_leases": {"queue": "maintenance"},
+    "reconcile.tasks.cleanup_expired": {"queue": "maintenance"},
+}
+# publishing must not hang a web request when the broker is down: fail fast, the sweep catches up;
+CELERY_TASK_PUBLISH_RETRY = False
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+# results are never read; PostgreSQL records every outcome;
+CELERY_TASK_IGNORE_RESULT = True
+# tasks are JSON only (ids in, strings out);
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # keep the JSON-lines logging configured below
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True  # a worker waits for the broker to come up
+# Redis redelivers an unacknowledged message after this long (a killed worker's task); it must
+# exceed the longest task (60 s hard limit).
+CELERY_VISIBILITY_TIMEOUT = positive_int(env, "CELERY_VISIBILITY_TIMEOUT", default=300)
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE = {
+    "sweep-expired-leases": {"task": "reconcile.tasks.sweep_expired_leases", "schedule": 15.0},
+    "schedule-reconciliation": {
+        "task": "reconcile.tasks.schedule_reconciliation",
+        "schedule": 10.0,
+    },
+    "cleanup-expired": {"task": "reconcile.tasks.cleanup_expired", "schedule": 300.0},
+}
 CELERY_TASK_ALWAYS_EAGER = strict_bool(env, "CELERY_TASK_ALWAYS_EAGER", default=False)
+RECONCILE_BATCH_SIZE = positive_int(env, "RECONCILE_BATCH_SIZE", default=500)
+RECONCILE_BASE_DELAY_SECONDS = positive_int(env, "RECONCILE_BASE_DELAY_SECONDS", default=5)
+RECONCILE_MAX_ATTEMPTS = positive_int(env, "RECONCILE_MAX_ATTEMPTS", default=5)
+# After enqueueing, a record is not enqueued again for this long (its message is in flight).
+RECONCILE_REQUEUE_SECONDS = positive_int(env, "RECONCILE_REQUEUE_SECONDS", default=60)
+# A look-up task gets a SoftTimeLimitExceeded after this (recorded as a timeout; tried again
+# later) and is killed 15 s later.
+RECONCILE_TASK_SOFT_TIME_LIMIT = positive_int(env, "RECONCILE_TASK_SOFT_TIME_LIMIT", default=45)
+# A worker's claim on a record it is looking up; longer than the task's hard time limit (60 s),
+# so a live claim is never taken over. A dead worker's claim lapses after this.
+RECONCILE_CLAIM_SECONDS = positive_int(env, "RECONCILE_CLAIM_SECONDS", default=90)
 
 # --- Ledger knobs -------------------------------------------------------------------------
 LEDGER_DEFAULT_TTL_SECONDS = positive_int(env, "LEDGER_DEFAULT_TTL_SECONDS", default=7 * 24 * 3600)

@@ -306,6 +306,13 @@ class IdempotencyRecord(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     completed_at = models.DateTimeField(null=True, blank=True)
+    # Reconciliation of unknown outcomes (see reconcile.services).
+    uncertain_since = models.DateTimeField(null=True, blank=True)
+    reconcile_attempts = models.PositiveIntegerField(default=0)
+    next_reconcile_at = models.DateTimeField(null=True, blank=True)
+    reconcile_claimed_until = models.DateTimeField(null=True, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    escalation_reason = models.TextField(blank=True)
 
     class Meta:
         constraints: ClassVar = [
@@ -342,6 +349,11 @@ class IdempotencyRecord(models.Model):
                 fields=["tenant", "updated_at"],
                 condition=Q(state="unknown"),
                 name="record_unknown_idx",
+            ),
+            models.Index(
+                fields=["next_reconcile_at"],
+                condition=Q(state="unknown", escalated_at__isnull=True),
+                name="record_reconcile_due_idx",
             ),
         ]
 

@@ -70,6 +70,7 @@ class State:
     by_key: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     faults: list[Fault] = field(default_factory=list)
     requests: Counter[str] = field(default_factory=Counter)
+    lookups: Counter[tuple[str, str]] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def take_fault(self, service: str, operation: str) -> Fault | None:
@@ -105,6 +106,8 @@ class State:
             objects = list(self.objects[service])
         per_key = Counter(o["idempotency_key"] for o in objects if o["idempotency_key"])
         per_reference = Counter(o["reference"] for o in objects if o["reference"])
+        with self.lock:
+            lookups = {key: n for (svc, key), n in self.lookups.items() if svc == service}
         return {
             "service": service,
             "objects": len(objects),
@@ -112,6 +115,7 @@ class State:
             "per_reference": dict(per_reference),
             "max_per_key": max(per_key.values(), default=0),
             "max_per_reference": max(per_reference.values(), default=0),
+            "lookups_per_key": lookups,
         }
 
     def reset(self) -> None:
@@ -121,6 +125,7 @@ class State:
             self.by_key.clear()
             self.faults.clear()
             self.requests.clear()
+            self.lookups.clear()
 
 
 class SandboxServer(ThreadingHTTPServer):
@@ -235,6 +240,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
         if parts[1:] == ["stats"]:
             return self._send(200, state.stats(service))
         if len(parts) == 4 and parts[1:3] == ["objects", "by-key"]:
+            with state.lock:
+                state.lookups[(service, parts[3])] += 1
             fault = state.take_fault(service, "lookup")
             if not self._before(fault):
                 return None

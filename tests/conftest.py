@@ -20,6 +20,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _empty_test_queues() -> None:
+    """Tests that commit enqueue look-ups nobody consumes; start every run with empty queues."""
+    from django.conf import settings
+
+    if settings.CELERY_BROKER_URL.startswith("redis"):
+        import redis
+
+        redis.Redis.from_url(settings.CELERY_BROKER_URL).delete("reconcile", "maintenance")
+
+
 @pytest.fixture
 def tenant(db):
     return make_tenant("acme")

@@ -42,6 +42,7 @@ from ledger.models import (
 from ledger.redaction import redact_for_storage
 from ledger.services.audit import audit
 from ledger.services.entries import transition_entry
+from ledger.signals import records_became_unknown
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +105,16 @@ def _transition(
     if to is not RecordState.EXECUTING:
         changes.setdefault("lease_owner", "")
         changes.setdefault("lease_expires_at", None)
+    if to is RecordState.UNKNOWN:
+        # Reconciliation starts afresh for every spell of uncertainty.
+        changes.update(
+            uncertain_since=now,
+            next_reconcile_at=None,
+            reconcile_attempts=0,
+            escalated_at=None,
+            escalation_reason="",
+        )
+        records_became_unknown.send(sender=IdempotencyRecord, record_ids=[record.pk])
     if to in TERMINAL_RECORD_STATES:
         changes.setdefault("completed_at", now)
         changes["expires_at"] = now + timedelta(seconds=record.ttl_seconds)

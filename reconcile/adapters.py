@@ -1,0 +1,69 @@
+"""Downstream look-ups by idempotency key: a configurable HTTP adapter and a Python interface."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import httpx
+
+from reconcile.models import DownstreamAdapter
+
+
+class LookupOutcome(StrEnum):
+    FOUND = "found"
+    NOT_FOUND = "not_found"
+    UNREACHABLE = "unreachable"
+    TIMEOUT = "timeout"
+    MALFORMED = "malformed"
+
+
+@dataclass(frozen=True, slots=True)
+class LookupResult:
+    outcome: LookupOutcome
+    detail: str
+    evidence: Any = None
+
+
+class DownstreamLookup(Protocol):
+    """Implement this for a downstream the HTTP adapter cannot describe."""
+
+    def lookup(self, *, idempotency_key: str, tool: str) -> LookupResult: ...
+
+
+class HttpLookup:
+    def __init__(self, adapter: DownstreamAdapter) -> None:
+        self.adapter = adapter
+
+    def lookup(self, *, idempotency_key: str, tool: str) -> LookupResult:
+        adapter = self.adapter
+        url = adapter.url_template.replace("{key}", quote(idempotency_key, safe=""))
+        try:
+            response = httpx.get(url, timeout=adapter.timeout_seconds)
+        except httpx.TimeoutException as exc:
+            return LookupResult(LookupOutcome.TIMEOUT, f"no answer in time: {exc}")
+        except httpx.TransportError as exc:
+            return LookupResult(LookupOutcome.UNREACHABLE, f"{type(exc).__name__}: {exc}")
+        status = response.status_code
+        if status in (adapter.not_found_statuses or [404]):
+            return LookupResult(LookupOutcome.NOT_FOUND, f"HTTP {status}")
+        if status not in (adapter.found_statuses or [200]):
+            return LookupResult(LookupOutcome.UNREACHABLE, f"unexpected HTTP {status}")
+        try:
+            body = response.json()
+        except ValueError:
+            return LookupResult(LookupOutcome.MALFORMED, f"HTTP {status} with a non-JSON body")
+        if not isinstance(body, dict):
+            return LookupResult(LookupOutcome.MALFORMED, "the body is not a JSON object")
+        return LookupResult(LookupOutcome.FOUND, f"HTTP {status}", evidence=body)
+
+
+def lookup_for(adapter: DownstreamAdapter) -> DownstreamLookup:
+    if adapter.kind == DownstreamAdapter.Kind.HTTP:
+        return HttpLookup(adapter)
+    module_name, _, attribute = adapter.python_path.partition(":")
+    factory = getattr(importlib.import_module(module_name), attribute)
+    return factory(adapter) if callable(factory) else factory

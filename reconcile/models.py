@@ -1,0 +1,117 @@
+"""What the reconciliation workers need: workspace roots, downstream adapters, attempts."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.db import models
+from django.db.models import Q
+
+from ledger.models import IdempotencyRecord, Tenant, Tool
+
+
+class WorkspaceRoot(models.Model):
+    """A directory the workers may read to check conditional writes (never outside it)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="workspaces")
+    name = models.CharField(max_length=200, help_text="The write plan's ``workspace``.")
+    path = models.CharField(max_length=1024, help_text="Absolute path on the worker machines.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="workspace_unique_name"),
+            models.CheckConstraint(
+                condition=Q(path__startswith="/"), name="workspace_path_absolute"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} -> {self.path}"
+
+
+class DownstreamAdapter(models.Model):
+    """How to ask a tool's downstream whether the action with a given key happened."""
+
+    class Kind(models.TextChoices):
+        HTTP = "http"
+        PYTHON = "python"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="adapters")
+    tool = models.OneToOneField(Tool, on_delete=models.CASCADE, related_name="downstream")
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.HTTP)
+    url_template = models.CharField(
+        max_length=1000,
+        blank=True,
+        help_text="GET URL with {key} for the (URL-quoted) idempotency key.",
+    )
+    found_statuses = models.JSONField(default=list, help_text="e.g. [200]")
+    not_found_statuses = models.JSONField(default=list, help_text="e.g. [404]")
+    python_path = models.CharField(
+        max_length=300, blank=True, help_text="module:callable implementing DownstreamLookup"
+    )
+    timeout_seconds = models.FloatField(default=5.0)
+    grace_seconds = models.PositiveIntegerField(
+        default=30, help_text="'Not found' only counts this long after the outcome went unknown."
+    )
+    max_attempts = models.PositiveIntegerField(
+        default=5, help_text="Failed look-ups before a human is asked."
+    )
+
+    class Meta:
+        constraints: ClassVar = [
+            models.CheckConstraint(
+                condition=(Q(kind="http") & ~Q(url_template=""))
+                | (Q(kind="python") & ~Q(python_path="")),
+                name="adapter_kind_configured",
+            ),
+            models.CheckConstraint(
+                condition=Q(timeout_seconds__gt=0, max_attempts__gte=1),
+                name="adapter_limits_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool.name} ({self.kind})"
+
+
+class ReconcileAttempt(models.Model):
+    """One try at settling an unknown record: who, when, what it found."""
+
+    class Kind(models.TextChoices):
+        DOWNSTREAM = "downstream"
+        FILE_HASH = "file_hash"
+        NONE = "none"
+
+    class Outcome(models.TextChoices):
+        FOUND = "found"
+        NOT_FOUND = "not_found"
+        NOT_FOUND_IN_GRACE = "not_found_in_grace"
+        UNREACHABLE = "unreachable"
+        TIMEOUT = "timeout"
+        MALFORMED = "malformed"
+        ALREADY_APPLIED = "already_applied"
+        APPLY_AGAIN = "apply_again"
+        CONFLICT = "conflict"
+        NO_CHECK = "no_check"
+        REFUSED = "refused"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    record = models.ForeignKey(
+        IdempotencyRecord, on_delete=models.CASCADE, related_name="reconcile_attempts_log"
+    )
+    attempt = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    outcome = models.CharField(max_length=24, choices=Outcome.choices)
+    detail = models.TextField(blank=True)
+    evidence = models.JSONField(null=True, blank=True, help_text="Redacted.")
+    worker = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes: ClassVar = [
+            models.Index(fields=["record", "created_at"], name="attempt_record_idx")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.record_id} #{self.attempt} {self.outcome}"

@@ -1,0 +1,308 @@
+"""Turning unknown outcomes into known ones, without ever executing a side effect twice.
+
+A record whose outcome is unknown is *looked up*, never re-run: a conditional write is checked
+against the file's hash under a registered workspace root; anything else is looked up
+downstream by its idempotency key through the tool's adapter. Every attempt is recorded and
+audited; a record that cannot be settled is escalated to a human.
+
+Concurrency: a worker claims a record with a conditional UPDATE (``reconcile_claimed_until``)
+before the slow look-up, so two workers never look up the same record at once, and the claim
+lapses by itself if the worker dies. The look-up runs outside any transaction; the outcome is
+written in one transaction that re-checks the record is still unknown.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from ledger.decisions import WriteCheck, check_write_plan
+from ledger.domain import RecordState
+from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, WritePlan
+from ledger.redaction import redact
+from ledger.services import approvals
+from ledger.services.audit import audit
+from ledger.services.records import Outcome, resolve_unknown
+from reconcile.adapters import LookupOutcome, LookupResult, lookup_for
+from reconcile.filehash import PathRefused, file_sha256
+from reconcile.models import DownstreamAdapter, ReconcileAttempt, WorkspaceRoot
+
+logger = logging.getLogger(__name__)
+Attempt = ReconcileAttempt.Outcome
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def backoff(attempts: int) -> timedelta:
+    base = settings.RECONCILE_BASE_DELAY_SECONDS
+    return timedelta(seconds=min(base * (2 ** max(0, attempts - 1)), 600))
+
+
+def due_records(*, limit: int) -> list[int]:
+    """Unknown records that are due for a look-up; pushes their next time out so the next
+    sweep does not enqueue them again while this round is in the queue."""
+    now = timezone.now()
+    due = (
+        Q(state=RecordState.UNKNOWN, escalated_at__isnull=True)
+        & (Q(next_reconcile_at__isnull=True) | Q(next_reconcile_at__lte=now))
+        & (Q(reconcile_claimed_until__isnull=True) | Q(reconcile_claimed_until__lt=now))
+    )
+    with transaction.atomic():
+        ids = list(
+            IdempotencyRecord.objects.select_for_update(skip_locked=True)
+            .filter(due)
+            .order_by("next_reconcile_at", "pk")
+            .values_list("pk", flat=True)[:limit]
+        )
+        IdempotencyRecord.objects.filter(pk__in=ids).update(
+            next_reconcile_at=now + timedelta(seconds=settings.RECONCILE_REQUEUE_SECONDS)
+        )
+    return ids
+
+
+def _claim(record_id: int, now: datetime) -> bool:
+    return bool(
+        IdempotencyRecord.objects.filter(
+            Q(reconcile_claimed_until__isnull=True) | Q(reconcile_claimed_until__lt=now),
+            pk=record_id,
+            state=RecordState.UNKNOWN,
+            escalated_at__isnull=True,
+        ).update(reconcile_claimed_until=now + timedelta(seconds=settings.RECONCILE_CLAIM_SECONDS))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """What a look-up or a file check found, before it is applied."""
+
+    kind: str
+    outcome: str
+    detail: str
+    evidence: Any = None
+
+
+def reconcile_record(record_id: int, *, worker: str | None = None) -> str:
+    """Look up one unknown record and settle it if the evidence allows. Safe to run twice."""
+    worker = worker or worker_name()
+    now = timezone.now()
+    if not _claim(record_id, now):
+        return "skipped"  # settled, escalated, or another worker holds it
+    record = IdempotencyRecord.objects.select_related("tool", "tenant").get(pk=record_id)
+    plan = WritePlan.objects.filter(entry__record=record).order_by("pk").first()
+    adapter = DownstreamAdapter.objects.filter(tool=record.tool).first()
+    if plan is not None:
+        finding = _check_file(record, plan)
+    elif adapter is not None:
+        finding = _look_up(record, adapter)
+    else:
+        finding = Finding(
+            ReconcileAttempt.Kind.NONE,
+            Attempt.NO_CHECK,
+            f"{record.tool.name} has no downstream adapter to look the key up",
+        )
+    return _apply(record, finding, adapter, plan, worker)
+
+
+def _check_file(record: IdempotencyRecord, plan: WritePlan) -> Finding:
+    kind = ReconcileAttempt.Kind.FILE_HASH
+    root = WorkspaceRoot.objects.filter(tenant_id=record.tenant_id, name=plan.workspace).first()
+    if root is None:
+        return Finding(
+            kind, Attempt.NO_CHECK, f"workspace {plan.workspace!r} is not registered on the workers"
+        )
+    try:
+        current = file_sha256(root.path, plan.path)
+    except PathRefused as exc:
+        return Finding(kind, Attempt.REFUSED, f"path refused: {exc}")
+    except OSError as exc:
+        return Finding(kind, Attempt.UNREACHABLE, f"cannot read the file: {exc.strerror}")
+    check = check_write_plan(
+        current_hash=current, before_hash=plan.before_hash, after_hash=plan.after_hash
+    )
+    outcome = {
+        WriteCheck.ALREADY_APPLIED: Attempt.ALREADY_APPLIED,
+        WriteCheck.APPLY_AGAIN: Attempt.APPLY_AGAIN,
+        WriteCheck.CONFLICT: Attempt.CONFLICT,
+    }[check]
+    return Finding(
+        kind,
+        outcome,
+        f"{plan.path}: sha256 {current[:12]}…",
+        {"path": plan.path, "current_hash": current},
+    )
+
+
+def _look_up(record: IdempotencyRecord, adapter: DownstreamAdapter) -> Finding:
+    try:
+        result = lookup_for(adapter).lookup(idempotency_key=record.key, tool=record.tool.name)
+    except SoftTimeLimitExceeded:
+        result = LookupResult(LookupOutcome.TIMEOUT, "the look-up ran past the task's time limit")
+    except Exception as exc:
+        result = LookupResult(LookupOutcome.UNREACHABLE, f"adapter failed: {exc!r}"[:500])
+    return Finding(
+        ReconcileAttempt.Kind.DOWNSTREAM,
+        result.outcome.value,
+        result.detail,
+        redact(result.evidence) if result.evidence is not None else None,
+    )
+
+
+def _apply(
+    record: IdempotencyRecord,
+    finding: Finding,
+    adapter: DownstreamAdapter | None,
+    plan: WritePlan | None,
+    worker: str,
+) -> str:
+    now = timezone.now()
+    actor = f"worker:{worker}"
+    with transaction.atomic():
+        locked = IdempotencyRecord.objects.select_for_update().get(pk=record.pk)
+        if locked.state != RecordState.UNKNOWN:
+            return "already-settled"  # a late completion or a human got there first
+        attempt_no = locked.reconcile_attempts + 1
+        grace = timedelta(seconds=adapter.grace_seconds if adapter else 0)
+        if (
+            finding.outcome == Attempt.NOT_FOUND
+            and locked.uncertain_since
+            and now - locked.uncertain_since < grace
+        ):
+            # Too early to believe "not found": the downstream may not have caught up yet.
+            finding = Finding(finding.kind, Attempt.NOT_FOUND_IN_GRACE, finding.detail)
+        ReconcileAttempt.objects.create(
+            tenant_id=locked.tenant_id,
+            record=locked,
+            attempt=attempt_no,
+            kind=finding.kind,
+            outcome=finding.outcome,
+            detail=finding.detail,
+            evidence=finding.evidence,
+            worker=worker,
+        )
+        audit(
+            tenant=locked.tenant_id,
+            actor=actor,
+            action="reconcile.attempt",
+            target=locked,
+            source=AuditEvent.Source.WORKER,
+            after={"attempt": attempt_no, "outcome": finding.outcome},
+            detail=finding.detail,
+        )
+        changes: dict[str, Any] = {
+            "reconcile_attempts": attempt_no,
+            "reconcile_claimed_until": None,
+        }
+        result = _settle(locked, finding, adapter, plan, actor, now, attempt_no, changes)
+        IdempotencyRecord.objects.filter(pk=locked.pk).update(**changes)
+    logger.info(
+        "reconcile", extra={"record": record.pk, "outcome": finding.outcome, "result": result}
+    )
+    return result
+
+
+def _settle(
+    record: IdempotencyRecord,
+    finding: Finding,
+    adapter: DownstreamAdapter | None,
+    plan: WritePlan | None,
+    actor: str,
+    now: datetime,
+    attempt_no: int,
+    changes: dict[str, Any],
+) -> str:
+    """Apply a finding to a locked unknown record; fills ``changes`` for what stays unknown."""
+    outcome = finding.outcome
+    if outcome in (Attempt.FOUND, Attempt.ALREADY_APPLIED):
+        resolve_unknown(
+            record=record,
+            outcome=Outcome.SUCCEEDED,
+            actor=actor,
+            source=AuditEvent.Source.WORKER,
+            detail=finding.detail,
+            result={"evidence": finding.evidence, "reconciled": outcome},
+        )
+        return "succeeded"
+    if outcome == Attempt.NOT_FOUND_IN_GRACE and adapter is not None:
+        assert record.uncertain_since is not None
+        changes["next_reconcile_at"] = record.uncertain_since + timedelta(
+            seconds=adapter.grace_seconds
+        )
+        return "not-found-in-grace"
+    if outcome == Attempt.NOT_FOUND:
+        resolve_unknown(
+            record=record,
+            outcome=Outcome.FAILED,
+            actor=actor,
+            source=AuditEvent.Source.WORKER,
+            detail=finding.detail,
+            error={
+                "code": "NOT_EXECUTED",
+                "message": "The downstream has no action with this key; "
+                "it is safe to retry with the same key.",
+            },
+        )
+        return "failed_final"
+    if outcome == Attempt.APPLY_AGAIN and plan is not None:
+        entry = LedgerEntry.objects.filter(record=record).order_by("-pk").first()
+        if entry is not None:
+            approvals.request_approval(
+                record=record,
+                entry=entry,
+                requested_by=actor,
+                detail="The write did not land; apply it again?",
+            )
+        return _escalate(
+            record,
+            changes,
+            now,
+            "The write did not land (the file still has "
+            "its old content): approve applying it again, or reject.",
+        )
+    if outcome == Attempt.CONFLICT:
+        return _escalate(
+            record,
+            changes,
+            now,
+            "Write conflict: the file was changed by "
+            "someone else since the write was planned. A human decides.",
+        )
+    if outcome in (Attempt.NO_CHECK, Attempt.REFUSED):
+        return _escalate(record, changes, now, finding.detail)
+    # Unreachable, timeout, malformed: try again later, then ask a human.
+    limit = adapter.max_attempts if adapter else settings.RECONCILE_MAX_ATTEMPTS
+    if attempt_no >= limit:
+        return _escalate(
+            record,
+            changes,
+            now,
+            f"{attempt_no} look-ups failed ({finding.detail}); resolve by hand.",
+        )
+    changes["next_reconcile_at"] = now + backoff(attempt_no)
+    return "retry-later"
+
+
+def _escalate(
+    record: IdempotencyRecord, changes: dict[str, Any], now: datetime, reason: str
+) -> str:
+    changes.update(escalated_at=now, escalation_reason=reason)
+    audit(
+        tenant=record.tenant_id,
+        actor="system",
+        action="reconcile.escalated",
+        target=record,
+        source=AuditEvent.Source.WORKER,
+        detail=reason,
+    )
+    return "escalated"

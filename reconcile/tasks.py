@@ -1,0 +1,72 @@
+"""Celery tasks. Each has a queue in ``CELERY_TASK_ROUTES`` (look-ups on "reconcile", sweeps on
+"maintenance", so slow downstreams never delay the sweeps); each takes ids, re-reads the
+database and exits early when the work is already done, so a redelivered or duplicated message
+is harmless."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.conf import settings
+from django.db import transaction
+
+from ledger.services.records import cleanup_expired_records, expire_leases
+from reconcile import services
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(
+    soft_time_limit=settings.RECONCILE_TASK_SOFT_TIME_LIMIT,
+    time_limit=settings.RECONCILE_TASK_SOFT_TIME_LIMIT + 15,
+)
+def reconcile_record(record_id: int) -> str:
+    """Look up one unknown record downstream (or check its file) and settle it if possible."""
+    return services.reconcile_record(record_id)
+
+
+@shared_task(soft_time_limit=50, time_limit=60)
+def schedule_reconciliation() -> int:
+    """Enqueue a look-up for every unknown record that is due. PostgreSQL is the source of
+    truth: this sweep finds everything, including records whose message a broker outage lost."""
+    ids = services.due_records(limit=settings.RECONCILE_BATCH_SIZE)
+    enqueue_reconciliation(ids)
+    logger.info("reconcile sweep", extra={"enqueued": len(ids)})
+    return len(ids)
+
+
+@shared_task(soft_time_limit=50, time_limit=60)
+def sweep_expired_leases() -> int:
+    """Executing records whose lease lapsed become unknown, then get looked up."""
+    total = 0
+    while batch := expire_leases(batch_size=500):  # each batch enqueues its look-ups on commit
+        total += len(batch)
+        if len(batch) < 500:
+            break
+    return total
+
+
+@shared_task(soft_time_limit=240, time_limit=300)
+def cleanup_expired() -> int:
+    """Delete finished records past their TTL, in bounded batches."""
+    return cleanup_expired_records()
+
+
+def _send(record_ids: list[int]) -> None:
+    for record_id in record_ids:
+        try:
+            reconcile_record.delay(record_id)
+        except Exception:
+            # Nothing is lost: the record is unknown in PostgreSQL and the sweep enqueues it.
+            logger.warning(
+                "broker unavailable; reconcile left to the sweep",
+                extra={"records": len(record_ids)},
+            )
+            return
+
+
+def enqueue_reconciliation(record_ids: list[int]) -> None:
+    """Enqueue look-ups once the current transaction commits (never for rolled-back work)."""
+    if record_ids:
+        transaction.on_commit(lambda: _send(list(record_ids)))

@@ -1,0 +1,284 @@
+"""Reconciliation with real `celery worker` processes on real Redis and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from django.db import connections
+
+from agent_ledger_client import CallContext, LedgerClient
+from console.celery import app as celery_app
+from ledger.domain import RecordState
+from ledger.models import ApiToken, AuditEvent, IdempotencyRecord, Tenant
+from ledger.services.records import Outcome, cleanup_expired_records, complete_execution
+from reconcile.models import DownstreamAdapter, ReconcileAttempt
+from reconcile.tasks import reconcile_record, schedule_reconciliation
+from sandbox.server import SandboxServer
+from tests.factories import make_tool, reserve
+from tests.processes import RedisServer, celery_worker
+from tests.sandbox_fixtures import arm
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def wait_until(
+    condition: Callable[[], bool],
+    *,
+    timeout: float,
+    step: float = 0.25,
+    tick: Callable[[], object] | None = None,
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        if tick is not None:
+            tick()
+        time.sleep(step)
+
+
+def unknown_left() -> int:
+    return IdempotencyRecord.objects.filter(state=RecordState.UNKNOWN).count()
+
+
+def _setup(sandbox: SandboxServer, *, grace: int = 0) -> tuple[Tenant, object]:
+    tenant = Tenant.objects.create(slug="acme", name="Acme")
+    tool = make_tool(tenant, "create_order")
+    DownstreamAdapter.objects.create(
+        tenant=tenant,
+        tool=tool,
+        url_template=f"{sandbox.url}/orders/objects/by-key/{{key}}",
+        found_statuses=[200],
+        not_found_statuses=[404],
+        grace_seconds=grace,
+    )
+    return tenant, tool
+
+
+def test_every_task_has_a_named_queue() -> None:
+    ours = [name for name in celery_app.tasks if name.startswith("reconcile.")]
+    assert ours
+    routes = celery_app.conf.task_routes
+    assert {name: routes[name]["queue"] for name in ours} == {
+        "reconcile.tasks.reconcile_record": "reconcile",
+        "reconcile.tasks.schedule_reconciliation": "maintenance",
+        "reconcile.tasks.sweep_expired_leases": "maintenance",
+        "reconcile.tasks.cleanup_expired": "maintenance",
+    }
+
+
+def test_two_workers_on_one_backlog_look_each_record_up_once(
+    sandbox: SandboxServer, broker: RedisServer, tmp_path: Path
+) -> None:
+    tenant, tool = _setup(sandbox)
+    arm(sandbox, service="orders", operation="lookup", mode="latency", latency_ms=50, count=1000)
+    records = []
+    for i in range(40):
+        record = reserve(tenant, tool, key=f"key-{i}").record
+        if i % 2 == 0:  # half of them did happen downstream
+            httpx.post(
+                f"{sandbox.url}/orders/objects",
+                json={"reference": f"r{i}"},
+                headers={"Idempotency-Key": record.key},
+            )
+        records.append(
+            complete_execution(
+                record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="runtime"
+            )
+        )
+    with celery_worker("w1", broker.url, tmp_path), celery_worker("w2", broker.url, tmp_path):
+        wait_until(lambda: unknown_left() == 0, timeout=90)
+    states = Counter(IdempotencyRecord.objects.values_list("state", flat=True))
+    assert states == {"succeeded": 20, "failed_final": 20}
+    per_record = Counter(ReconcileAttempt.objects.values_list("record_id", flat=True))
+    assert set(per_record.values()) == {1} and len(per_record) == 40
+    lookups = httpx.get(f"{sandbox.url}/orders/stats").json()["lookups_per_key"]
+    assert set(lookups.values()) == {1} and len(lookups) == 40
+    workers = {w.split(":")[0] for w in ReconcileAttempt.objects.values_list("worker", flat=True)}
+    assert len(workers) >= 1
+
+
+def test_kill_9_mid_task_is_redelivered_with_the_same_outcome(
+    sandbox: SandboxServer, broker: RedisServer, tmp_path: Path
+) -> None:
+    tenant, tool = _setup(sandbox)
+    record = reserve(tenant, tool, key="key-kill").record
+    httpx.post(
+        f"{sandbox.url}/orders/objects",
+        json={"reference": "r"},
+        headers={"Idempotency-Key": record.key},
+    )
+    arm(sandbox, service="orders", operation="lookup", mode="latency", latency_ms=8000)
+    fast_recovery = {"CELERY_VISIBILITY_TIMEOUT": "3", "RECONCILE_CLAIM_SECONDS": "5"}
+    with celery_worker("doomed", broker.url, tmp_path, env=fast_recovery) as doomed:
+        complete_execution(
+            record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="runtime"
+        )
+        lookups = lambda: httpx.get(f"{sandbox.url}/orders/stats").json()["lookups_per_key"]  # noqa: E731
+        wait_until(lambda: lookups().get(record.key) == 1, timeout=30)
+        doomed.kill9()  # in the middle of the slow look-up
+    assert IdempotencyRecord.objects.get(pk=record.pk).state == RecordState.UNKNOWN
+    with celery_worker("survivor", broker.url, tmp_path, env=fast_recovery):
+        wait_until(lambda: unknown_left() == 0, timeout=60, step=1.0, tick=schedule_reconciliation)
+    settled = IdempotencyRecord.objects.get(pk=record.pk)
+    assert settled.state == RecordState.SUCCEEDED and settled.executions == 1
+    assert AuditEvent.objects.filter(action="record.resolved_succeeded").count() == 1
+    assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
+
+
+def _client_for_new_tenant(live_server, sandbox: SandboxServer) -> LedgerClient:
+    tenant, _tool = _setup(sandbox)
+    _token, plaintext = ApiToken.issue(tenant=tenant, name="runtime")
+    return LedgerClient(live_server.url, plaintext, request_timeout=10)
+
+
+def _create_order(sandbox: SandboxServer) -> Callable[[CallContext], object]:
+    def execute(ctx: CallContext) -> object:
+        response = httpx.post(
+            f"{sandbox.url}/orders/objects",
+            json={"reference": ctx.step_id},
+            headers={"Idempotency-Key": ctx.idempotency_key},
+            timeout=0.5,
+        )
+        response.raise_for_status()
+        return response.json()
+
+    return execute
+
+
+def test_api_keeps_answering_while_redis_is_down_and_nothing_is_lost(
+    live_server,
+    sandbox: SandboxServer,
+    broker: RedisServer,
+    tmp_path: Path,
+    settings,
+) -> None:
+    settings.RECONCILE_REQUEUE_SECONDS = 2
+    client = _client_for_new_tenant(live_server, sandbox)
+    run = client.start_run(user_id="u1")
+    arm(sandbox, service="orders", mode="timeout_after_commit", hang_seconds=1, count=1000)
+    with celery_worker("w1", broker.url, tmp_path):
+        for i in range(3):
+            run.call(
+                "create_order",
+                {"n": i},
+                business_object_id=f"before-{i}",
+                execute=_create_order(sandbox),
+            )
+        wait_until(lambda: unknown_left() == 0, timeout=60)
+        broker.stop()
+        for i in range(5):
+            started = time.monotonic()
+            observation = run.call(
+                "create_order",
+                {"n": i},
+                business_object_id=f"during-{i}",
+                execute=_create_order(sandbox),
+            )
+            assert observation["code"] == "SIDE_EFFECT_UNCERTAIN"
+            assert time.monotonic() - started < 8  # the broker outage does not stall the API
+        assert unknown_left() == 5
+        broker.start()
+        wait_until(lambda: unknown_left() == 0, timeout=90, step=1.0, tick=schedule_reconciliation)
+    states = Counter(IdempotencyRecord.objects.values_list("state", flat=True))
+    assert states == {"succeeded": 8}
+    stats = httpx.get(f"{sandbox.url}/orders/stats").json()
+    assert stats["objects"] == 8 and stats["max_per_key"] == 1
+    client.close()
+
+
+def test_seed_001_concurrency_drill(
+    live_server,
+    sandbox: SandboxServer,
+    broker: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """Ten requests share a key; the downstream commits and the connection is cut before the
+    response. One business object, an explainable answer for everyone, and a cleanup during
+    the drill deletes nothing in flight."""
+    client = _client_for_new_tenant(live_server, sandbox)
+    run = client.start_run(user_id="u1")
+    arm(sandbox, service="orders", mode="timeout_after_commit", hang_seconds=1)
+    observations: list[dict] = []
+    deleted: list[int] = []
+    stop = threading.Event()
+
+    def caller() -> None:
+        try:
+            observations.append(
+                run.call(
+                    "create_order",
+                    {"cart": "cart-1"},
+                    business_object_id="cart-1",
+                    execute=_create_order(sandbox),
+                    wait_deadline=20,
+                )
+            )
+        finally:
+            connections.close_all()
+
+    def janitor() -> None:
+        try:
+            while not stop.is_set():
+                deleted.append(cleanup_expired_records())
+                time.sleep(0.05)
+        finally:
+            connections.close_all()
+
+    with celery_worker("w1", broker.url, tmp_path):
+        cleaner = threading.Thread(target=janitor)
+        cleaner.start()
+        callers = [threading.Thread(target=caller) for _ in range(10)]
+        for thread in callers:
+            thread.start()
+        for thread in callers:
+            thread.join(60)
+        wait_until(lambda: unknown_left() == 0, timeout=60, tick=schedule_reconciliation)
+        stop.set()
+        cleaner.join(10)
+    assert len(observations) == 10
+    for observation in observations:
+        explainable = observation["ok"] or observation["code"] in {
+            "SIDE_EFFECT_UNCERTAIN",
+            "IN_PROGRESS",
+        }
+        assert explainable and observation["content"], observation
+    stats = httpx.get(f"{sandbox.url}/orders/stats").json()
+    assert stats["objects"] == 1 and stats["per_reference"] == {stats_ref(stats): 1}
+    record = IdempotencyRecord.objects.get()
+    assert record.state == RecordState.SUCCEEDED and record.executions == 1
+    assert sum(deleted) == 0
+    client.close()
+
+
+def stats_ref(stats: dict) -> str:
+    return next(iter(stats["per_reference"]))
+
+
+def test_a_look_up_past_the_task_time_limit_is_a_timeout_tried_again(
+    sandbox: SandboxServer, broker: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Time limits travel in the message, from the task as the publisher defines it.
+    monkeypatch.setattr(reconcile_record, "soft_time_limit", 2)
+    monkeypatch.setattr(reconcile_record, "time_limit", 20)
+    monkeypatch.setattr(reconcile_record, "_exec_options", None)  # Celery caches them
+    tenant, tool = _setup(sandbox)
+    DownstreamAdapter.objects.filter(tool=tool).update(timeout_seconds=30)
+    record = reserve(tenant, tool, key="key-slow").record
+    arm(sandbox, service="orders", operation="lookup", mode="latency", latency_ms=10_000)
+    with celery_worker("slow", broker.url, tmp_path, env={"RECONCILE_TASK_SOFT_TIME_LIMIT": "2"}):
+        complete_execution(
+            record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="runtime"
+        )
+        wait_until(lambda: ReconcileAttempt.objects.filter(record=record).exists(), timeout=30)
+    attempt = ReconcileAttempt.objects.get(record=record)
+    assert attempt.outcome == "timeout" and "time limit" in attempt.detail
+    waiting = IdempotencyRecord.objects.get(pk=record.pk)
+    assert waiting.state == RecordState.UNKNOWN and waiting.next_reconcile_at is not None
+    assert waiting.reconcile_claimed_until is None
