@@ -135,6 +135,7 @@ CELERY_TASK_ROUTES = {
     "reconcile.tasks.schedule_reconciliation": {"queue": "maintenance"},
     "reconcile.tasks.sweep_expired_leases": {"queue": "maintenance"},
     "reconcile.tasks.cleanup_expired": {"queue": "maintenance"},
+    "reconcile.tasks.roll_up_metrics": {"queue": "maintenance"},
 }
 # publishing must not hang a web request when the broker is down: fail fast, the sweep catches up;
 CELERY_TASK_PUBLISH_RETRY = False
@@ -158,6 +159,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 10.0,
     },
     "cleanup-expired": {"task": "reconcile.tasks.cleanup_expired", "schedule": 300.0},
+    "roll-up-metrics": {"task": "reconcile.tasks.roll_up_metrics", "schedule": 30.0},
 }
 CELERY_TASK_ALWAYS_EAGER = strict_bool(env, "CELERY_TASK_ALWAYS_EAGER", default=False)
 RECONCILE_BATCH_SIZE = positive_int(env, "RECONCILE_BATCH_SIZE", default=500)
@@ -183,6 +185,14 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = positive_int(env, "LEDGER_MAX_BODY_BYTES", default
 LEDGER_CLEANUP_BATCH_SIZE = positive_int(
     env, "LEDGER_CLEANUP_BATCH_SIZE", default=1000, maximum=100_000
 )
+
+# --- Alerts and /metrics ------------------------------------------------------------------
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = positive_int(env, "EMAIL_PORT", default=25)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="agent-ledger@localhost")
+# Prometheus scrapes /metrics with this bearer token (staff users may also view it).
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 
 # --- Auth, i18n, static -------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

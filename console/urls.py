@@ -4,6 +4,7 @@ from django.urls import path
 from django.views.generic import RedirectView
 
 from ledger.api import api
+from ledger.prometheus import metrics_view
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -15,6 +16,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]
 

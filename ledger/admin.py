@@ -114,3 +114,35 @@ class AuditEventAdmin(ReadOnlyAdmin):
     )
     list_filter = ("tenant", "outcome", "source", "action")
     search_fields = ("actor", "action", "target_id")
+
+
+@admin.register(models.MetricBucket)
+class MetricBucketAdmin(ReadOnlyAdmin):
+    list_display = (
+        "bucket_start",
+        "tenant",
+        "combination",
+        "tool_name",
+        "keyed_requests",
+        "dedup_hits",
+        "became_uncertain",
+        "duplicate_side_effects",
+    )
+    list_filter = ("tenant",)
+
+
+@admin.register(models.MetricCursor)
+class MetricCursorAdmin(ReadOnlyAdmin):
+    list_display = ("name", "last_id")
+
+
+@admin.register(models.Threshold)
+class ThresholdAdmin(ReadOnlyAdmin):
+    list_display = ("metric", "tenant", "above", "window_minutes", "action", "enabled")
+    list_filter = ("tenant", "metric", "action")
+
+
+@admin.register(models.AlertEvent)
+class AlertEventAdmin(ReadOnlyAdmin):
+    list_display = ("created_at", "tenant", "combination", "metric", "observed", "action")
+    list_filter = ("tenant", "metric")

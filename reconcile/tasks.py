@@ -11,6 +11,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import transaction
 
+from ledger.services import metrics, thresholds
 from ledger.services.records import cleanup_expired_records, expire_leases
 from reconcile import services
 
@@ -51,6 +52,15 @@ def sweep_expired_leases() -> int:
 def cleanup_expired() -> int:
     """Delete finished records past their TTL, in bounded batches."""
     return cleanup_expired_records()
+
+
+@shared_task(soft_time_limit=50, time_limit=60)
+def roll_up_metrics() -> int:
+    """Fold new ledger activity into the metric buckets, then judge the thresholds (an
+    automatic halt fails closed as soon as the numbers say so)."""
+    read = metrics.roll_up()
+    thresholds.evaluate()
+    return read
 
 
 def _send(record_ids: list[int]) -> None:

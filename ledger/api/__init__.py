@@ -26,6 +26,18 @@ class LedgerAPI(NinjaAPI):
         schema = super().get_openapi_schema(*args, **kwargs)
         for operations in schema.get("paths", {}).values():
             for operation in operations.values():
+                if "requestBody" in operation:  # the body size limit applies to every body
+                    operation["responses"].setdefault(
+                        "413",
+                        {
+                            "description": "Request body too large",
+                            "content": {
+                                PROBLEM_CONTENT_TYPE: {
+                                    "schema": {"$ref": "#/components/schemas/Problem"}
+                                }
+                            },
+                        },
+                    )
                 for status, response in operation.get("responses", {}).items():
                     content = response.get("content", {})
                     if int(status) >= 400 and "application/json" in content:
@@ -88,9 +100,12 @@ def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return problem(404, "NOT_FOUND", "No such resource.")
 
 
-from ledger.api import calls, runs, tools  # noqa: E402  (routers import ``api`` helpers)
+from ledger.api import calls, combinations, runs, tools  # noqa: E402  (routers need ``api``)
 
 api.add_router("/tools", tools.router)
 api.add_router("/runs", runs.router)
 api.add_router("/calls", calls.router)
 api.add_router("/records", calls.records_router)
+api.add_router("/combinations", combinations.router)
+api.add_router("/metrics", combinations.metrics_router)
+api.add_router("/thresholds", combinations.thresholds_router)

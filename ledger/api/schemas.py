@@ -22,7 +22,15 @@ def _json_integer(value: Any) -> Any:
     return value
 
 
+def _json_number(value: Any) -> Any:
+    if isinstance(value, str | bool):
+        raise ValueError("must be a JSON number")
+    return value
+
+
 PositiveInt = Annotated[int, Field(ge=1, le=2**62), BeforeValidator(_json_integer)]
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+JsonNumber = Annotated[float, BeforeValidator(_json_number)]
 Identifier = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
 Sha256 = Field(pattern=r"^[0-9a-f]{64}$")
 

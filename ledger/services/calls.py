@@ -215,6 +215,7 @@ def _new_entry(
     decision: Decision,
     record: IdempotencyRecord | None,
     code: str = "",
+    reused_record: bool = False,
 ) -> LedgerEntry:
     now = timezone.now()
     if decision is Decision.RECORDED_RESULT:
@@ -250,6 +251,7 @@ def _new_entry(
         fencing_token=record.fencing_token if decision is Decision.EXECUTE and record else None,
         started_at=now if decision is Decision.EXECUTE else None,
         finished_at=now if decision is Decision.RECORDED_RESULT else None,
+        reused_record=reused_record,
     )
 
 
@@ -305,6 +307,7 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
             decision=reservation.decision,
             record=record,
             code=reservation.code.value if reservation.code else "",
+            reused_record=not reservation.created,
         )
         if request.write_plan is not None and reservation.created:
             _save_write_plan(caller.tenant, entry, request.write_plan)
@@ -565,6 +568,7 @@ def _retry_entry(
         decision=decision,
         observation_code=code,
         status=EntryStatus.STARTED if lease else EntryStatus.PLANNED,
+        reused_record=True,
         fencing_token=lease.fencing_token if lease else None,
         started_at=timezone.now() if lease else None,
         **{field: getattr(original, field) for field in _RETRY_COPIES},

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from ledger.decisions import answer_existing_record
 from ledger.domain import (
+    POLICY_FOR,
     TERMINAL_RECORD_STATES,
     DataClassification,
     Decision,
@@ -75,12 +76,16 @@ _OUTCOME_STATE = {
 }
 
 
+_CLASS_OF_POLICY = {policy: idempotency for idempotency, policy in POLICY_FOR.items()}
+
+
 def _snapshot(record: IdempotencyRecord) -> dict[str, Any]:
     return {
         "state": record.state,
         "fencing_token": record.fencing_token,
         "lease_owner": record.lease_owner,
         "executions": record.executions,
+        "failed_executions": record.failed_executions,
     }
 
 
@@ -115,6 +120,8 @@ def _transition(
             escalation_reason="",
         )
         records_became_unknown.send(sender=IdempotencyRecord, record_ids=[record.pk])
+    if to is RecordState.FAILED_FINAL:
+        changes["failed_executions"] = record.failed_executions + 1  # known: no effect
     if to in TERMINAL_RECORD_STATES:
         changes.setdefault("completed_at", now)
         changes["expires_at"] = now + timedelta(seconds=record.ttl_seconds)
@@ -197,6 +204,7 @@ def reserve_key(
         run=run,
         combination=combination,
         requires_approval=requires_approval,
+        classified_as=_CLASS_OF_POLICY[replay_policy],
     )
     if requires_approval:
         record.state = RecordState.RESERVED

@@ -42,7 +42,18 @@ def pick_combination(tenant: Tenant, run_id: str) -> VersionCombination | None:
             if floor <= bucket < floor + combination.canary_share_bp:
                 return combination
             floor += combination.canary_share_bp
-    return next((c for c in candidates if c.state == VersionCombination.State.ACTIVE), None)
+    active = next((c for c in candidates if c.state == VersionCombination.State.ACTIVE), None)
+    if active is not None:
+        return active
+    # Fail closed: with the active combination halted and nothing restored, runs are refused.
+    latest = (
+        VersionCombination.objects.filter(tenant=tenant, activated_at__isnull=False)
+        .order_by("-activated_at")
+        .first()
+    )
+    return (
+        latest if latest is not None and latest.state == VersionCombination.State.HALTED else None
+    )
 
 
 def start_run(

@@ -70,6 +70,7 @@ def test_every_task_has_a_named_queue() -> None:
         "reconcile.tasks.schedule_reconciliation": "maintenance",
         "reconcile.tasks.sweep_expired_leases": "maintenance",
         "reconcile.tasks.cleanup_expired": "maintenance",
+        "reconcile.tasks.roll_up_metrics": "maintenance",
     }
 
 

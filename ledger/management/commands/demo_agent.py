@@ -28,6 +28,7 @@ from django.core.wsgi import get_wsgi_application
 
 from agent_ledger_client import CallContext, LedgerClient, Run, ToolError
 from ledger.models import ApiToken, ApprovalRequest, Tenant, VersionCombination
+from ledger.services import combinations, metrics
 from ledger.services.approvals import decide
 from sandbox.server import SandboxServer, serve
 
@@ -246,6 +247,7 @@ class Command(BaseCommand):
                 for s in ("orders", "payments", "email")
             }
         self._reject_one(tenant)
+        metrics.roll_up()  # so the dashboards have numbers without a worker running
         self.stdout.write(
             f"Demo runs done for tenant {tenant.slug!r}: "
             + ", ".join(
@@ -257,17 +259,21 @@ class Command(BaseCommand):
     def _combinations(self, tenant: Tenant) -> dict[str, VersionCombination]:
         out = {}
         for label, fields in COMBINATIONS.items():
-            combination, _ = VersionCombination.objects.get_or_create(
-                tenant=tenant,
-                fingerprint=VersionCombination.compute_fingerprint(**fields),
-                defaults={"label": label, **fields},
+            out[label], _ = combinations.create_combination(
+                tenant=tenant, label=label, actor="demo_agent", source="cli", **fields
             )
-            out[label] = combination
         if not VersionCombination.objects.filter(tenant=tenant, state="active").exists():
-            VersionCombination.objects.filter(pk=out["baseline"].pk).update(state="active")
-        VersionCombination.objects.filter(pk=out["candidate"].pk, state="retired").update(
-            state="canary", canary_share_bp=1000
-        )
+            combinations.activate(
+                tenant=tenant, combination_id=out["baseline"].pk, actor="demo_agent", source="cli"
+            )
+        if out["candidate"].state == VersionCombination.State.RETIRED:
+            combinations.set_canary(
+                tenant=tenant,
+                combination_id=out["candidate"].pk,
+                share_bp=1000,
+                actor="demo_agent",
+                source="cli",
+            )
         return out
 
     def _reject_one(self, tenant: Tenant) -> None:

@@ -1,0 +1,149 @@
+"""Prometheus exposition at /metrics: the three safety metrics, decisions, reconcile outcomes
+and queue ages, read from the rollups and a few indexed counts at scrape time.
+
+Protected: a bearer token (``METRICS_TOKEN``) for the scraper, or a signed-in staff user.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Min, Sum
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from ledger.domain import Decision, RecordState
+from ledger.models import ApprovalRequest, IdempotencyRecord, MetricBucket
+from ledger.services.metrics import COUNTERS, bucket_of
+from reconcile.models import ReconcileAttempt
+
+RATE_WINDOW = timedelta(minutes=15)
+LABELS = ["tenant", "combination", "tool"]
+
+
+def _rows(query: Any) -> list[dict[str, Any]]:
+    return [dict(row) for row in query]
+
+
+class LedgerCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        yield from self._counters()
+        yield from self._rates()
+        yield from self._live()
+
+    def _counters(self) -> Iterator[Metric]:
+        families = {
+            name: CounterMetricFamily(
+                f"agent_ledger_{name}", f"{name.replace('_', ' ')}", labels=LABELS
+            )
+            for name in (
+                "keyed_requests",
+                "dedup_hits",
+                "executions",
+                "became_uncertain",
+                "duplicate_side_effects",
+            )
+        }
+        decisions = CounterMetricFamily(
+            "agent_ledger_decisions", "decisions given to calls", labels=[*LABELS, "decision"]
+        )
+        rows = _rows(
+            MetricBucket.objects.values("tenant__slug", "combination__label", "tool_name").annotate(
+                **{name: Sum(name) for name in COUNTERS}
+            )
+        )
+        for row in rows:
+            labels = [row["tenant__slug"], row["combination__label"] or "", row["tool_name"]]
+            for name, family in families.items():
+                family.add_metric(labels, row[name] or 0)
+            for decision in Decision:
+                decisions.add_metric([*labels, decision.value], row[f"decided_{decision}"] or 0)
+        yield from families.values()
+        yield decisions
+
+    def _rates(self) -> Iterator[Metric]:
+        rate = GaugeMetricFamily(
+            "agent_ledger_dedup_hit_rate",
+            "dedup hits / keyed requests over the last 15 minutes",
+            labels=["tenant", "combination"],
+        )
+        since = bucket_of(timezone.now() - RATE_WINDOW)
+        rows = (
+            MetricBucket.objects.filter(bucket_start__gte=since)
+            .values("tenant__slug", "combination__label")
+            .annotate(hits=Sum("dedup_hits"), keyed=Sum("keyed_requests"))
+        )
+        for row in rows:
+            value = (row["hits"] or 0) / row["keyed"] if row["keyed"] else 0.0
+            rate.add_metric([row["tenant__slug"], row["combination__label"] or ""], value)
+        yield rate
+
+    def _live(self) -> Iterator[Metric]:
+        now = timezone.now()
+        unknown = IdempotencyRecord.objects.filter(state=RecordState.UNKNOWN)
+        uncertain = GaugeMetricFamily(
+            "agent_ledger_uncertain_records",
+            "records whose outcome is unknown now",
+            labels=["tenant", "combination"],
+        )
+        for row in _rows(
+            unknown.values("tenant__slug", "combination__label").annotate(n=Count("pk"))
+        ):
+            uncertain.add_metric([row["tenant__slug"], row["combination__label"] or ""], row["n"])
+        yield uncertain
+        outcomes = CounterMetricFamily(
+            "agent_ledger_reconcile_attempts",
+            "reconciliation attempts by outcome",
+            labels=["tenant", "outcome"],
+        )
+        for row in _rows(
+            ReconcileAttempt.objects.values("tenant__slug", "outcome").annotate(n=Count("pk"))
+        ):
+            outcomes.add_metric([row["tenant__slug"], row["outcome"]], row["n"])
+        yield outcomes
+        lookup_age = GaugeMetricFamily(
+            "agent_ledger_oldest_unknown_age_seconds",
+            "age of the oldest record whose outcome is unknown",
+            labels=["tenant"],
+        )
+        for row in _rows(unknown.values("tenant__slug").annotate(oldest=Min("uncertain_since"))):
+            if row["oldest"] is not None:
+                lookup_age.add_metric([row["tenant__slug"]], (now - row["oldest"]).total_seconds())
+        yield lookup_age
+        approvals = GaugeMetricFamily(
+            "agent_ledger_oldest_pending_approval_age_seconds",
+            "age of the oldest approval waiting for a human",
+            labels=["tenant"],
+        )
+        pending = ApprovalRequest.objects.filter(state=ApprovalRequest.State.PENDING)
+        for row in _rows(pending.values("tenant__slug").annotate(oldest=Min("created_at"))):
+            approvals.add_metric([row["tenant__slug"]], (now - row["oldest"]).total_seconds())
+        yield approvals
+
+
+def _authorised(request: HttpRequest) -> bool:
+    token = settings.METRICS_TOKEN
+    header = request.headers.get("Authorization", "")
+    if token and header.startswith("Bearer "):
+        return hmac.compare_digest(header.removeprefix("Bearer ").encode(), token.encode())
+    user = getattr(request, "user", None)
+    return bool(user is not None and user.is_authenticated and user.is_staff)
+
+
+@require_GET
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    if not _authorised(request):
+        response = HttpResponse("authentication required\n", status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(LedgerCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

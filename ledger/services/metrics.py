@@ -1,0 +1,263 @@
+"""Dedup and safety metrics (DESIGN section 9), kept as rollups so reads stay cheap.
+
+``roll_up`` reads what happened since it last ran from two append-only sources, new ledger
+entries (requests and decisions) and new audit events of records (executions, outcomes that
+became unknown), and adds it to 5-minute ``MetricBucket`` rows per tenant, combination and
+tool. Dashboards, thresholds and ``/metrics`` read the buckets, never the ledger.
+
+Definitions:
+- keyed request: a call with an idempotency key; dedup hit: a keyed request answered from an
+  existing record without executing (recorded result, wait, approval, refusal; a conflict is
+  not a hit); dedup hit rate = hits / keyed requests;
+- uncertain results: records in ``unknown`` now, and executions that became unknown per window;
+- duplicate side effect: an execution of an action classified non-idempotent when an earlier
+  execution of it may already have had its effect (it was not a known failure). Zero unless
+  something is misclassified or overridden: that is what the metric is there to catch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Sum
+from django.utils import timezone
+
+from ledger.domain import Decision, Idempotency, RecordState
+from ledger.models import (
+    AuditEvent,
+    IdempotencyRecord,
+    LedgerEntry,
+    MetricBucket,
+    MetricCursor,
+    Tenant,
+)
+
+BUCKET = timedelta(minutes=5)
+EXECUTION_ACTIONS = ("record.started", "record.replayed")
+UNCERTAIN_ACTIONS = ("record.unknown", "record.lease_expired")
+COUNTERS = (
+    "keyed_requests",
+    "dedup_hits",
+    "executions",
+    "became_uncertain",
+    "duplicate_side_effects",
+    *(f"decided_{d.value}" for d in Decision),
+)
+NOT_DEDUP = {Decision.EXECUTE.value, Decision.CONFLICT.value}
+
+Key = tuple[int, int | None, str, datetime]
+
+
+def bucket_of(moment: datetime) -> datetime:
+    seconds = int(BUCKET.total_seconds())
+    return datetime.fromtimestamp(int(moment.timestamp()) // seconds * seconds, tz=moment.tzinfo)
+
+
+def _cursor(name: str) -> MetricCursor:
+    MetricCursor.objects.get_or_create(name=name)
+    return MetricCursor.objects.select_for_update().get(name=name)
+
+
+def roll_up(*, batch: int = 20_000) -> int:
+    """Fold new entries and record events into the buckets; returns how many were read.
+
+    One rollup at a time (the cursor rows are locked), so concurrent runs never count twice.
+    """
+    with transaction.atomic():
+        entries_cursor, events_cursor = _cursor("entries"), _cursor("record_events")
+        counts: dict[Key, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        read = _fold_entries(entries_cursor, counts, batch)
+        read += _fold_events(events_cursor, counts, batch)
+        for (tenant_id, combination_id, tool_name, start), values in counts.items():
+            bucket, _ = MetricBucket.objects.get_or_create(
+                tenant_id=tenant_id,
+                combination_id=combination_id,
+                tool_name=tool_name,
+                bucket_start=start,
+            )
+            MetricBucket.objects.filter(pk=bucket.pk).update(
+                **{name: F(name) + value for name, value in values.items()}
+            )
+        entries_cursor.save(update_fields=["last_id"])
+        events_cursor.save(update_fields=["last_id"])
+    return read
+
+
+def _fold_entries(cursor: MetricCursor, counts: dict[Key, dict[str, int]], batch: int) -> int:
+    rows = list(
+        LedgerEntry.objects.filter(pk__gt=cursor.last_id)
+        .order_by("pk")
+        .values_list(
+            "pk",
+            "tenant_id",
+            "combination_id",
+            "tool__name",
+            "created_at",
+            "decision",
+            "reused_record",
+            "idempotency_key",
+        )[:batch]
+    )
+    for pk, tenant_id, combination_id, tool, created, decision, reused, key in rows:
+        values = counts[(tenant_id, combination_id, tool, bucket_of(created))]
+        values[f"decided_{decision}"] += 1
+        if key:
+            values["keyed_requests"] += 1
+            if reused and decision not in NOT_DEDUP:
+                values["dedup_hits"] += 1
+        cursor.last_id = pk
+    return len(rows)
+
+
+def _fold_events(cursor: MetricCursor, counts: dict[Key, dict[str, int]], batch: int) -> int:
+    events = list(
+        AuditEvent.objects.filter(
+            pk__gt=cursor.last_id,
+            target_type="idempotencyrecord",
+            action__in=EXECUTION_ACTIONS + UNCERTAIN_ACTIONS,
+        )
+        .order_by("pk")
+        .values_list("pk", "target_id", "action", "before", "created_at")[:batch]
+    )
+    records = {
+        str(r["pk"]): r
+        for r in IdempotencyRecord.objects.filter(
+            pk__in={int(e[1]) for e in events if e[1].isdigit()}
+        ).values("pk", "tenant_id", "combination_id", "tool__name", "classified_as")
+    }
+    for pk, target_id, action, before, created in events:
+        cursor.last_id = pk
+        record = records.get(target_id)
+        if record is None:
+            continue  # cleaned up since: its counts are in earlier buckets already
+        values = counts[
+            (
+                record["tenant_id"],
+                record["combination_id"],
+                record["tool__name"],
+                bucket_of(created),
+            )
+        ]
+        if action in UNCERTAIN_ACTIONS:
+            values["became_uncertain"] += 1
+            continue
+        values["executions"] += 1
+        prior = before or {}
+        maybe_happened = prior.get("executions", 0) - prior.get("failed_executions", 0)
+        if record["classified_as"] == Idempotency.NON_IDEMPOTENT and maybe_happened >= 1:
+            values["duplicate_side_effects"] += 1
+    return len(events)
+
+
+@dataclass
+class Summary:
+    keyed_requests: int = 0
+    dedup_hits: int = 0
+    executions: int = 0
+    became_uncertain: int = 0
+    duplicate_side_effects: int = 0
+    uncertain_now: int = 0
+    decisions: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def dedup_hit_rate(self) -> float:
+        return self.dedup_hits / self.keyed_requests if self.keyed_requests else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "dedup_hit_rate": round(self.dedup_hit_rate, 4)}
+
+
+def _buckets(
+    tenant: Tenant,
+    *,
+    since: datetime | None,
+    combination_id: int | None = None,
+    tool: str | None = None,
+) -> Any:
+    query = MetricBucket.objects.filter(tenant=tenant)
+    if since is not None:
+        query = query.filter(bucket_start__gte=bucket_of(since))
+    if combination_id is not None:
+        query = query.filter(combination_id=combination_id)
+    if tool is not None:
+        query = query.filter(tool_name=tool)
+    return query
+
+
+def _summary(row: dict[str, Any]) -> Summary:
+    return Summary(
+        keyed_requests=row["keyed_requests"] or 0,
+        dedup_hits=row["dedup_hits"] or 0,
+        executions=row["executions"] or 0,
+        became_uncertain=row["became_uncertain"] or 0,
+        duplicate_side_effects=row["duplicate_side_effects"] or 0,
+        decisions={d.value: row[f"decided_{d.value}"] or 0 for d in Decision},
+    )
+
+
+def _sums() -> dict[str, Sum]:
+    return {name: Sum(name) for name in COUNTERS}
+
+
+def summarize(
+    tenant: Tenant,
+    *,
+    since: datetime | None = None,
+    combination_id: int | None = None,
+    tool: str | None = None,
+) -> Summary:
+    summary = _summary(
+        _buckets(tenant, since=since, combination_id=combination_id, tool=tool).aggregate(**_sums())
+    )
+    unknown = IdempotencyRecord.objects.filter(tenant=tenant, state=RecordState.UNKNOWN)
+    if combination_id is not None:
+        unknown = unknown.filter(combination_id=combination_id)
+    if tool is not None:
+        unknown = unknown.filter(tool__name=tool)
+    summary.uncertain_now = unknown.count()
+    return summary
+
+
+def by_combination(tenant: Tenant, *, since: datetime | None) -> dict[int | None, Summary]:
+    rows = _buckets(tenant, since=since).values("combination_id").annotate(**_sums())
+    result = {row["combination_id"]: _summary(row) for row in rows}
+    unknown = (
+        IdempotencyRecord.objects.filter(tenant=tenant, state=RecordState.UNKNOWN)
+        .values_list("combination_id")
+        .annotate(n=Sum(1))
+    )
+    for combination_id, count in unknown:
+        result.setdefault(combination_id, Summary()).uncertain_now = count
+    return result
+
+
+def by_tool(
+    tenant: Tenant, *, since: datetime | None, combination_id: int | None = None
+) -> dict[str, Summary]:
+    rows = (
+        _buckets(tenant, since=since, combination_id=combination_id)
+        .values("tool_name")
+        .annotate(**_sums())
+    )
+    return {row["tool_name"]: _summary(row) for row in rows}
+
+
+def series(
+    tenant: Tenant, *, since: datetime, combination_id: int | None = None, tool: str | None = None
+) -> list[dict[str, Any]]:
+    """One point per 5-minute bucket (only buckets with activity)."""
+    rows = (
+        _buckets(tenant, since=since, combination_id=combination_id, tool=tool)
+        .values("bucket_start")
+        .annotate(**_sums())
+        .order_by("bucket_start")
+    )
+    return [{"bucket_start": row["bucket_start"], **_summary(row).as_dict()} for row in rows]
+
+
+def window_start(minutes: int) -> datetime:
+    return timezone.now() - timedelta(minutes=minutes)

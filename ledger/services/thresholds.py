@@ -1,0 +1,137 @@
+"""Thresholds on the metrics: crossing one alerts (email, webhook) or halts the combination.
+
+Seed 001: when dedup hit rate, uncertain results or duplicate side effects cross a threshold,
+stop new runs first (fail closed). Evaluations may run concurrently (several beat-driven
+workers, a manual trigger): each threshold row is locked while it is judged, an alert is raised
+at most once per window, and a combination is halted exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.utils import timezone
+
+from ledger.models import AlertEvent, Tenant, Threshold, VersionCombination
+from ledger.services import combinations, metrics
+from ledger.services.audit import audit
+
+logger = logging.getLogger(__name__)
+JUDGED = (VersionCombination.State.ACTIVE, VersionCombination.State.CANARY)
+
+
+def add_threshold(*, tenant: Tenant, actor: str, source: str, **fields: Any) -> Threshold:
+    with transaction.atomic():
+        threshold = Threshold.objects.create(tenant=tenant, **fields)
+        audit(
+            tenant=tenant,
+            actor=actor,
+            action="threshold.created",
+            target=threshold,
+            source=source,
+            after=fields,
+        )
+    return threshold
+
+
+def observed_value(threshold: Threshold, summary: metrics.Summary) -> float | None:
+    """The metric's value over the window, or None when there is too little traffic to judge."""
+    if threshold.metric == Threshold.Metric.DEDUP_HIT_RATE:
+        if summary.keyed_requests < threshold.min_requests:
+            return None
+        return summary.dedup_hit_rate
+    if threshold.metric == Threshold.Metric.UNCERTAIN_RESULTS:
+        return float(summary.became_uncertain)
+    return float(summary.duplicate_side_effects)
+
+
+def evaluate(*, actor: str = "system") -> list[AlertEvent]:
+    """Judge every enabled threshold against every active or canary combination."""
+    raised: list[AlertEvent] = []
+    for threshold_id in Threshold.objects.filter(enabled=True).values_list("pk", flat=True):
+        raised.extend(_evaluate_one(threshold_id, actor))
+    return raised
+
+
+def _evaluate_one(threshold_id: int, actor: str) -> list[AlertEvent]:
+    raised = []
+    with transaction.atomic():
+        threshold = (
+            Threshold.objects.select_for_update().select_related("tenant").get(pk=threshold_id)
+        )
+        since = timezone.now() - timedelta(minutes=threshold.window_minutes)
+        for combination in VersionCombination.objects.filter(
+            tenant=threshold.tenant, state__in=JUDGED
+        ):
+            summary = metrics.summarize(
+                threshold.tenant, since=since, combination_id=combination.pk
+            )
+            value = observed_value(threshold, summary)
+            if value is None or value <= threshold.above:
+                continue
+            recent = AlertEvent.objects.filter(
+                threshold=threshold, combination=combination, created_at__gte=since
+            ).exists()
+            if recent:
+                continue
+            alert = AlertEvent.objects.create(
+                tenant=threshold.tenant,
+                threshold=threshold,
+                combination=combination,
+                metric=threshold.metric,
+                observed=value,
+                action=threshold.action,
+            )
+            if threshold.action == Threshold.Action.HALT:
+                combinations.halt(
+                    tenant=threshold.tenant,
+                    combination_id=combination.pk,
+                    actor=actor,
+                    source="system",
+                    reason=f"automatic halt: {threshold.metric} = {value:.4g} > "
+                    f"{threshold.above:g} over {threshold.window_minutes} min",
+                )
+            transaction.on_commit(partial(deliver, alert))
+            raised.append(alert)
+    return raised
+
+
+def deliver(alert: AlertEvent) -> None:
+    """Send the alert by email and webhook; failures are recorded, never raised."""
+    threshold = alert.threshold
+    text = (
+        f"Agent Ledger: {alert.metric} = {alert.observed:.4g} on combination "
+        f"{alert.combination.label!r} crossed {threshold.above:g} "
+        f"({threshold.window_minutes} min); action: {alert.action}."
+    )
+    delivery: dict[str, Any] = {}
+    if threshold.email:
+        try:
+            send_mail("Agent Ledger alert", text, settings.DEFAULT_FROM_EMAIL, [threshold.email])
+            delivery["email"] = "sent"
+        except Exception as exc:
+            delivery["email"] = f"failed: {type(exc).__name__}"
+    if threshold.webhook_url:
+        payload = {
+            "metric": alert.metric,
+            "observed": alert.observed,
+            "threshold": threshold.above,
+            "action": alert.action,
+            "combination": alert.combination.label,
+            "tenant": alert.tenant.slug,
+            "text": text,
+        }
+        try:
+            response = httpx.post(threshold.webhook_url, json=payload, timeout=5)
+            delivery["webhook"] = f"HTTP {response.status_code}"
+        except httpx.HTTPError as exc:
+            delivery["webhook"] = f"failed: {type(exc).__name__}"
+    AlertEvent.objects.filter(pk=alert.pk).update(delivery=delivery)
+    logger.warning("threshold crossed", extra={"alert": alert.pk, "delivery": delivery})
