@@ -106,7 +106,7 @@ class AsyncLedgerClient:
         **options: Any,
     ) -> dict[str, Any]:
         opts = CallOptions(**options)
-        body = call_body(run_id, tool, tool_input, opts)
+        body = call_body(run_id, tool, tool_input, opts, read_only=tool in self.idempotent_tools)
         return await self._drive(
             lambda: self._http.post("/calls", json=body), tool, tool_input, execute, opts
         )

@@ -173,7 +173,7 @@ class LedgerClient:
     ) -> dict[str, Any]:
         """Record, decide, execute if allowed, report, and return the model's observation."""
         opts = CallOptions(**options)
-        body = call_body(run_id, tool, tool_input, opts)
+        body = call_body(run_id, tool, tool_input, opts, read_only=tool in self.idempotent_tools)
         return self._drive(
             lambda: self._request("POST", "/calls", json=body), tool, tool_input, execute, opts
         )

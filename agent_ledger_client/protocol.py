@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -74,18 +75,25 @@ class CallOptions:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def default_step_id(tool: str, tool_input: dict[str, Any]) -> str:
-    """A stable step id from the tool and its input: a retried call maps to the same key."""
+def default_step_id(tool: str, tool_input: dict[str, Any], *, read_only: bool) -> str:
+    """The step id when the caller gives none.
+
+    For a tool with side effects it is stable (tool + input), so a call retried after a crash
+    maps to the same key and cannot run twice. A read-only tool gets a fresh id per call, so
+    reading again reads again instead of returning the first read's recorded result.
+    """
+    if read_only:
+        return f"{tool}:{uuid.uuid4().hex[:16]}"
     canonical = json.dumps(tool_input, sort_keys=True, separators=(",", ":"), default=str)
     return f"{tool}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
 
 
 def call_body(
-    run_id: str, tool: str, tool_input: dict[str, Any], options: CallOptions
+    run_id: str, tool: str, tool_input: dict[str, Any], options: CallOptions, *, read_only: bool
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "run_id": run_id,
-        "step_id": options.step_id or default_step_id(tool, tool_input),
+        "step_id": options.step_id or default_step_id(tool, tool_input, read_only=read_only),
         "tool": tool,
         "input": tool_input,
         "input_source": options.input_source,

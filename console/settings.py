@@ -113,12 +113,13 @@ CELERY_BROKER_URL = url_with_scheme(
 )
 VAR_DIR.mkdir(exist_ok=True)
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("in", "processed"):
+    for sub in ("in", "processed", "control"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "in"),
         "data_folder_out": str(BROKER_DIR / "in"),
         "processed_folder": str(BROKER_DIR / "processed"),
+        "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
     }
 # Reliability first (each non-default setting with its reason):
@@ -147,8 +148,8 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # keep the JSON-lines logging configured below
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True  # a worker waits for the broker to come up
 # Redis redelivers an unacknowledged message after this long (a killed worker's task); it must
-# exceed the longest task (60 s hard limit).
-CELERY_VISIBILITY_TIMEOUT = positive_int(env, "CELERY_VISIBILITY_TIMEOUT", default=300)
+# exceed the longest task (the cleanup sweep's 300 s hard limit).
+CELERY_VISIBILITY_TIMEOUT = positive_int(env, "CELERY_VISIBILITY_TIMEOUT", default=600)
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT}
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
@@ -167,12 +168,20 @@ RECONCILE_BASE_DELAY_SECONDS = positive_int(env, "RECONCILE_BASE_DELAY_SECONDS",
 RECONCILE_MAX_ATTEMPTS = positive_int(env, "RECONCILE_MAX_ATTEMPTS", default=5)
 # After enqueueing, a record is not enqueued again for this long (its message is in flight).
 RECONCILE_REQUEUE_SECONDS = positive_int(env, "RECONCILE_REQUEUE_SECONDS", default=60)
-# A look-up task gets a SoftTimeLimitExceeded after this (recorded as a timeout; tried again
-# later) and is killed 15 s later.
+# A look-up task gets a SoftTimeLimitExceeded after the soft limit (recorded as a timeout and
+# tried again later) and is killed at the hard limit.
 RECONCILE_TASK_SOFT_TIME_LIMIT = positive_int(env, "RECONCILE_TASK_SOFT_TIME_LIMIT", default=45)
+RECONCILE_TASK_TIME_LIMIT = positive_int(env, "RECONCILE_TASK_TIME_LIMIT", default=60)
+if RECONCILE_TASK_TIME_LIMIT <= RECONCILE_TASK_SOFT_TIME_LIMIT:
+    raise ImproperlyConfigured("RECONCILE_TASK_TIME_LIMIT must exceed the soft limit.")
 # A worker's claim on a record it is looking up; longer than the task's hard time limit (60 s),
 # so a live claim is never taken over. A dead worker's claim lapses after this.
 RECONCILE_CLAIM_SECONDS = positive_int(env, "RECONCILE_CLAIM_SECONDS", default=90)
+if RECONCILE_CLAIM_SECONDS <= RECONCILE_TASK_TIME_LIMIT:
+    raise ImproperlyConfigured(
+        "RECONCILE_CLAIM_SECONDS must exceed RECONCILE_TASK_TIME_LIMIT, "
+        "or a live look-up could be taken over."
+    )
 
 # --- Ledger knobs -------------------------------------------------------------------------
 LEDGER_DEFAULT_TTL_SECONDS = positive_int(env, "LEDGER_DEFAULT_TTL_SECONDS", default=7 * 24 * 3600)
@@ -185,6 +194,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = positive_int(env, "LEDGER_MAX_BODY_BYTES", default
 LEDGER_CLEANUP_BATCH_SIZE = positive_int(
     env, "LEDGER_CLEANUP_BATCH_SIZE", default=1000, maximum=100_000
 )
+
+# Python downstream adapters may only come from these modules (the admin cannot import code).
+LEDGER_ADAPTER_MODULES: list[str] = env.list("LEDGER_ADAPTER_MODULES", default=[])
 
 # --- Alerts and /metrics ------------------------------------------------------------------
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")

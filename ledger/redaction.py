@@ -69,10 +69,33 @@ def redact(value: Any, *, limit: int = MAX_TEXT) -> Any:
     return value
 
 
-def redact_for_storage(value: Any, classification: DataClassification) -> Any:
-    """What may be stored of ``value`` given its data classification."""
+RESULT_MAX_TEXT = 65_536  # results are handed back to duplicates: keep more of them
+
+
+def redact_for_storage(
+    value: Any, classification: DataClassification, *, limit: int = MAX_TEXT
+) -> Any:
+    """What may be stored of ``value`` given its data classification.
+
+    Restricted data keeps only a hash (and an error's ``code``, which says nothing about the
+    data but tells a duplicate why the call failed).
+    """
     if classification is DataClassification.RESTRICTED:
-        return {"redacted": "restricted", "sha256": fingerprint(value)}
+        kept = {"redacted": "restricted", "sha256": fingerprint(value)}
+        if isinstance(value, dict) and isinstance(value.get("code"), str):
+            kept["code"] = value["code"]
+        return kept
     if classification is DataClassification.CONFIDENTIAL:
         return redact(value, limit=CONFIDENTIAL_MAX_TEXT)
-    return redact(value)
+    return redact(value, limit=limit)
+
+
+def is_altered(value: Any) -> bool:
+    """Whether a stored value was redacted or truncated, i.e. is not the original."""
+    if isinstance(value, dict):
+        if value.get("redacted") == "restricted":
+            return True
+        return any(is_altered(item) for item in value.values())
+    if isinstance(value, list):
+        return any(is_altered(item) for item in value)
+    return isinstance(value, str) and ("[REDACTED" in value or "…[truncated" in value)

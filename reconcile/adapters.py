@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 import httpx
+from django.conf import settings
 
 from reconcile.models import DownstreamAdapter
 
@@ -65,5 +66,10 @@ def lookup_for(adapter: DownstreamAdapter) -> DownstreamLookup:
     if adapter.kind == DownstreamAdapter.Kind.HTTP:
         return HttpLookup(adapter)
     module_name, _, attribute = adapter.python_path.partition(":")
+    allowed = settings.LEDGER_ADAPTER_MODULES
+    if not any(module_name == m or module_name.startswith(m + ".") for m in allowed):
+        raise PermissionError(f"{module_name!r} is not in LEDGER_ADAPTER_MODULES")
+    if adapter.tenant_id != adapter.tool.tenant_id:
+        raise PermissionError("the adapter and its tool belong to different tenants")
     factory = getattr(importlib.import_module(module_name), attribute)
     return factory(adapter) if callable(factory) else factory

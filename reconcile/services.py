@@ -29,7 +29,7 @@ from django.utils import timezone
 from ledger.decisions import WriteCheck, check_write_plan
 from ledger.domain import RecordState
 from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, WritePlan
-from ledger.redaction import redact
+from ledger.redaction import redact, redact_text
 from ledger.services import approvals
 from ledger.services.audit import audit
 from ledger.services.records import Outcome, resolve_unknown
@@ -181,6 +181,10 @@ def _apply(
         ):
             # Too early to believe "not found": the downstream may not have caught up yet.
             finding = Finding(finding.kind, Attempt.NOT_FOUND_IN_GRACE, finding.detail)
+        # Downstream error texts may carry URLs with credentials or personal data.
+        finding = Finding(
+            finding.kind, finding.outcome, redact_text(finding.detail, limit=1000), finding.evidence
+        )
         ReconcileAttempt.objects.create(
             tenant_id=locked.tenant_id,
             record=locked,

@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 @shared_task(
     soft_time_limit=settings.RECONCILE_TASK_SOFT_TIME_LIMIT,
-    time_limit=settings.RECONCILE_TASK_SOFT_TIME_LIMIT + 15,
+    time_limit=settings.RECONCILE_TASK_TIME_LIMIT,
 )
 def reconcile_record(record_id: int) -> str:
     """Look up one unknown record downstream (or check its file) and settle it if possible."""
@@ -41,9 +41,10 @@ def schedule_reconciliation() -> int:
 def sweep_expired_leases() -> int:
     """Executing records whose lease lapsed become unknown, then get looked up."""
     total = 0
-    while batch := expire_leases(batch_size=500):  # each batch enqueues its look-ups on commit
+    size = settings.RECONCILE_BATCH_SIZE
+    while batch := expire_leases(batch_size=size):  # each batch enqueues its look-ups on commit
         total += len(batch)
-        if len(batch) < 500:
+        if len(batch) < size:
             break
     return total
 

@@ -16,7 +16,8 @@ Every service honours an ``Idempotency-Key`` header: a repeated key returns the 
 key, and ``/{service}/stats`` counts side effects per key and per business reference, which is
 what the acceptance tests judge by.
 
-Run it with ``python -m sandbox --port 8025`` (``make run`` starts one).
+Run it with ``python -m sandbox --port 8025``; ``manage.py demo_agent`` and the tests start
+their own on a free port.
 """
 
 from __future__ import annotations

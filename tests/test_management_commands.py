@@ -118,3 +118,22 @@ def test_issue_token_for_an_unknown_tenant_is_a_clear_error() -> None:
 
     with pytest.raises(CommandError, match="no tenant 'nope'"):
         call_command("issue_token", "nope", "runtime-1")
+
+
+def test_env_example_is_a_valid_configuration() -> None:
+    values = {}
+    for line in (ROOT / ".env.example").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, value = line.partition("=")
+            values[name] = value
+    assert {
+        "DATABASE_URL",
+        "CELERY_BROKER_URL",
+        "SECRET_KEY",
+        "LEDGER_LEASE_SECONDS",
+        "RECONCILE_CLAIM_SECONDS",
+        "LEDGER_MAX_BODY_BYTES",
+    } <= set(values)
+    values["DATABASE_URL"] = os.environ["DATABASE_URL"]  # the example's host may not exist here
+    result = _manage("check", env=values)
+    assert result.returncode == 0, result.stderr

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
+from ledger.errors import InvalidInput
 from ledger.models import ApiToken
 from ledger.services.calls import Caller
 
 AGENT_HEADER = "HTTP_X_AGENT_ID"
+AGENT_ID = re.compile(r"^[A-Za-z0-9_.:@/+-]{1,100}$")
 
 
 class TokenAuth(HttpBearer):
@@ -22,7 +26,9 @@ class TokenAuth(HttpBearer):
         )
         if api_token is None:
             return None
-        agent_id = request.META.get(AGENT_HEADER, "")[:200]
+        agent_id = request.META.get(AGENT_HEADER, "")
+        if agent_id and not AGENT_ID.match(agent_id):
+            raise InvalidInput("X-Agent-Id must be 1-100 letters, digits or _ . : @ / + -")
         return Caller(tenant=api_token.tenant, token=api_token, agent_id=agent_id)
 
 

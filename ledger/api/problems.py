@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpResponse, JsonResponse
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 
@@ -36,8 +36,3 @@ def problem(
     if status == 401:
         response["WWW-Authenticate"] = 'Bearer realm="agent-ledger"'
     return response
-
-
-def problem_for(request: HttpRequest, status: int, code: str, detail: str) -> HttpResponse:
-    """Signature used by exception handlers that receive the request."""
-    return problem(status, code, detail)

@@ -186,6 +186,15 @@ class _Walker:
         for part in node.parts:
             if part.kind == "assignment":
                 self._word(part)
+                name = part.word.split("=", 1)[0]
+                if _dangerous_variable(name):
+                    self.parts.append(
+                        _unknown(
+                            self._text(part),
+                            f"setting {name} can make the command run other programs.",
+                            "env.dangerous_variable",
+                        )
+                    )
             elif part.kind == "word":
                 dynamic = self._word(part)
                 if not argv and dynamic:
@@ -254,6 +263,17 @@ def classify_argv(argv: Sequence[str], *, depth: int = 0, text: str = "") -> Cla
     if program in _WRITES:
         return _result(NON_IDEMPOTENT, text, _WRITES[program], f"writes.{program}")
     return _unknown(text, f"'{program}' is not a known command.", "unknown_program")
+
+
+_DANGEROUS_VARIABLE = re.compile(
+    r"^(LD_\w+|DYLD_\w+|\w*PAGER|\w*EDITOR|VISUAL|BASH_ENV|ENV|SHELLOPTS|PROMPT_COMMAND|IFS|"
+    r"PATH|GIT_\w+|LESSOPEN|LESSCLOSE|PYTHON\w*|NODE_OPTIONS|PERL5\w*|RUBYOPT|\w+_COMMAND)$"
+)
+
+
+def _dangerous_variable(name: str) -> bool:
+    """Variables through which a read-only program can be made to run another program."""
+    return bool(_DANGEROUS_VARIABLE.match(name))
 
 
 def _program_name(word: str) -> str | None:
@@ -501,8 +521,20 @@ def _wrapper(options_with_value: set[str], *, bare_is_read: bool = False) -> Arg
                 i += 1
                 break
             if program == "env" and "=" in arg and not arg.startswith("-"):
+                if _dangerous_variable(arg.split("=", 1)[0]):
+                    return _unknown(
+                        text,
+                        f"setting {arg.split('=', 1)[0]} can run code.",
+                        "env.dangerous_variable",
+                    )
                 i += 1
                 continue
+            if program == "env" and (arg.startswith("-S") or arg.startswith("--split-string")):
+                return _unknown(
+                    text,
+                    "`env -S` runs a command line the classifier does not parse.",
+                    "env.split_string",
+                )
             if not arg.startswith("-") or arg == "-":
                 break
             if arg in options_with_value:
@@ -697,6 +729,8 @@ def _awk(program: str, args: list[str], text: str, depth: int) -> Classification
 
 
 def _sort(program: str, args: list[str], text: str, depth: int) -> Classification:
+    if _has_long(args, "--compress-program"):
+        return _unknown(text, "`sort --compress-program` runs another program.", "sort.program")
     if "o" in _short_flags(args) or _has_long(args, "--output"):
         return _result(CONDITIONAL, text, "writes its output to a file.", "sort.output")
     return _result(IDEMPOTENT, text, "a read-only command.", "read_only.sort")
@@ -706,6 +740,23 @@ def _uniq(program: str, args: list[str], text: str, depth: int) -> Classificatio
     if len(_positionals(args)) >= 2:
         return _result(CONDITIONAL, text, "writes its output to a file.", "uniq.output")
     return _result(IDEMPOTENT, text, "a read-only command.", "read_only.uniq")
+
+
+def _rg(program: str, args: list[str], text: str, depth: int) -> Classification:
+    if _has_long(args, "--pre", "--pre-glob"):
+        return _unknown(text, "`rg --pre` runs a preprocessor program.", "rg.pre")
+    return _result(IDEMPOTENT, text, "a read-only command.", "read_only.rg")
+
+
+def _writes_with_flag(short: str, long_names: tuple[str, ...]) -> ArgvClassifier:
+    """A read-only program with an option that writes its output to a file."""
+
+    def classify(program: str, args: list[str], text: str, depth: int) -> Classification:
+        if set(short) & _short_flags(args) or _has_long(args, *long_names):
+            return _result(CONDITIONAL, text, "writes its output to a file.", f"{program}.output")
+        return _result(IDEMPOTENT, text, "a read-only command.", f"read_only.{program}")
+
+    return classify
 
 
 def _tee(program: str, args: list[str], text: str, depth: int) -> Classification:
@@ -892,14 +943,25 @@ def _git(program: str, args: list[str], text: str, depth: int) -> Classification
     while i < len(args) and args[i].startswith("-"):
         if args[i] in {"--version", "--help"}:
             return _result(IDEMPOTENT, text, "prints git's version or help.", "git.version")
+        if args[i] in {"-c", "--config-env"} or args[i].startswith(
+            ("--config-env=", "--exec-path")
+        ):
+            return _unknown(
+                text,
+                "git configuration on the command line can run any program "
+                "(core.fsmonitor, diff.external, ...).",
+                "git.config_override",
+            )
         i += 2 if args[i] in _GIT_GLOBAL_WITH_VALUE else 1
     if i >= len(args):
         return _result(IDEMPOTENT, text, "prints git's usage.", "git")
     sub, rest = args[i], args[i + 1 :]
     if sub in _GIT_READ:
-        if _has_long(rest, "--output", "--ext-diff") or (
-            sub == "grep" and "--open-files-in-pager" in rest
+        if _has_long(rest, "--ext-diff", "--open-files-in-pager") or (
+            sub == "grep" and any(a == "-O" or a.startswith("-O") for a in rest)
         ):
+            return _unknown(text, "runs an external diff or pager program.", "git.external")
+        if _has_long(rest, "--output"):
             return _result(CONDITIONAL, text, "writes its output to a file.", "git.output")
         return _result(IDEMPOTENT, text, f"`git {sub}` only reads the repository.", f"git.{sub}")
     if sub in _GIT_WRITE or sub in _GIT_DESTRUCTIVE:
@@ -1150,6 +1212,9 @@ _PROGRAMS: dict[str, ArgvClassifier] = {
     "gawk": _awk,
     "mawk": _awk,
     "sort": _sort,
+    "rg": _rg,
+    "tree": _writes_with_flag("o", ()),
+    "less": _writes_with_flag("oO", ("--log-file", "--LOG-FILE")),
     "uniq": _uniq,
     "tee": _tee,
     "date": _date,

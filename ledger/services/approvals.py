@@ -10,9 +10,16 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from ledger.domain import FINAL_ERROR_CODES, RecordState
 from ledger.errors import ApprovalError, InvalidInput
 from ledger.keys import fingerprint
-from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry
+from ledger.models import (
+    ApprovalRequest,
+    AuditEvent,
+    IdempotencyRecord,
+    LedgerEntry,
+    WritePlan,
+)
 from ledger.services.audit import audit
 
 Approval = ApprovalRequest.State
@@ -23,7 +30,13 @@ def action_hash(entry: LedgerEntry) -> str:
 
     If any of them changes, the hash changes and an approval given for the old one is void.
     """
-    plan = getattr(entry, "write_plan", None)
+    # The plan is the action's, wherever it was recorded: retries and duplicates are new
+    # entries of the same record without a plan of their own.
+    plan = (
+        WritePlan.objects.filter(entry__record_id=entry.record_id).order_by("pk").first()
+        if entry.record_id
+        else getattr(entry, "write_plan", None)
+    )
     return fingerprint(
         {
             "tool": entry.tool.name,
@@ -77,6 +90,14 @@ def request_approval(
     return approval
 
 
+def _still_needed(record: IdempotencyRecord) -> bool:
+    """Only an action that has not happened (or may not have) can be approved to start."""
+    if record.state in (RecordState.RESERVED, RecordState.UNKNOWN):
+        return True
+    final = (record.error or {}).get("code") in FINAL_ERROR_CODES
+    return record.state == RecordState.FAILED_FINAL and record.error_retryable and not final
+
+
 def decide(
     *,
     approval: ApprovalRequest,
@@ -94,7 +115,7 @@ def decide(
     with transaction.atomic():
         locked = (
             ApprovalRequest.objects.select_for_update(of=("self",))
-            .select_related("entry__tool", "entry__combination")
+            .select_related("entry__tool", "entry__combination", "record")
             .get(pk=approval.pk)
         )
         before: dict[str, Any] = {"state": locked.state}
@@ -104,6 +125,9 @@ def decide(
             denial = "the requester cannot approve their own request"
         elif not approve and not reason.strip():
             raise InvalidInput("a rejection needs a reason for the model")
+        elif not _still_needed(locked.record):
+            locked.state = Approval.INVALIDATED
+            denial = f"the action is already settled ({locked.record.state})"
         elif locked.expires_at <= now:
             locked.state = Approval.EXPIRED
             denial = "the request expired"
@@ -142,11 +166,11 @@ def decide(
     return locked
 
 
-class ApprovalMismatch(ApprovalError):
-    """The granted approval was for another action; nothing was written yet."""
+class ApprovalVoid(ApprovalError):
+    """The granted approval cannot be used (another action, or expired); nothing written yet."""
 
-    def __init__(self, approval: ApprovalRequest) -> None:
-        super().__init__("the approval was for a different action")
+    def __init__(self, approval: ApprovalRequest, reason: str) -> None:
+        super().__init__(reason)
         self.approval = approval
 
 
@@ -164,7 +188,9 @@ def consume(*, record: IdempotencyRecord, entry: LedgerEntry, actor: str) -> App
     if approval is None:
         raise ApprovalError("there is no granted approval for this action")
     if approval.action_hash != action_hash(entry):
-        raise ApprovalMismatch(approval)
+        raise ApprovalVoid(approval, "the approval was for a different action")
+    if approval.expires_at <= timezone.now():
+        raise ApprovalVoid(approval, "the approval expired before it was used")
     approval.state = Approval.CONSUMED
     approval.save(update_fields=["state"])
     audit(

@@ -53,7 +53,7 @@ from ledger.models import (
     WritePlan,
 )
 from ledger.observations import CallContext, refusal, success
-from ledger.redaction import redact_for_storage
+from ledger.redaction import is_altered, redact_for_storage
 from ledger.services import approvals, records
 from ledger.services.entries import transition_entry
 from ledger.services.records import Outcome
@@ -366,7 +366,8 @@ def _observation(
         return None
     if decision is Decision.RECORDED_RESULT and record is not None:
         if record.state == RecordState.SUCCEEDED:
-            return success(record.result, context, replayed=True)
+            altered = {"result_redacted": True} if is_altered(record.result) else None
+            return success(record.result, context, replayed=True, extra=altered)
         error = record.error or {}
         retryable = record.error_retryable and error.get("code") not in FINAL_ERROR_CODES
         return refusal(
@@ -433,13 +434,9 @@ def start_call(*, caller: Caller, call_id: str) -> CallResult:
                 started_at=timezone.now(),
                 fencing_token=started.fencing_token,
             )
-    except approvals.ApprovalMismatch as mismatch:
-        approvals.invalidate(
-            approval=mismatch.approval,
-            actor=caller.identity,
-            detail="the action changed after it was approved",
-        )
-        raise ApprovalError(str(mismatch)) from None
+    except approvals.ApprovalVoid as void:
+        approvals.invalidate(approval=void.approval, actor=caller.identity, detail=str(void))
+        raise ApprovalError(str(void)) from None
     result = CallResult(entry, Decision.EXECUTE, _entry_classification(entry))
     result.lease = Lease(started.fencing_token, started.lease_expires_at)  # type: ignore[arg-type]
     return result
@@ -505,23 +502,20 @@ def complete_call(
         raise InvalidInput("a failed call needs an error with a code")
     if error is not None and error.get("code") in FINAL_ERROR_CODES:
         retryable = False
-    classification = DataClassification(entry.data_classification)
-    with transaction.atomic():
-        updated = records.complete_execution(
-            record=record,
-            fencing_token=fencing_token,
-            outcome=outcome,
-            actor=caller.identity,
-            result=result,
-            error=error,
-            retryable=retryable,
-            data_classification=classification,
-            entry=entry,
-        )
-        if evidence is not None:
-            LedgerEntry.objects.filter(pk=entry.pk).update(
-                side_effects=[{"evidence": redact_for_storage(evidence, classification)}]
-            )
+    # No outer transaction: complete_execution is atomic itself, and a refusal's audit event
+    # must survive the error it raises.
+    updated = records.complete_execution(
+        record=record,
+        fencing_token=fencing_token,
+        outcome=outcome,
+        actor=caller.identity,
+        result=result,
+        error=error,
+        retryable=retryable,
+        data_classification=DataClassification(entry.data_classification),
+        entry=entry,
+        evidence=evidence,
+    )
     entry.refresh_from_db()
     entry.record = updated
     observation = current_observation(entry, None)

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from ledger.decisions import answer_existing_record
 from ledger.domain import (
+    FINAL_ERROR_CODES,
     POLICY_FOR,
     TERMINAL_RECORD_STATES,
     DataClassification,
@@ -32,6 +33,7 @@ from ledger.domain import (
 )
 from ledger.errors import InvalidTransition, LeaseExpired, StaleFencingToken
 from ledger.models import (
+    ApprovalRequest,
     AuditEvent,
     IdempotencyRecord,
     LedgerEntry,
@@ -40,7 +42,7 @@ from ledger.models import (
     Tool,
     VersionCombination,
 )
-from ledger.redaction import redact_for_storage
+from ledger.redaction import RESULT_MAX_TEXT, redact_for_storage
 from ledger.services.audit import audit
 from ledger.services.entries import transition_entry
 from ledger.signals import records_became_unknown
@@ -132,6 +134,13 @@ def _transition(
         raise InvalidTransition(f"record {record.pk} changed state concurrently")
     for field, value in changes.items():
         setattr(record, field, value)
+    if to in TERMINAL_RECORD_STATES:
+        # A settled action needs no approval any more: an open one must never start it again.
+        voided = ApprovalRequest.objects.filter(
+            record_id=record.pk, state__in=ApprovalRequest.OPEN_STATES
+        ).update(state=ApprovalRequest.State.INVALIDATED)
+        if voided:
+            detail = f"{detail} ({voided} open approval(s) invalidated)".strip()
     audit(
         tenant=record.tenant_id,
         actor=actor,
@@ -353,6 +362,9 @@ def start_execution(
         locked = IdempotencyRecord.objects.select_for_update().get(pk=record.pk)
         if not approved and (locked.requires_approval or locked.state != RecordState.RESERVED):
             raise InvalidTransition(f"the {locked.state} record needs an approval to start")
+        final_code = (locked.error or {}).get("code") in FINAL_ERROR_CODES
+        if locked.state == RecordState.FAILED_FINAL and (not locked.error_retryable or final_code):
+            raise InvalidTransition("the action failed for good; it is never started again")
         _begin_execution(
             locked,
             lease_owner=lease_owner,
@@ -399,6 +411,7 @@ def complete_execution(
     retryable: bool = False,
     data_classification: DataClassification = DataClassification.INTERNAL,
     entry: LedgerEntry | None = None,
+    evidence: Any = None,
 ) -> IdempotencyRecord:
     """Record the outcome reported by the holder of ``fencing_token``.
 
@@ -416,10 +429,11 @@ def complete_execution(
         locked = IdempotencyRecord.objects.select_for_update().get(pk=record.pk)
         if locked.fencing_token != fencing_token:
             denial = "stale"
-        elif locked.state == RecordState.UNKNOWN and target is RecordState.UNKNOWN:
-            if entry is not None and entry.status != EntryStatus.UNCERTAIN:
-                _finish_entry(entry, outcome, now)
-            return locked  # already uncertain: nothing new to record
+        elif locked.state == target.value:
+            # The same report again (a retry after a lost response): nothing new to record.
+            if entry is not None and entry.status != _ENTRY_STATUS[outcome]:
+                _finish_entry(entry, outcome, now, evidence, data_classification)
+            return locked
         elif locked.state not in (RecordState.EXECUTING, RecordState.UNKNOWN):
             denial = "state"
         else:
@@ -430,14 +444,14 @@ def complete_execution(
                 source=source,
                 action=f"record.{target.value}",
                 now=now,
-                result=redact_for_storage(result, data_classification)
+                result=redact_for_storage(result, data_classification, limit=RESULT_MAX_TEXT)
                 if target is RecordState.SUCCEEDED
                 else None,
                 error=redact_for_storage(error, data_classification) if error else None,
                 error_retryable=retryable and target is RecordState.FAILED_FINAL,
             )
             if entry is not None:
-                _finish_entry(entry, outcome, now)
+                _finish_entry(entry, outcome, now, evidence, data_classification)
             return locked
     # Audit the refusal in its own transaction: it must outlive the error raised below.
     audit(
@@ -505,11 +519,19 @@ _ENTRY_STATUS = {
 }
 
 
-def _finish_entry(entry: LedgerEntry, outcome: Outcome, now: datetime) -> None:
+def _finish_entry(
+    entry: LedgerEntry,
+    outcome: Outcome,
+    now: datetime,
+    evidence: Any,
+    data_classification: DataClassification,
+) -> None:
     target = _ENTRY_STATUS[outcome]
     changes: dict[str, Any] = {}
     if target is not EntryStatus.UNCERTAIN:
         changes["finished_at"] = now
+    if evidence is not None:
+        changes["side_effects"] = [{"evidence": redact_for_storage(evidence, data_classification)}]
     transition_entry(entry, target, **changes)
 
 

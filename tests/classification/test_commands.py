@@ -47,6 +47,10 @@ READ_ONLY = [
     "jq .name package.json",
     "awk '{print $1}' a.txt",
     "sha256sum a.txt",
+    "FOO=1 ls",
+    "tree src",
+    "less README.md",
+    "rg -n foo src",
 ]
 
 # (command, idempotency, destructive)
@@ -107,6 +111,23 @@ WRITES = [
     ("frobnicate --all", Idempotency.NON_IDEMPOTENT, False),
     ("kubectl delete pod x", Idempotency.NON_IDEMPOTENT, True),
     ("terraform apply", Idempotency.NON_IDEMPOTENT, True),
+    # Read-only programs made to run other programs or write files (found in review).
+    ("git -c core.fsmonitor='touch x' status", Idempotency.NON_IDEMPOTENT, False),
+    ("git --config-env=core.pager=X log", Idempotency.NON_IDEMPOTENT, False),
+    ("git -c diff.external=rm diff", Idempotency.NON_IDEMPOTENT, True),
+    ("git --exec-path=/tmp/evil status", Idempotency.NON_IDEMPOTENT, False),
+    ("git diff --ext-diff", Idempotency.NON_IDEMPOTENT, False),
+    ("git grep -O foo", Idempotency.NON_IDEMPOTENT, False),
+    ("env -S 'touch x' ls", Idempotency.NON_IDEMPOTENT, False),
+    ("env GIT_EXTERNAL_DIFF=./x git diff", Idempotency.NON_IDEMPOTENT, False),
+    ("GIT_PAGER='touch x' git log", Idempotency.NON_IDEMPOTENT, False),
+    ("LD_PRELOAD=/tmp/x.so ls", Idempotency.NON_IDEMPOTENT, False),
+    ("PAGER=./evil man ls", Idempotency.NON_IDEMPOTENT, False),
+    ("rg --pre ./decode foo", Idempotency.NON_IDEMPOTENT, False),
+    ("sort --compress-program=./x big.txt", Idempotency.NON_IDEMPOTENT, False),
+    ("tree -o out.txt", Idempotency.CONDITIONAL, False),
+    ("less -o log.txt file", Idempotency.CONDITIONAL, False),
+    ("less -O log.txt file", Idempotency.CONDITIONAL, False),
 ]
 
 

@@ -103,3 +103,22 @@ def test_async_client_runs_the_same_protocol(live_server, ledger_token: str) -> 
     first, again = asyncio.run(scenario())
     assert first["code"] == again["code"] == "SIDE_EFFECT_UNCERTAIN"
     assert calls == 1
+
+
+def test_reading_again_reads_again_but_a_retry_is_deduplicated(client: LedgerClient) -> None:
+    reads = iter(["old", "new", "newer"])
+    with client.run(user_id="u1") as run:
+        first = run.call("read_file", {"path": "a"}, execute=lambda ctx: next(reads))
+        second = run.call("read_file", {"path": "a"}, execute=lambda ctx: next(reads))
+        retry = run.call(
+            "read_file",
+            {"path": "a"},
+            execute=lambda ctx: next(reads),
+            step_id=second["metadata"]["call_id"] and "fixed",
+        )
+        retry_again = run.call(
+            "read_file", {"path": "a"}, execute=lambda ctx: next(reads), step_id="fixed"
+        )
+    assert (first["content"], second["content"]) == ("old", "new")
+    assert retry["content"] == "newer" and retry_again["content"] == "newer"
+    assert retry_again["metadata"]["replayed"] is True

@@ -180,8 +180,9 @@ def test_permission_denied_is_not_replayed(client: LedgerClient) -> None:
         raise ToolError("PERMISSION_DENIED", "no access to /secret", retryable=True)
 
     with client.run(user_id="u1") as run:
-        first = run.call("read_file", {"path": "/secret"}, execute=denied)
-        again = run.call("read_file", {"path": "/secret"}, execute=denied)
+        # A retry is the same step (the model's tool call id), so the same key.
+        first = run.call("read_file", {"path": "/secret"}, execute=denied, step_id="tc-7")
+        again = run.call("read_file", {"path": "/secret"}, execute=denied, step_id="tc-7")
     assert first["code"] == again["code"] == "PERMISSION_DENIED"
     assert first["metadata"]["retryable"] is False
     assert counter.calls == 1
