@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django_htmx",
+    "template_partials",
     "ninja",
     "ledger",
     "reconcile",
@@ -101,6 +102,10 @@ else:
     # SQLite serialises writers; waiting beats failing with "database is locked" under make run.
     DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    # The embedded SQLite default cannot enforce the metric buckets' NULLS NOT DISTINCT
+    # constraint; PostgreSQL, the production database, does.
+    SILENCED_SYSTEM_CHECKS = ["models.W047"]
 IS_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 
 # --- Celery -------------------------------------------------------------------------------
@@ -213,7 +218,9 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
 
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]

@@ -1,8 +1,9 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, JsonResponse
-from django.urls import path
-from django.views.generic import RedirectView
+from django.urls import include, path
 
+from console import views
 from ledger.api import api
 from ledger.prometheus import metrics_view
 
@@ -12,12 +13,23 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+console_patterns = [
+    path("", views.home, name="home"),
+    path("tenant", views.switch_tenant, name="switch_tenant"),
+    path("approvals/", views.approvals, name="approvals"),
+    path("approvals/<int:pk>/", views.approval_detail, name="approval"),
+    path("approvals/<int:pk>/decide", views.approval_decide, name="approval_decide"),
+]
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
-    path("", RedirectView.as_view(url="/admin/", permanent=False)),
+    path("login/", auth_views.LoginView.as_view(template_name="console/login.html"), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("", include((console_patterns, "console"))),
 ]
 
 handler404 = "console.errors.not_found"

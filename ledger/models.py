@@ -527,6 +527,12 @@ class ApprovalRequest(models.Model):
     def __str__(self) -> str:
         return f"approval {self.pk} ({self.state})"
 
+    @property
+    def age_seconds(self) -> int:
+        from django.utils import timezone
+
+        return int((timezone.now() - self.created_at).total_seconds())
+
 
 class AuditEvent(models.Model):
     """Append-only: a database trigger rejects UPDATE and DELETE (see migration 0002)."""

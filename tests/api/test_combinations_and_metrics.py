@@ -324,3 +324,22 @@ def test_prometheus_endpoint_refuses_anonymous_and_parses(
     ]
     assert keyed[0].labels == {"tenant": "acme", "combination": "", "tool": "read_file"}
     assert keyed[0].value == 1
+
+
+@pytest.mark.django_db
+def test_rolling_back_a_canary_keeps_the_active_combination(tenant, api: ApiClient) -> None:
+    stable = api.post("/combinations", {"label": "stable", **VERSIONS}).json()
+    canary = api.post("/combinations", {"label": "canary", **{**VERSIONS, "model": "m2"}}).json()
+    api.post(f"/combinations/{stable['id']}/activate")
+    api.post(f"/combinations/{canary['id']}/canary", {"share_bp": 10_000 - 1})
+    api.start_run("run-canary")
+    assert Run.objects.get(run_id="run-canary").combination_id in (stable["id"], canary["id"])
+    report = api.post(f"/combinations/{canary['id']}/rollback", {"reason": "worse"}).json()
+    assert report["restored"] is None
+    states = dict(VersionCombination.objects.values_list("label", "state"))
+    assert states == {"stable": "active", "canary": "halted"}
+    for i in range(50):  # every new run now lands on the stable combination
+        api.start_run(f"after-{i}")
+    assert set(
+        Run.objects.filter(run_id__startswith="after-").values_list("combination_id", flat=True)
+    ) == {stable["id"]}

@@ -10,9 +10,11 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from console.models import Membership
 from ledger.classification.catalogue import CATALOGUE
 from ledger.models import Tenant
 from ledger.services.registry import ensure_catalogue_tool
@@ -33,11 +35,14 @@ class Command(BaseCommand):
                 ensure_catalogue_tool(tenant=tenant, name=name, actor="seed_demo", source="cli")
             user_model = get_user_model()
             for username in DEMO_USERS:
-                if not user_model.objects.filter(username=username).exists():
-                    user_model.objects.create_user(
+                user = user_model.objects.filter(username=username).first()
+                if user is None:
+                    user = user_model.objects.create_user(
                         username=username,
                         password=DEMO_PASSWORD,
-                        is_staff=True,
+                        is_staff=username == "admin",
                         is_superuser=username == "admin",
                     )
+                user.groups.add(Group.objects.get(name=username))  # the role of the same name
+                Membership.objects.get_or_create(user=user, tenant=tenant)
         self.stdout.write(f"Demo ready: users {', '.join(DEMO_USERS)} / {DEMO_PASSWORD}")

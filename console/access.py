@@ -1,0 +1,59 @@
+"""Access rules for every console view: signed in, right role, own tenant, right method."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+
+from console.models import Membership
+from console.roles import Role, has_role
+from ledger.models import Tenant
+
+TENANT_SESSION_KEY = "console_tenant_id"
+View = Callable[..., HttpResponse]
+
+
+def _user_id(request: HttpRequest) -> int:
+    user_id = request.user.pk
+    if not isinstance(user_id, int):
+        raise PermissionDenied("Sign in first.")
+    return user_id
+
+
+def tenants_of(request: HttpRequest) -> list[Tenant]:
+    return list(Tenant.objects.filter(members__user_id=_user_id(request)).order_by("slug"))
+
+
+def current_tenant(request: HttpRequest) -> Tenant:
+    """The tenant the user chose (kept in the session), or their first one."""
+    memberships = Membership.objects.filter(user_id=_user_id(request)).select_related("tenant")
+    chosen = request.session.get(TENANT_SESSION_KEY)
+    membership = memberships.filter(tenant_id=chosen).first() if chosen else None
+    membership = membership or memberships.order_by("tenant__slug").first()
+    if membership is None:
+        raise PermissionDenied("You are not a member of any tenant.")
+    return membership.tenant
+
+
+def console_view(*roles: Role, methods: tuple[str, ...] = ("GET",)) -> Callable[[View], View]:
+    """Sign-in, method, role and tenant checks, in that order; the view gets ``tenant``."""
+
+    def decorate(view: View) -> View:
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                return redirect_to_login(request.get_full_path())
+            if request.method not in methods:
+                return HttpResponseNotAllowed(methods)
+            if roles and not has_role(request.user, *roles):
+                raise PermissionDenied("Your role does not allow this page.")
+            return view(request, *args, tenant=current_tenant(request), **kwargs)
+
+        return wrapped
+
+    return decorate

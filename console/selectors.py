@@ -1,0 +1,68 @@
+"""Reads for the console pages (no writes here; writes go through ledger services)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Count, Min, Q
+from django.utils import timezone
+
+from ledger.domain import RecordState
+from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, Tenant, VersionCombination
+
+
+@dataclass(frozen=True)
+class Queue:
+    key: str
+    count: int
+    oldest: datetime | None
+
+    @property
+    def age_seconds(self) -> int | None:
+        return int((timezone.now() - self.oldest).total_seconds()) if self.oldest else None
+
+
+def inbox(tenant: Tenant) -> dict[str, object]:
+    """What needs a human now, with counts and ages (four indexed queries)."""
+    approvals = ApprovalRequest.objects.filter(
+        tenant=tenant, state=ApprovalRequest.State.PENDING
+    ).aggregate(n=Count("pk"), oldest=Min("created_at"))
+    unknown = IdempotencyRecord.objects.filter(tenant=tenant, state=RecordState.UNKNOWN)
+    unknown_counts = unknown.aggregate(
+        n=Count("pk"),
+        oldest=Min("uncertain_since"),
+        conflicts=Count("pk", filter=Q(escalation_reason__startswith="Write conflict")),
+        conflicts_oldest=Min(
+            "uncertain_since", filter=Q(escalation_reason__startswith="Write conflict")
+        ),
+    )
+    halted = list(
+        VersionCombination.objects.filter(tenant=tenant, state="halted").order_by("-halted_at")
+    )
+    return {
+        "approvals": Queue("approvals", approvals["n"], approvals["oldest"]),
+        "unknown": Queue("unknown", unknown_counts["n"], unknown_counts["oldest"]),
+        "conflicts": Queue(
+            "conflicts", unknown_counts["conflicts"], unknown_counts["conflicts_oldest"]
+        ),
+        "halted": halted,
+    }
+
+
+def pending_approvals(tenant: Tenant, *, order: str = "oldest") -> list[ApprovalRequest]:
+    ordering = "created_at" if order == "oldest" else "-created_at"
+    return list(
+        ApprovalRequest.objects.filter(tenant=tenant, state=ApprovalRequest.State.PENDING)
+        .select_related("record__tool", "entry__run", "entry__tool")
+        .order_by(ordering)[:200]
+    )
+
+
+def approval_timeline(approval: ApprovalRequest) -> list[AuditEvent]:
+    return list(
+        AuditEvent.objects.filter(
+            Q(target_type="approvalrequest", target_id=str(approval.pk))
+            | Q(target_type="idempotencyrecord", target_id=str(approval.record_id))
+        ).order_by("created_at")[:100]
+    )

@@ -1,0 +1,117 @@
+"""The operator console: function views, one template each, fragments from the same template.
+
+Every page works without JavaScript (links and POST forms with redirect-after-POST); HTMX only
+makes it quicker (polling the inbox, swapping fragments).
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.models import AbstractBaseUser
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+
+from console import diffs, selectors
+from console.access import TENANT_SESSION_KEY, console_view, tenants_of
+from console.roles import Role, roles_of
+from ledger.errors import LedgerError
+from ledger.models import ApprovalRequest, Tenant, WritePlan
+from ledger.services.approvals import action_hash, decide
+
+
+def _context(request: HttpRequest, tenant: Tenant, **extra: object) -> dict[str, object]:
+    return {
+        "tenant": tenant,
+        "tenants": tenants_of(request),
+        "roles": {r.value for r in roles_of(request.user)},
+        **extra,
+    }
+
+
+@console_view()
+def home(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    """What needs a human now; the inbox fragment refreshes itself by polling."""
+    context = _context(request, tenant, inbox=selectors.inbox(tenant))
+    template = "console/home.html#inbox" if getattr(request, "htmx", False) else "console/home.html"
+    return render(request, template, context)
+
+
+@console_view(methods=("POST",))
+def switch_tenant(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    wanted = request.POST.get("tenant", "")
+    if not any(str(t.pk) == wanted for t in tenants_of(request)):
+        raise Http404("No such tenant.")
+    request.session[TENANT_SESSION_KEY] = int(wanted)
+    return redirect("console:home")
+
+
+@console_view(Role.APPROVER)
+def approvals(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    order = "newest" if request.GET.get("order") == "newest" else "oldest"
+    tool = request.GET.get("tool", "")
+    rows = selectors.pending_approvals(tenant, order=order)
+    if tool:
+        rows = [a for a in rows if a.record.tool.name == tool]
+    return render(
+        request,
+        "console/approvals.html",
+        _context(request, tenant, approvals=rows, order=order, tool=tool),
+    )
+
+
+def _get_approval_for_user(tenant: Tenant, pk: int) -> ApprovalRequest:
+    approval = (
+        ApprovalRequest.objects.select_related(
+            "record__tool", "entry__run", "entry__tool", "entry__combination"
+        )
+        .filter(tenant=tenant, pk=pk)
+        .first()
+    )
+    if approval is None:
+        raise Http404("No such approval.")  # another tenant's approval is not found either
+    return approval
+
+
+@console_view(Role.APPROVER)
+def approval_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
+    approval = _get_approval_for_user(tenant, pk)
+    plan = WritePlan.objects.filter(entry__record=approval.record).order_by("pk").first()
+    lines = diffs.parse(plan.diff) if plan else []
+    stale = approval.state == ApprovalRequest.State.PENDING and (
+        action_hash(approval.entry) != approval.action_hash
+    )
+    own = approval.requested_by == request.user.get_username()
+    check = approval.record.reconcile_attempts_log.order_by("-created_at").first()
+    return render(
+        request,
+        "console/approval_detail.html",
+        _context(
+            request,
+            tenant,
+            approval=approval,
+            plan=plan,
+            lines=lines,
+            pairs=diffs.side_by_side(lines),
+            stale=stale,
+            own=own,
+            check=check,
+            timeline=selectors.approval_timeline(approval),
+            can_decide=approval.state == ApprovalRequest.State.PENDING and not stale and not own,
+        ),
+    )
+
+
+@console_view(Role.APPROVER, methods=("POST",))
+def approval_decide(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
+    approval = _get_approval_for_user(tenant, pk)
+    approve = request.POST.get("decision") == "approve"
+    reason = request.POST.get("reason", "").strip()
+    assert isinstance(request.user, AbstractBaseUser)  # console_view signed them in
+    try:
+        decide(approval=approval, user=request.user, approve=approve, reason=reason)
+    except LedgerError as exc:
+        messages.error(request, exc.message)
+        return redirect("console:approval", pk=approval.pk)
+    messages.success(request, _("Approved.") if approve else _("Rejected; the model is told why."))
+    return redirect("console:approvals")

@@ -1,0 +1,162 @@
+"""Console views: roles, tenants, methods, CSRF, escaping, query counts."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from django.contrib.auth.models import Group
+from django.test import Client
+from django.urls import reverse
+
+from console.models import Membership
+from ledger.models import ApprovalRequest, AuditEvent, Tenant
+from tests.api.conftest import client_for
+
+pytestmark = pytest.mark.django_db
+
+
+def _user(django_user_model, name: str, tenant: Tenant, *roles: str):
+    user = django_user_model.objects.create_user(name, password="pw-123456789")
+    for role in roles:
+        user.groups.add(Group.objects.get(name=role))
+    Membership.objects.create(user=user, tenant=tenant)
+    return user
+
+
+def _signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture
+def pending(tenant) -> ApprovalRequest:
+    """A conditional write whose replay waits for an approval, with an HTML-laden diff."""
+    api = client_for(tenant)
+    api.start_run()
+    plan = {
+        "workspace": "repo",
+        "path": "app.py",
+        "before_hash": _sha("a"),
+        "after_hash": _sha("b"),
+        "diff": "--- a/app.py\n+++ b/app.py\n@@ -1 +1 @@\n-<b>old</b>\n"
+        "+<script>alert(1)</script>\n",
+    }
+    first = api.call("write_file", {"path": "app.py"}, write_plan=plan).json()
+    api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+    api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("a")})
+    return ApprovalRequest.objects.get()
+
+
+def test_anonymous_users_are_sent_to_sign_in() -> None:
+    response = Client().get("/", secure=True)
+    assert response.status_code == 302 and response["Location"].startswith("/login/")
+
+
+def test_sign_in_page_renders() -> None:
+    response = Client().get("/login/", secure=True)
+    assert response.status_code == 200 and b'name="password"' in response.content
+
+
+def test_inbox_shows_counts(django_user_model, tenant, pending) -> None:
+    client = _signed_in(_user(django_user_model, "op", tenant, "operator"))
+    response = client.get("/", secure=True)
+    assert response.status_code == 200
+    assert response.context["inbox"]["approvals"].count == 1
+    fragment = client.get("/", secure=True, headers={"HX-Request": "true"})
+    assert b"<html" not in fragment.content and b'id="inbox"' in fragment.content
+
+
+def test_a_user_without_a_tenant_is_refused(django_user_model) -> None:
+    user = django_user_model.objects.create_user("lonely", password="pw-123456789")
+    assert _signed_in(user).get("/", secure=True).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("roles", "status"),
+    [(("approver",), 200), (("admin",), 200), (("operator",), 403), (("manager",), 403)],
+)
+def test_approvals_need_the_approver_role(
+    django_user_model, tenant, pending, roles, status
+) -> None:
+    client = _signed_in(_user(django_user_model, "u", tenant, *roles))
+    assert client.get("/approvals/", secure=True).status_code == status
+    assert client.get(f"/approvals/{pending.pk}/", secure=True).status_code == status
+
+
+def test_another_tenants_approval_is_a_404(django_user_model, other_tenant, pending) -> None:
+    client = _signed_in(_user(django_user_model, "them", other_tenant, "approver"))
+    assert client.get(f"/approvals/{pending.pk}/", secure=True).status_code == 404
+    response = client.post(f"/approvals/{pending.pk}/decide", {"decision": "approve"}, secure=True)
+    assert response.status_code == 404
+    assert ApprovalRequest.objects.get().state == "pending"
+
+
+def test_decide_is_post_only(django_user_model, tenant, pending) -> None:
+    client = _signed_in(_user(django_user_model, "ap", tenant, "approver"))
+    assert client.get(f"/approvals/{pending.pk}/decide", secure=True).status_code == 405
+
+
+def test_csrf_is_enforced(django_user_model, tenant, pending) -> None:
+    user = _user(django_user_model, "ap", tenant, "approver")
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    response = client.post(f"/approvals/{pending.pk}/decide", {"decision": "approve"}, secure=True)
+    assert response.status_code == 403
+    assert ApprovalRequest.objects.get().state == "pending"
+
+
+def test_the_diff_and_names_are_escaped(django_user_model, tenant, pending) -> None:
+    client = _signed_in(_user(django_user_model, "ap", tenant, "approver"))
+    html = client.get(f"/approvals/{pending.pk}/", secure=True).content.decode()
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "&lt;b&gt;old&lt;/b&gt;" in html
+
+
+def test_approve_then_the_runtime_may_start(django_user_model, tenant, pending) -> None:
+    client = _signed_in(_user(django_user_model, "ap", tenant, "approver"))
+    response = client.post(f"/approvals/{pending.pk}/decide", {"decision": "approve"}, secure=True)
+    assert response.status_code == 302 and response["Location"] == reverse("console:approvals")
+    assert ApprovalRequest.objects.get().state == "approved"
+    assert AuditEvent.objects.filter(action="approval.approved", actor="ap").exists()
+
+
+def test_reject_needs_a_reason(django_user_model, tenant, pending) -> None:
+    client = _signed_in(_user(django_user_model, "ap", tenant, "approver"))
+    response = client.post(
+        f"/approvals/{pending.pk}/decide", {"decision": "reject"}, secure=True, follow=True
+    )
+    assert "needs a reason" in response.content.decode()
+    assert ApprovalRequest.objects.get().state == "pending"
+    client.post(
+        f"/approvals/{pending.pk}/decide",
+        {"decision": "reject", "reason": "wrong file"},
+        secure=True,
+    )
+    approval = ApprovalRequest.objects.get()
+    assert approval.state == "rejected" and approval.decision_reason == "wrong file"
+
+
+def test_switching_to_a_tenant_you_are_not_in_is_refused(
+    django_user_model, tenant, other_tenant
+) -> None:
+    user = _user(django_user_model, "multi", tenant, "operator")
+    client = _signed_in(user)
+    assert client.post("/tenant", {"tenant": other_tenant.pk}, secure=True).status_code == 404
+    Membership.objects.create(user=user, tenant=other_tenant)
+    assert client.post("/tenant", {"tenant": other_tenant.pk}, secure=True).status_code == 302
+    assert client.get("/", secure=True).context["tenant"] == other_tenant
+
+
+def test_inbox_query_count_is_bounded(
+    django_user_model, tenant, pending, django_assert_max_num_queries
+) -> None:
+    client = _signed_in(_user(django_user_model, "op", tenant, "operator"))
+    with django_assert_max_num_queries(12):
+        client.get("/", secure=True)
