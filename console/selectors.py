@@ -66,3 +66,26 @@ def approval_timeline(approval: ApprovalRequest) -> list[AuditEvent]:
             | Q(target_type="idempotencyrecord", target_id=str(approval.record_id))
         ).order_by("created_at")[:100]
     )
+
+
+def unknown_calls(tenant: Tenant) -> list[IdempotencyRecord]:
+    return list(
+        IdempotencyRecord.objects.filter(tenant=tenant, state=RecordState.UNKNOWN)
+        .select_related("tool", "combination", "run")
+        .order_by("uncertain_since", "pk")[:200]
+    )
+
+
+def record_timeline(record: IdempotencyRecord) -> dict[str, object]:
+    """Everything that happened to one action: entries, decisions, look-ups, audit events."""
+    from reconcile.models import ReconcileAttempt
+
+    return {
+        "entries": list(record.entries.select_related("run").order_by("created_at")[:100]),
+        "attempts": list(ReconcileAttempt.objects.filter(record=record).order_by("created_at")),
+        "events": list(
+            AuditEvent.objects.filter(
+                target_type="idempotencyrecord", target_id=str(record.pk)
+            ).order_by("created_at")
+        ),
+    }

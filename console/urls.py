@@ -19,6 +19,9 @@ console_patterns = [
     path("approvals/", views.approvals, name="approvals"),
     path("approvals/<int:pk>/", views.approval_detail, name="approval"),
     path("approvals/<int:pk>/decide", views.approval_decide, name="approval_decide"),
+    path("unknown/", views.unknown_calls, name="unknown_calls"),
+    path("unknown/<int:pk>/", views.unknown_detail, name="unknown_call"),
+    path("unknown/<int:pk>/action", views.unknown_action, name="unknown_action"),
 ]
 
 urlpatterns = [

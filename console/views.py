@@ -15,9 +15,11 @@ from django.utils.translation import gettext as _
 from console import diffs, selectors
 from console.access import TENANT_SESSION_KEY, console_view, tenants_of
 from console.roles import Role, roles_of
-from ledger.errors import LedgerError
-from ledger.models import ApprovalRequest, Tenant, WritePlan
+from ledger.errors import InvalidInput, LedgerError
+from ledger.models import ApprovalRequest, IdempotencyRecord, Tenant, WritePlan
 from ledger.services.approvals import action_hash, decide
+from ledger.services.records import Outcome, resolve_unknown
+from reconcile import services as reconcile_services
 
 
 def _context(request: HttpRequest, tenant: Tenant, **extra: object) -> dict[str, object]:
@@ -115,3 +117,81 @@ def approval_decide(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
         return redirect("console:approval", pk=approval.pk)
     messages.success(request, _("Approved.") if approve else _("Rejected; the model is told why."))
     return redirect("console:approvals")
+
+
+def _get_unknown_for_user(tenant: Tenant, pk: int) -> IdempotencyRecord:
+    record = (
+        IdempotencyRecord.objects.select_related("tool", "combination", "run")
+        .filter(tenant=tenant, pk=pk)
+        .first()
+    )
+    if record is None:
+        raise Http404("No such call.")
+    return record
+
+
+@console_view(Role.OPERATOR)
+def unknown_calls(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    return render(
+        request,
+        "console/unknown.html",
+        _context(request, tenant, records=selectors.unknown_calls(tenant)),
+    )
+
+
+@console_view(Role.OPERATOR)
+def unknown_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
+    record = _get_unknown_for_user(tenant, pk)
+    return render(
+        request,
+        "console/unknown_detail.html",
+        _context(request, tenant, record=record, **selectors.record_timeline(record)),
+    )
+
+
+@console_view(Role.OPERATOR, methods=("POST",))
+def unknown_action(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
+    """Look up now, mark succeeded (evidence required), mark did-not-happen, or escalate."""
+    record = _get_unknown_for_user(tenant, pk)
+    action = request.POST.get("action", "")
+    note = request.POST.get("note", "").strip()
+    actor = request.user.get_username()
+    try:
+        if action == "lookup":
+            reconcile_services.request_lookup(record=record, actor=actor)
+            messages.success(request, _("A look-up was queued."))
+        elif action == "succeeded":
+            if not note:
+                raise InvalidInput(_("Marking a call succeeded needs evidence."))
+            resolve_unknown(
+                record=record,
+                outcome=Outcome.SUCCEEDED,
+                actor=actor,
+                source="console",
+                detail=note,
+                result={"evidence": note, "resolved_by": actor},
+            )
+            messages.success(request, _("Marked succeeded; duplicates now get this result."))
+        elif action == "failed":
+            if not note:
+                raise InvalidInput(_("Say how you know it did not happen."))
+            resolve_unknown(
+                record=record,
+                outcome=Outcome.FAILED,
+                actor=actor,
+                source="console",
+                detail=note,
+                error={"code": "NOT_EXECUTED", "message": note},
+            )
+            messages.success(
+                request, _("Marked as not happened; a retry with the same key may run it.")
+            )
+        elif action == "escalate":
+            reconcile_services.escalate(record=record, actor=actor, reason=note)
+            messages.success(request, _("Escalated."))
+        else:
+            raise InvalidInput(_("Unknown action."))
+    except LedgerError as exc:
+        messages.error(request, exc.message)
+        return redirect("console:unknown_call", pk=record.pk)
+    return redirect("console:unknown_calls")

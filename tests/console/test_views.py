@@ -160,3 +160,76 @@ def test_inbox_query_count_is_bounded(
     client = _signed_in(_user(django_user_model, "op", tenant, "operator"))
     with django_assert_max_num_queries(12):
         client.get("/", secure=True)
+
+
+@pytest.fixture
+def unknown(tenant):
+    api = client_for(tenant)
+    api.start_run()
+    first = api.call("create_order", {"cart": 1}, business_object_id="c1").json()
+    api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+    from ledger.models import IdempotencyRecord
+
+    return IdempotencyRecord.objects.get()
+
+
+@pytest.mark.parametrize(("roles", "status"), [(("operator",), 200), (("approver",), 403)])
+def test_unknown_calls_need_the_operator_role(
+    django_user_model, tenant, unknown, roles, status
+) -> None:
+    client = _signed_in(_user(django_user_model, "u", tenant, *roles))
+    assert client.get("/unknown/", secure=True).status_code == status
+    assert client.get(f"/unknown/{unknown.pk}/", secure=True).status_code == status
+
+
+def test_marking_succeeded_needs_evidence_and_duplicates_then_get_it(
+    django_user_model, tenant, unknown
+):
+    client = _signed_in(_user(django_user_model, "op", tenant, "operator"))
+    client.post(f"/unknown/{unknown.pk}/action", {"action": "succeeded"}, secure=True)
+    unknown.refresh_from_db()
+    assert unknown.state == "unknown"
+    client.post(
+        f"/unknown/{unknown.pk}/action",
+        {"action": "succeeded", "note": "order 991 exists in the shop admin"},
+        secure=True,
+    )
+    unknown.refresh_from_db()
+    assert unknown.state == "succeeded"
+    assert AuditEvent.objects.filter(action="record.resolved_succeeded", actor="op").exists()
+    api = client_for(tenant)
+    again = api.call("create_order", {"cart": 1}, business_object_id="c1").json()
+    assert again["observation"]["ok"] is True
+    assert "order 991" in str(again["observation"]["content"])
+
+
+def test_marking_not_happened_and_escalating(django_user_model, tenant, unknown) -> None:
+    client = _signed_in(_user(django_user_model, "op", tenant, "operator"))
+    client.post(
+        f"/unknown/{unknown.pk}/action", {"action": "escalate", "note": "vendor down"}, secure=True
+    )
+    unknown.refresh_from_db()
+    assert unknown.escalated_at is not None and unknown.escalation_reason == "vendor down"
+    client.post(f"/unknown/{unknown.pk}/action", {"action": "lookup"}, secure=True)
+    unknown.refresh_from_db()
+    assert unknown.escalated_at is None
+    client.post(
+        f"/unknown/{unknown.pk}/action",
+        {"action": "failed", "note": "no order in the shop"},
+        secure=True,
+    )
+    unknown.refresh_from_db()
+    assert unknown.state == "failed_final" and unknown.error_retryable
+
+
+def test_another_tenants_unknown_call_is_a_404(django_user_model, other_tenant, unknown) -> None:
+    client = _signed_in(_user(django_user_model, "them", other_tenant, "operator"))
+    assert client.get(f"/unknown/{unknown.pk}/", secure=True).status_code == 404
+    assert (
+        client.post(
+            f"/unknown/{unknown.pk}/action", {"action": "failed", "note": "x"}, secure=True
+        ).status_code
+        == 404
+    )
+    unknown.refresh_from_db()
+    assert unknown.state == "unknown"
