@@ -14,7 +14,7 @@ TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 TEST_ENV := DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) \
 	SECRET_KEY=test-only-secret-key-not-for-production-use-0123456789abcdef \
 	DEBUG=false SECURE_SSL_REDIRECT=false ALLOWED_HOSTS=testserver,localhost,127.0.0.1 \
-	DJANGO_ALLOW_ASYNC_UNSAFE=true
+	DJANGO_ALLOW_ASYNC_UNSAFE=true STATIC_MANIFEST=false
 
 .PHONY: install run worker test lint format services clean
 

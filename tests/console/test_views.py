@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 def _user(django_user_model, name: str, tenant: Tenant, *roles: str):
     user = django_user_model.objects.create_user(name, password="pw-123456789")
     for role in roles:
-        user.groups.add(Group.objects.get(name=role))
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
     Membership.objects.create(user=user, tenant=tenant)
     return user
 

@@ -43,6 +43,7 @@ class Command(BaseCommand):
                         is_staff=username == "admin",
                         is_superuser=username == "admin",
                     )
-                user.groups.add(Group.objects.get(name=username))  # the role of the same name
+                role, _ = Group.objects.get_or_create(name=username)  # the role of that name
+                user.groups.add(role)
                 Membership.objects.get_or_create(user=user, tenant=tenant)
         self.stdout.write(f"Demo ready: users {', '.join(DEMO_USERS)} / {DEMO_PASSWORD}")

@@ -1,0 +1,86 @@
+"""Real Chromium through Playwright against Django's live server; screenshots are kept in
+test-artifacts/screenshots/ for every page a test visits."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Group
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from console.models import Membership
+from ledger.models import Tenant
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+PASSWORD = "pw-browser-123456"
+
+
+# Module scope: Playwright's sync API keeps an event loop running while it is open, which
+# would break the asyncio tests that run after the browser tests.
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(
+            f"Chromium is needed for the browser tests: apt-get install chromium "
+            f"(looked for {CHROMIUM})"
+        )
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+def _page(browser: Browser, *, javascript: bool) -> Iterator[Page]:
+    context = browser.new_context(
+        viewport={"width": 1280, "height": 860}, java_script_enabled=javascript
+    )
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    yield from _page(browser, javascript=True)
+
+
+@pytest.fixture
+def page_without_js(browser: Browser) -> Iterator[Page]:
+    yield from _page(browser, javascript=False)
+
+
+def shot(page: Page, name: str) -> None:
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def console_user(django_user_model, tenant: Tenant, name: str, *roles: str):
+    user = django_user_model.objects.create_user(name, password=PASSWORD)
+    for role in roles:
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+    Membership.objects.create(user=user, tenant=tenant)
+    return user
+
+
+def sign_in(page: Page, base_url: str, name: str) -> None:
+    page.goto(f"{base_url}/login/")
+    page.fill("#id_username", name)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base_url}/")
