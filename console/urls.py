@@ -22,6 +22,10 @@ console_patterns = [
     path("unknown/", views.unknown_calls, name="unknown_calls"),
     path("unknown/<int:pk>/", views.unknown_detail, name="unknown_call"),
     path("unknown/<int:pk>/action", views.unknown_action, name="unknown_action"),
+    path("combinations/", views.combinations_page, name="combinations"),
+    path("combinations/<int:pk>/rollback", views.rollback_page, name="rollback"),
+    path("combinations/<int:pk>/action", views.combination_action, name="combination_action"),
+    path("audit/", views.audit_log, name="audit"),
 ]
 
 urlpatterns = [

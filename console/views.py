@@ -16,10 +16,20 @@ from console import diffs, selectors
 from console.access import TENANT_SESSION_KEY, console_view, tenants_of
 from console.roles import Role, roles_of
 from ledger.errors import InvalidInput, LedgerError
-from ledger.models import ApprovalRequest, IdempotencyRecord, Tenant, WritePlan
+from ledger.models import (
+    ApprovalRequest,
+    AuditEvent,
+    IdempotencyRecord,
+    Tenant,
+    VersionCombination,
+    WritePlan,
+)
+from ledger.services import combinations, metrics
 from ledger.services.approvals import action_hash, decide
 from ledger.services.records import Outcome, resolve_unknown
 from reconcile import services as reconcile_services
+
+PAGE_SIZE = 50
 
 
 def _context(request: HttpRequest, tenant: Tenant, **extra: object) -> dict[str, object]:
@@ -195,3 +205,131 @@ def unknown_action(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespons
         messages.error(request, exc.message)
         return redirect("console:unknown_call", pk=record.pk)
     return redirect("console:unknown_calls")
+
+
+@console_view(Role.MANAGER)
+def combinations_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    """Active, canary and previous combinations side by side, with their metrics."""
+    window = 60 * 24
+    summaries = metrics.by_combination(tenant, since=metrics.window_start(window))
+    rows = [
+        (combination, summaries.get(combination.pk, metrics.Summary()))
+        for combination in VersionCombination.objects.filter(tenant=tenant).order_by(
+            "state", "-activated_at", "pk"
+        )
+    ]
+    return render(
+        request,
+        "console/combinations.html",
+        _context(request, tenant, rows=rows, window_hours=window // 60),
+    )
+
+
+def _get_combination_for_user(tenant: Tenant, pk: int) -> VersionCombination:
+    combination = VersionCombination.objects.filter(tenant=tenant, pk=pk).first()
+    if combination is None:
+        raise Http404("No such combination.")
+    return combination
+
+
+@console_view(Role.MANAGER, methods=("GET", "POST"))
+def rollback_page(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
+    """GET: what a rollback would do (a dry run). POST: do it, then show the report."""
+    combination = _get_combination_for_user(tenant, pk)
+    actor = request.user.get_username()
+    reason = request.POST.get("reason", "").strip()
+    try:
+        if request.method == "POST":
+            if not reason:
+                raise InvalidInput(_("A rollback needs a reason."))
+            report = combinations.rollback(
+                tenant=tenant,
+                combination_id=combination.pk,
+                actor=actor,
+                source="console",
+                reason=reason,
+            )
+        else:
+            report = combinations.rollback(
+                tenant=tenant,
+                combination_id=combination.pk,
+                actor=actor,
+                source="console",
+                reason="preview",
+                dry_run=True,
+            )
+    except LedgerError as exc:
+        messages.error(request, exc.message)
+        return redirect("console:combinations")
+    return render(
+        request,
+        "console/rollback.html",
+        _context(request, tenant, combination=combination, report=report),
+    )
+
+
+@console_view(Role.MANAGER, methods=("POST",))
+def combination_action(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
+    """Halt a combination, or set its canary share."""
+    combination = _get_combination_for_user(tenant, pk)
+    actor = request.user.get_username()
+    try:
+        if request.POST.get("action") == "halt":
+            combinations.halt(
+                tenant=tenant,
+                combination_id=combination.pk,
+                actor=actor,
+                source="console",
+                reason=request.POST.get("reason", ""),
+            )
+            messages.success(request, _("Halted: new runs and calls under it are refused."))
+        elif request.POST.get("action") == "canary":
+            try:
+                share = int(request.POST.get("share_bp", ""))
+            except ValueError:
+                raise InvalidInput(
+                    _("The canary share is a whole number of basis points.")
+                ) from None
+            combinations.set_canary(
+                tenant=tenant,
+                combination_id=combination.pk,
+                share_bp=share,
+                actor=actor,
+                source="console",
+            )
+            messages.success(request, _("Canary share saved."))
+        else:
+            raise InvalidInput(_("Unknown action."))
+    except LedgerError as exc:
+        messages.error(request, exc.message)
+    return redirect("console:combinations")
+
+
+@console_view(Role.MANAGER, Role.OPERATOR, Role.APPROVER)
+def audit_log(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    """Every human and system action of this tenant, newest first, filterable, keyset-paged."""
+    events = AuditEvent.objects.filter(tenant=tenant)
+    filters = {name: request.GET.get(name, "").strip() for name in ("actor", "action", "outcome")}
+    if filters["actor"]:
+        events = events.filter(actor__icontains=filters["actor"])
+    if filters["action"]:
+        events = events.filter(action__startswith=filters["action"])
+    if filters["outcome"] in ("success", "denied"):
+        events = events.filter(outcome=filters["outcome"])
+    before = request.GET.get("before", "")
+    if before.isdigit():
+        events = events.filter(pk__lt=int(before))
+    page = list(events.order_by("-pk")[: PAGE_SIZE + 1])
+    more = len(page) > PAGE_SIZE
+    page = page[:PAGE_SIZE]
+    return render(
+        request,
+        "console/audit.html",
+        _context(
+            request,
+            tenant,
+            events=page,
+            filters=filters,
+            next_before=page[-1].pk if more and page else None,
+        ),
+    )

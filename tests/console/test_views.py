@@ -233,3 +233,84 @@ def test_another_tenants_unknown_call_is_a_404(django_user_model, other_tenant, 
     )
     unknown.refresh_from_db()
     assert unknown.state == "unknown"
+
+
+@pytest.fixture
+def combos(tenant):
+    from ledger.services import combinations
+
+    versions = {"model": "m", "prompt": "p", "rules": "r", "tool_schema": "t", "data_version": "d"}
+    good, _ = combinations.create_combination(
+        tenant=tenant, label="good", actor="x", source="api", **versions
+    )
+    bad, _ = combinations.create_combination(
+        tenant=tenant, label="bad", actor="x", source="api", **{**versions, "prompt": "p2"}
+    )
+    combinations.activate(tenant=tenant, combination_id=good.pk, actor="x", source="api")
+    combinations.activate(tenant=tenant, combination_id=bad.pk, actor="x", source="api")
+    return good, bad
+
+
+@pytest.mark.parametrize(("roles", "status"), [(("manager",), 200), (("operator",), 403)])
+def test_combinations_need_the_manager_role(
+    django_user_model, tenant, combos, roles, status
+) -> None:
+    client = _signed_in(_user(django_user_model, "u", tenant, *roles))
+    assert client.get("/combinations/", secure=True).status_code == status
+
+
+def test_rollback_previews_then_confirms(django_user_model, tenant, combos) -> None:
+    from ledger.models import VersionCombination
+
+    good, bad = combos
+    client = _signed_in(_user(django_user_model, "mgr", tenant, "manager"))
+    preview = client.get(f"/combinations/{bad.pk}/rollback", secure=True)
+    assert preview.status_code == 200 and preview.context["report"].dry_run
+    assert VersionCombination.objects.get(pk=bad.pk).state == "active"  # nothing changed yet
+    empty = client.post(f"/combinations/{bad.pk}/rollback", {"reason": ""}, secure=True)
+    assert empty.status_code == 302
+    assert VersionCombination.objects.get(pk=bad.pk).state == "active"
+    done = client.post(f"/combinations/{bad.pk}/rollback", {"reason": "dup spike"}, secure=True)
+    assert done.status_code == 200 and not done.context["report"].dry_run
+    assert VersionCombination.objects.get(pk=good.pk).state == "active"
+    assert AuditEvent.objects.filter(action="rollback.completed", actor="mgr").exists()
+
+
+def test_another_tenants_combination_is_a_404(django_user_model, other_tenant, combos) -> None:
+    _good, bad = combos
+    client = _signed_in(_user(django_user_model, "them", other_tenant, "manager"))
+    assert client.get(f"/combinations/{bad.pk}/rollback", secure=True).status_code == 404
+    assert (
+        client.post(
+            f"/combinations/{bad.pk}/action", {"action": "halt", "reason": "x"}, secure=True
+        ).status_code
+        == 404
+    )
+
+
+def test_audit_log_is_per_tenant_filterable_and_paged(
+    django_user_model, tenant, other_tenant, combos
+) -> None:
+    from ledger.services.audit import audit
+
+    for i in range(60):
+        audit(
+            tenant=tenant, actor=f"bot{i % 2}", action="test.event", target=tenant, source="system"
+        )
+    audit(
+        tenant=other_tenant,
+        actor="them",
+        action="test.secret",
+        target=other_tenant,
+        source="system",
+    )
+    client = _signed_in(_user(django_user_model, "aud", tenant, "operator"))
+    first = client.get("/audit/", {"action": "test."}, secure=True)
+    assert len(first.context["events"]) == 50 and first.context["next_before"]
+    assert all(e.tenant_id == tenant.pk for e in first.context["events"])
+    second = client.get(
+        "/audit/", {"action": "test.", "before": first.context["next_before"]}, secure=True
+    )
+    assert len(second.context["events"]) == 10
+    only_bot1 = client.get("/audit/", {"actor": "bot1", "action": "test."}, secure=True)
+    assert {e.actor for e in only_bot1.context["events"]} == {"bot1"}
