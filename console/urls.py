@@ -26,6 +26,10 @@ console_patterns = [
     path("combinations/<int:pk>/rollback", views.rollback_page, name="rollback"),
     path("combinations/<int:pk>/action", views.combination_action, name="combination_action"),
     path("audit/", views.audit_log, name="audit"),
+    path("metrics/", views.metrics_page, name="metrics"),
+    path("tools/", views.tools_page, name="tools"),
+    path("tools/import", views.tools_import, name="tools_import"),
+    path("tools/<int:pk>/override", views.tool_override, name="tool_override"),
 ]
 
 urlpatterns = [

@@ -6,27 +6,34 @@ makes it quicker (polling the inbox, swapping fragments).
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 
+from console import charts as charts_mod
 from console import diffs, selectors
 from console.access import TENANT_SESSION_KEY, console_view, tenants_of
-from console.roles import Role, roles_of
+from console.roles import Role, has_role, roles_of
+from ledger.domain import Idempotency, ServerTrust
 from ledger.errors import InvalidInput, LedgerError
 from ledger.models import (
     ApprovalRequest,
     AuditEvent,
     IdempotencyRecord,
     Tenant,
+    Threshold,
+    Tool,
     VersionCombination,
     WritePlan,
 )
-from ledger.services import combinations, metrics
+from ledger.services import combinations, metrics, thresholds
 from ledger.services.approvals import action_hash, decide
 from ledger.services.records import Outcome, resolve_unknown
+from ledger.services.registry import import_mcp_tools, override_tool
 from reconcile import services as reconcile_services
 
 PAGE_SIZE = 50
@@ -331,5 +338,135 @@ def audit_log(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             events=page,
             filters=filters,
             next_before=page[-1].pk if more and page else None,
+        ),
+    )
+
+
+@console_view(Role.OPERATOR, Role.MANAGER, Role.APPROVER)
+def tools_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    """The registry: every tool's classification with its reason and rule."""
+    tools = Tool.objects.filter(tenant=tenant).select_related("server").order_by("name")[:500]
+    return render(
+        request,
+        "console/tools.html",
+        _context(
+            request,
+            tenant,
+            tools=tools,
+            can_edit=has_role(request.user, Role.MANAGER),
+            idempotency_choices=[i.value for i in Idempotency],
+        ),
+    )
+
+
+@console_view(Role.MANAGER, methods=("POST",))
+def tool_override(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
+    """Set or clear a human override of a tool's classification (a reason is required)."""
+    tool = Tool.objects.filter(tenant=tenant, pk=pk).first()
+    if tool is None:
+        raise Http404("No such tool.")
+    choice = request.POST.get("idempotency", "")
+    try:
+        idempotency = Idempotency(choice) if choice else None
+    except ValueError:
+        messages.error(request, _("Unknown idempotency class."))
+        return redirect("console:tools")
+    try:
+        override_tool(
+            tool=tool,
+            idempotency=idempotency,
+            reason=request.POST.get("reason", ""),
+            actor=request.user.get_username(),
+            source="console",
+            destructive=request.POST.get("destructive") == "on",
+        )
+    except LedgerError as exc:
+        messages.error(request, exc.message)
+        return redirect("console:tools")
+    messages.success(request, _("Classification of %(tool)s saved.") % {"tool": tool.name})
+    return redirect("console:tools")
+
+
+@console_view(Role.MANAGER, methods=("POST",))
+def tools_import(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    """Import an MCP server's tools/list result; every tool is re-classified."""
+    try:
+        listing = json.loads(request.POST.get("tools_list", ""))
+    except json.JSONDecodeError as exc:
+        messages.error(request, _("That is not valid JSON: %(error)s") % {"error": exc})
+        return redirect("console:tools")
+    trust = request.POST.get("trust", "untrusted")
+    try:
+        imported = import_mcp_tools(
+            tenant=tenant,
+            server_name=request.POST.get("server", ""),
+            trust=ServerTrust(trust)
+            if trust in ("trusted", "untrusted")
+            else ServerTrust.UNTRUSTED,
+            tools_list=listing,
+            actor=request.user.get_username(),
+            source="console",
+        )
+    except LedgerError as exc:
+        messages.error(request, exc.message)
+        return redirect("console:tools")
+    messages.success(request, _("%(n)d tools imported and classified.") % {"n": len(imported)})
+    return redirect("console:tools")
+
+
+@console_view(Role.MANAGER, methods=("GET", "POST"))
+def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    """Dedup hit rate, uncertain results and duplicate side effects over time per combination,
+    and the thresholds that guard them (POST adds one)."""
+    if request.method == "POST":
+        try:
+            thresholds.add_threshold(
+                tenant=tenant,
+                actor=request.user.get_username(),
+                source="console",
+                metric=Threshold.Metric(request.POST.get("metric", "")).value,
+                above=float(request.POST.get("above", "")),
+                window_minutes=int(request.POST.get("window_minutes", "15")),
+                action=Threshold.Action(request.POST.get("action", "alert")).value,
+                email=request.POST.get("email", "").strip(),
+            )
+            messages.success(request, _("Threshold added."))
+        except (ValueError, LedgerError):
+            messages.error(request, _("A threshold needs a metric, a number and a window."))
+        return redirect("console:metrics")
+    since = metrics.window_start(24 * 60)
+    combos = list(VersionCombination.objects.filter(tenant=tenant).order_by("pk"))
+    per_combo = {
+        c.label: {
+            p["bucket_start"]: p for p in metrics.series(tenant, since=since, combination_id=c.pk)
+        }
+        for c in combos
+    }
+    buckets = sorted({b for points in per_combo.values() for b in points})
+    labels = [b.strftime("%H:%M") for b in buckets]
+
+    def values(field: str) -> dict[str, list[float]]:
+        return {
+            label: [float(points[b][field]) if b in points else 0.0 for b in buckets]
+            for label, points in per_combo.items()
+        }
+
+    charts = [
+        charts_mod.line_chart(_("Dedup hit rate"), labels, values("dedup_hit_rate")),
+        charts_mod.line_chart(_("Calls that became uncertain"), labels, values("became_uncertain")),
+        charts_mod.line_chart(
+            _("Duplicate side effects"), labels, values("duplicate_side_effects")
+        ),
+    ]
+    return render(
+        request,
+        "console/metrics.html",
+        _context(
+            request,
+            tenant,
+            charts=charts,
+            thresholds=Threshold.objects.filter(tenant=tenant).order_by("pk"),
+            alerts=tenant.alerts.select_related("combination").order_by("-created_at")[:20],
+            metric_choices=Threshold.Metric.choices,
         ),
     )

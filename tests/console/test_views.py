@@ -314,3 +314,79 @@ def test_audit_log_is_per_tenant_filterable_and_paged(
     assert len(second.context["events"]) == 10
     only_bot1 = client.get("/audit/", {"actor": "bot1", "action": "test."}, secure=True)
     assert {e.actor for e in only_bot1.context["events"]} == {"bot1"}
+
+
+def test_tools_page_lists_classifications_and_managers_override(django_user_model, tenant) -> None:
+    from ledger.models import Tool
+    from tests.factories import make_tool
+
+    tool = make_tool(tenant, "sync_crm")
+    viewer = _signed_in(_user(django_user_model, "op", tenant, "operator"))
+    page = viewer.get("/tools/", secure=True)
+    assert page.status_code == 200 and b"sync_crm" in page.content and not page.context["can_edit"]
+    assert (
+        viewer.post(
+            f"/tools/{tool.pk}/override", {"idempotency": "idempotent", "reason": "x"}, secure=True
+        ).status_code
+        == 403
+    )
+    manager = _signed_in(_user(django_user_model, "mgr", tenant, "manager"))
+    manager.post(
+        f"/tools/{tool.pk}/override", {"idempotency": "idempotent", "reason": ""}, secure=True
+    )
+    assert Tool.objects.get(pk=tool.pk).replay_policy == "never"  # a reason is required
+    manager.post(
+        f"/tools/{tool.pk}/override",
+        {"idempotency": "idempotent", "reason": "read-only sync"},
+        secure=True,
+    )
+    assert Tool.objects.get(pk=tool.pk).replay_policy == "auto"
+    assert AuditEvent.objects.filter(action="tool.override_set", actor="mgr").exists()
+
+
+def test_importing_mcp_tools_from_the_console(django_user_model, tenant) -> None:
+    import json as jsonlib
+    from pathlib import Path
+
+    from ledger.models import Tool
+
+    listing = (
+        Path(__file__).parents[1] / "fixtures" / "mcp" / "mcp_server_git_tools_list.json"
+    ).read_text()
+    manager = _signed_in(_user(django_user_model, "mgr", tenant, "manager"))
+    manager.post(
+        "/tools/import", {"server": "git", "trust": "untrusted", "tools_list": listing}, secure=True
+    )
+    assert Tool.objects.filter(tenant=tenant, name__startswith="git/").count() == 12
+    bad = manager.post(
+        "/tools/import",
+        {"server": "git", "trust": "untrusted", "tools_list": "{not json"},
+        secure=True,
+        follow=True,
+    )
+    assert "not valid JSON" in bad.content.decode()
+    assert jsonlib.loads(listing)["tools"]
+
+
+def test_metrics_dashboard_draws_charts_and_adds_thresholds(
+    django_user_model, tenant, combos, unknown
+) -> None:
+    from ledger.models import Threshold
+    from ledger.services import metrics
+
+    metrics.roll_up()
+    manager = _signed_in(_user(django_user_model, "mgr", tenant, "manager"))
+    page = manager.get("/metrics/", secure=True)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert html.count("<svg") == 3 and "<polyline" in html
+    manager.post(
+        "/metrics/",
+        {"metric": "uncertain_results", "above": "3", "window_minutes": "15", "action": "halt"},
+        secure=True,
+    )
+    assert Threshold.objects.get(tenant=tenant).action == "halt"
+    manager.post("/metrics/", {"metric": "nonsense", "above": "x"}, secure=True)
+    assert Threshold.objects.count() == 1
+    operator = _signed_in(_user(django_user_model, "op", tenant, "operator"))
+    assert operator.get("/metrics/", secure=True).status_code == 403
