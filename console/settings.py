@@ -106,7 +106,6 @@ if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     # The embedded SQLite default cannot enforce the metric buckets' NULLS NOT DISTINCT
     # constraint; PostgreSQL, the production database, does.
     SILENCED_SYSTEM_CHECKS = ["models.W047"]
-IS_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 
 # --- Celery -------------------------------------------------------------------------------
 BROKER_DIR = VAR_DIR / "broker"

@@ -60,9 +60,6 @@ class Reservation:
     code: ObservationCode | None
     next_action: str
 
-    @property
-    def may_execute(self) -> bool:
-        return self.decision is Decision.EXECUTE
 
 
 class Outcome(StrEnum):
