@@ -61,7 +61,6 @@ class Reservation:
     next_action: str
 
 
-
 class Outcome(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
