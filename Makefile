@@ -16,7 +16,7 @@ TEST_ENV := DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_UR
 	DEBUG=false SECURE_SSL_REDIRECT=false ALLOWED_HOSTS=testserver,localhost,127.0.0.1 \
 	DJANGO_ALLOW_ASYNC_UNSAFE=true STATIC_MANIFEST=false
 
-.PHONY: install run worker test lint format services clean
+.PHONY: install run worker test lint format services clean bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ services:
 test: install services
 	$(TEST_ENV) $(PY) manage.py collectstatic --noinput -v0
 	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+
+# Benchmarks against PostgreSQL and Redis with gunicorn (docs/performance.md); QUICK=1 is the
+# same run with smaller numbers. Uses its own database, created fresh, and its own redis-server.
+BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_ledger_bench
+bench: install services
+	BENCH_DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m bench $(if $(QUICK),--quick)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,302 @@
+"""``python -m bench [--quick]``: run every benchmark of issue 8 in one go (see bench/__init__)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    seconds: float  # per load level
+    levels: tuple[int, ...]
+    callers: int
+    runs: int
+    records: int
+    unknown: int
+    page_repeat: int
+    reconcile_records: int
+    cleanup_load_seconds: float
+
+
+QUICK = Sizes(3, (1, 8, 32), 100, 5_000, 50_000, 1_000, 5, 400, 3)
+FULL = Sizes(15, (1, 8, 32), 100, 100_000, 1_000_000, 20_000, 20, 3_000, 15)
+
+
+def recreate_database(url: str) -> None:
+    parsed = urlparse(url)
+    name = parsed.path.lstrip("/")
+    admin = parsed._replace(path="/postgres").geturl()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def machine(database_url: str, redis_url: str) -> dict[str, Any]:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    redis_version = subprocess.run(
+        ["redis-server", "--version"],  # noqa: S607 - the redis-server on PATH, as tests use
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    mem_kb = next(
+        int(line.split()[1])
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal:")
+    )
+    return {
+        "cores": os.cpu_count(),
+        "ram_gb": round(mem_kb / 1024 / 1024, 1),
+        "cpu": next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        ),
+        "python": platform.python_version(),
+        "postgresql": row[0] if row else "?",
+        "redis": redis_version,
+        "redis_url": redis_url,
+    }
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="same shape, smaller numbers")
+    args = parser.parse_args()
+    sizes = QUICK if args.quick else FULL
+    database_url = os.environ.get(
+        "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/agent_ledger_bench"
+    )
+    logdir = ROOT / "var" / "bench"
+    logdir.mkdir(parents=True, exist_ok=True)
+
+    from bench import processes
+
+    log(f"fresh database {urlparse(database_url).path.lstrip('/')}")
+    recreate_database(database_url)
+    redis, redis_url = processes.start_redis(logdir)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "DATABASE_URL": database_url,
+        "CELERY_BROKER_URL": redis_url,
+        "DEBUG": "false",
+        "SECURE_SSL_REDIRECT": "false",
+        "ALLOWED_HOSTS": "testserver,localhost,127.0.0.1",
+        "STATIC_MANIFEST": "false",
+        "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
+    }
+    env.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-production-0123456789abcdef")
+    os.environ.update(env)
+    services: list[processes.Service] = [redis]
+    sampler = processes.MemorySampler()
+    try:
+        results = run(sizes, args.quick, database_url, redis_url, env, logdir, services, sampler)
+    finally:
+        sampler.stop()
+        for service in reversed(services):
+            service.stop()
+    from bench.report import goals, table
+
+    results["goals"] = goals(results)
+    out = ROOT / "var" / "bench.json"
+    out.write_text(json.dumps(results, indent=2, default=str))
+    print(table(results))
+    log(f"wrote {out.relative_to(ROOT)}")
+
+
+def run(
+    sizes: Sizes,
+    quick: bool,
+    database_url: str,
+    redis_url: str,
+    env: dict[str, str],
+    logdir: Path,
+    services: list[Any],
+    sampler: Any,
+) -> dict[str, Any]:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    from bench import console_scale, contention, hotpath, loader, processes
+    from bench import reconcile_throughput as reconcile
+    from bench.floor import FLOOR_TABLE_SQL
+    from bench.load import ms, percentile
+
+    started = time.monotonic()
+    results: dict[str, Any] = {
+        "mode": "quick" if quick else "full",
+        "machine": machine(database_url, redis_url),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    log("migrate")
+    call_command("migrate", verbosity=0)
+    with connection.cursor() as cursor:
+        cursor.execute(FLOOR_TABLE_SQL)
+    fixture = hotpath.make_fixture()
+
+    log("statements per request")
+    hotpath.capture_statements(fixture.token, "warm-up")  # first use registers the tool
+    hotpath.bump_sequences()
+    counts, captured = hotpath.capture_statements(fixture.token, "capture")
+    results["statements"] = counts
+    connection.close()
+
+    workers = 2 * (os.cpu_count() or 1) + 1
+    gunicorn, port = processes.start_gunicorn(logdir, env, workers)
+    services.append(gunicorn)
+    sampler.watch["web"].append(gunicorn)
+    sampler.start()
+    results["server"] = {"gunicorn_workers": workers, "worker_class": "sync"}
+
+    log("warm-up")
+    hotpath.hot_path(port, fixture.token, 8, 1.0, "warm")
+    hotpath.framework_floor(port, 8, 1.0, "warm")
+    by_clients: dict[str, Any] = {}
+    for clients in sizes.levels:
+        log(f"hot path and floors at {clients} client(s)")
+        hot = hotpath.hot_path(port, fixture.token, clients, sizes.seconds, f"hot{clients}")
+        framework = hotpath.framework_floor(port, clients, sizes.seconds, f"fw{clients}")
+        raw = hotpath.raw_sql_floor(database_url, captured, clients, sizes.seconds, f"raw{clients}")
+        row = hot.summary("calls")
+        row["requests_per_second"] = round(hot.per_second * 2, 1)
+        row["raw_calls_per_second"] = round(raw.per_second, 1)
+        row["raw_p50_ms"] = ms(percentile(raw.latencies, 0.5))
+        row["raw_p99_ms"] = ms(percentile(raw.latencies, 0.99))
+        row["framework_requests_per_second"] = round(framework.per_second, 1)
+        row["framework_p99_ms"] = ms(percentile(framework.latencies, 0.99))
+        row["ratio_vs_raw_sql"] = round(hot.per_second / raw.per_second, 3) if raw.units else 0
+        row["ratio_vs_framework"] = (
+            round(hot.per_second * 2 / framework.per_second, 3) if framework.units else 0
+        )
+        row["raw_errors"], row["framework_errors"] = raw.errors, framework.errors
+        by_clients[str(clients)] = row
+    results["hot_path"] = {"seconds_per_level": sizes.seconds, "by_clients": by_clients}
+
+    log(f"contention: {sizes.callers} callers on one key")
+    single_p99 = by_clients[str(sizes.levels[0])]["calls_p99_ms"]
+    result = contention.one_key(port, fixture.token, sizes.callers, "contended-key")
+    result["single_request_p99_ms"] = single_p99
+    result["budget_ms"] = round(2 * single_p99, 2)
+    results["contention"] = result
+
+    log("console at small size")
+    client = console_scale.signed_in_client(fixture.tenant)
+    pages = console_scale.pages_for(fixture.tenant, fixture.run)
+    before = console_scale.measure(client, pages, 2)
+    before.pop("slowest_query")
+    log(f"COPY {sizes.records:,} records, entries and {sizes.runs:,} runs")
+    from ledger.models import Tool
+
+    tool = Tool.objects.get(tenant=fixture.tenant, name=hotpath.TOOL)
+    loaded = loader.load(
+        tenant_id=fixture.tenant.pk,
+        tool=tool,
+        runs=sizes.runs,
+        records=sizes.records,
+        unknown=sizes.unknown,
+    )
+    log(f"loaded in {loaded['load_seconds']} s; console pages x{sizes.page_repeat}")
+    after = console_scale.measure(client, pages, sizes.page_repeat)
+    took, sql = after.pop("slowest_query")
+    results["console"] = {
+        "sizes": loaded,
+        "before": before,
+        "after": after,
+        "slowest_query": {"ms": ms(took), "sql": sql, "explain": console_scale.explain(sql)},
+    }
+    connection.close()
+
+    log("cleanup: hot path before, then during the cleanup")
+    baseline = hotpath.hot_path(port, fixture.token, 8, sizes.cleanup_load_seconds, "pre-clean")
+    cleaner = subprocess.Popen(
+        [sys.executable, "-m", "bench.cleanup"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    batches: list[dict[str, Any]] = []
+    reader = threading.Thread(
+        target=lambda: batches.extend(json.loads(line) for line in cleaner.stdout or []),
+        daemon=True,
+    )
+    reader.start()
+    cleaning_began = time.monotonic()
+    during = hotpath.hot_path(port, fixture.token, 8, sizes.cleanup_load_seconds, "in-clean")
+    cleaner.wait()
+    reader.join(10)
+    seconds = [b["seconds"] for b in batches]
+    p99_before, p99_during = (
+        percentile(baseline.latencies, 0.99),
+        percentile(during.latencies, 0.99),
+    )
+    results["cleanup"] = {
+        "deleted": sum(b["deleted"] for b in batches),
+        "batches": len(batches),
+        "batch_p50_s": round(percentile(seconds, 0.5), 3),
+        "batch_max_s": round(max(seconds, default=0.0), 3),
+        "total_s": round(time.monotonic() - cleaning_began, 1),
+        "hot_path_clients": 8,
+        "p99_before_ms": ms(p99_before),
+        "p99_during_ms": ms(p99_during),
+        "p99_ratio": round(p99_during / p99_before, 2) if p99_before else 0,
+    }
+
+    log("reconciliation throughput")
+    sandbox, sandbox_url = processes.start_sandbox(logdir)
+    services.append(sandbox)
+    reconcile.arm_latency(sandbox_url, 50)
+    rtool = reconcile.setup(fixture.tenant, sandbox_url)
+    concurrency = 8
+    runs: dict[str, Any] = {"downstream_latency_ms": 50, "threads_per_worker": concurrency}
+    for count, label in ((1, "one_worker"), (2, "two_workers")):
+        workers_now = [
+            processes.start_worker(f"bench{count}-{i}", logdir, env, concurrency)
+            for i in range(count)
+        ]
+        services.extend(workers_now)
+        sampler.watch["worker"].extend(workers_now)
+        ids = reconcile.make_unknown(fixture.tenant, rtool, sizes.reconcile_records, label)
+        took, resolved = reconcile.drain(ids, timeout=300)
+        runs[label] = reconcile.summary(count, took, resolved, len(ids))
+        log(f"{label}: {runs[label]['per_minute']}/min")
+        for worker in workers_now:
+            worker.stop()
+    results["reconcile"] = runs
+    results["memory"] = {
+        "web_peak_mb": round(sampler.peak["web"], 1),
+        "worker_peak_mb": round(sampler.peak["worker"], 1),
+    }
+    results["duration_s"] = round(time.monotonic() - started, 1)
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""The goals of issue 8, judged from one run's results, and the printed table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+
+    def goal(name: str, met: bool, value: str) -> None:
+        out.append({"goal": name, "met": bool(met), "value": value})
+
+    top = results["hot_path"]["by_clients"].get("32") or {}
+    if top:
+        goal(
+            "ratio_vs_framework >= 0.6 at 32 clients",
+            top["ratio_vs_framework"] >= 0.6,
+            f"{top['ratio_vs_framework']:.2f}",
+        )
+        goal(
+            "ratio_vs_raw_sql >= 0.25 at 32 clients",
+            top["ratio_vs_raw_sql"] >= 0.25,
+            f"{top['ratio_vs_raw_sql']:.2f}",
+        )
+    statements = results["statements"]
+    goal("calls <= 4 statements", statements["calls"] <= 4, str(statements["calls"]))
+    goal("complete <= 3 statements", statements["complete"] <= 3, str(statements["complete"]))
+    contention = results.get("contention")
+    if contention:
+        goal(
+            "contention: exactly one execute",
+            contention["executes"] == 1,
+            str(contention["decisions"]),
+        )
+        goal(
+            "contention: all answered <= 2 x single p99",
+            contention["all_answered_ms"] <= contention["budget_ms"],
+            f"{contention['all_answered_ms']} ms (budget {contention['budget_ms']} ms)",
+        )
+    console = results.get("console")
+    if console:
+        pages = console["after"]["pages"]
+        for name, page in pages.items():
+            limit = 300 if name == "metrics" else 150
+            goal(
+                f"console {name} p95 <= {limit} ms",
+                page["p95_ms"] <= limit and page["status"] == 200,
+                f"{page['p95_ms']} ms (HTTP {page['status']})",
+            )
+        before = console["before"]["pages"]
+        grown = {
+            n: (before[n]["queries"], p["queries"])
+            for n, p in pages.items()
+            if n in before and p["queries"] != before[n]["queries"]
+        }
+        goal(
+            "console query counts independent of table size",
+            not grown,
+            str(grown) if grown else "same before and after the load",
+        )
+    reconcile = results.get("reconcile")
+    if reconcile:
+        one, two = reconcile["one_worker"], reconcile["two_workers"]
+        goal(
+            ">= 2000 look-ups/min per worker",
+            one["per_minute_per_worker"] >= 2000,
+            f"{one['per_minute_per_worker']}/min",
+        )
+        goal(
+            "a second worker scales (>= 1.6x)",
+            two["per_minute"] >= 1.6 * one["per_minute"],
+            f"{two['per_minute']} vs {one['per_minute']}/min",
+        )
+    cleanup = results.get("cleanup")
+    if cleanup:
+        goal(
+            "cleanup batches <= 1 s",
+            cleanup["batch_max_s"] <= 1.0,
+            f"max {cleanup['batch_max_s']} s, p50 {cleanup['batch_p50_s']} s",
+        )
+        goal(
+            "hot-path p99 during cleanup <= 1.5 x without",
+            cleanup["p99_ratio"] <= 1.5,
+            f"{cleanup['p99_during_ms']} vs {cleanup['p99_before_ms']} ms "
+            f"({cleanup['p99_ratio']:.2f}x)",
+        )
+    memory = results.get("memory")
+    if memory:
+        goal(
+            "web process RSS <= 150 MB", memory["web_peak_mb"] <= 150, f"{memory['web_peak_mb']} MB"
+        )
+        goal(
+            "worker RSS <= 200 MB",
+            memory["worker_peak_mb"] <= 200,
+            f"{memory['worker_peak_mb']} MB",
+        )
+    return out
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = ["", "Hot path (calls + complete over HTTP) beside its floors:"]
+    lines.append(
+        f"{'clients':>7} {'calls/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'raw/s':>8} "
+        f"{'fw req/s':>9} {'vs raw':>7} {'vs fw':>6}"
+    )
+    for clients, row in results["hot_path"]["by_clients"].items():
+        lines.append(
+            f"{clients:>7} {row['calls_per_second']:>8} {row['p50_ms']:>8} {row['p99_ms']:>8} "
+            f"{row['raw_calls_per_second']:>8} {row['framework_requests_per_second']:>9} "
+            f"{row['ratio_vs_raw_sql']:>7.2f} {row['ratio_vs_framework']:>6.2f}"
+        )
+    statements = results["statements"]
+    lines.append(
+        f"\nStatements per request: calls {statements['calls']}, "
+        f"complete {statements['complete']} (token lookup included)"
+    )
+    if "console" in results:
+        lines.append("\nConsole at scale " + str(results["console"]["sizes"]) + ":")
+        lines.append(f"{'page':<16} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8} {'small':>6}")
+        before = results["console"]["before"]["pages"]
+        for name, page in results["console"]["after"]["pages"].items():
+            small = before.get(name, {}).get("queries", "-")
+            lines.append(
+                f"{name:<16} {page['p50_ms']:>8} {page['p95_ms']:>8} "
+                f"{page['queries']:>8} {small:>6}"
+            )
+    lines.append("\nGoals:")
+    for row in results["goals"]:
+        lines.append(f"  [{'met ' if row['met'] else 'MISS'}] {row['goal']}: {row['value']}")
+    return "\n".join(lines)
