@@ -16,7 +16,7 @@ TEST_ENV := DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_UR
 	DEBUG=false SECURE_SSL_REDIRECT=false ALLOWED_HOSTS=testserver,localhost,127.0.0.1 \
 	DJANGO_ALLOW_ASYNC_UNSAFE=true STATIC_MANIFEST=false
 
-.PHONY: install run worker test lint format services clean bench
+.PHONY: install run worker test lint format services clean messages bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,13 @@ lint: install
 format: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# Re-extract the console's strings into locale/*/django.po and compile them (needs GNU gettext).
+# Translate any new empty msgstr, then run it again; commit both the .po and the .mo.
+MESSAGE_IGNORES := $(foreach d,.venv staticfiles var tests drill bench test-artifacts sandbox agent_ledger_client,--ignore '$(d)/*')
+messages: install
+	DEBUG=true $(PY) manage.py makemessages -l zh_Hans --no-location $(MESSAGE_IGNORES)
+	DEBUG=true $(PY) manage.py compilemessages $(MESSAGE_IGNORES)
 
 clean:
 	rm -rf $(VENV) var staticfiles .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -26,3 +26,32 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} @ {self.tenant}"
+
+
+class ApprovalClaim(models.Model):
+    """Who is looking at a pending approval right now, so a second approver sees it is taken.
+
+    A presence marker, not a lock: the approval itself is single-use, so a second decision fails
+    whatever this says. A claim older than ``console.claims.CLAIM_TTL`` no longer counts.
+    """
+
+    approval = models.OneToOneField(
+        "ledger.ApprovalRequest", on_delete=models.CASCADE, related_name="claim"
+    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    claimed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.approval_id} by {self.user_id}"
+
+
+class Preferences(models.Model):
+    """A console user's own settings: the language the console speaks to them in."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="console_preferences"
+    )
+    language = models.CharField(max_length=16, choices=settings.LANGUAGES)
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.language}"

@@ -50,13 +50,32 @@ def inbox(tenant: Tenant) -> dict[str, object]:
     }
 
 
-def pending_approvals(tenant: Tenant, *, order: str = "oldest") -> list[ApprovalRequest]:
+def pending_approvals(
+    tenant: Tenant, *, order: str = "oldest", tool: str = ""
+) -> list[ApprovalRequest]:
     ordering = "created_at" if order == "oldest" else "-created_at"
+    pending = ApprovalRequest.objects.filter(tenant=tenant, state=ApprovalRequest.State.PENDING)
+    if tool:
+        pending = pending.filter(record__tool__name=tool)
     return list(
-        ApprovalRequest.objects.filter(tenant=tenant, state=ApprovalRequest.State.PENDING)
-        .select_related("record__tool", "entry__run", "entry__tool")
-        .order_by(ordering)[:200]
+        pending.select_related("record__tool", "entry__run", "entry__tool", "claim__user").order_by(
+            ordering, "pk"
+        )[:200]
     )
+
+
+def queue_neighbours(approval: ApprovalRequest) -> dict[str, int | None]:
+    """The pending approvals just before and after this one, oldest first (for j/k and the
+    previous/next links on the detail page)."""
+    pending = ApprovalRequest.objects.filter(
+        tenant_id=approval.tenant_id, state=ApprovalRequest.State.PENDING
+    ).exclude(pk=approval.pk)
+    older = Q(created_at__lt=approval.created_at) | Q(
+        created_at=approval.created_at, pk__lt=approval.pk
+    )
+    previous = pending.filter(older).order_by("-created_at", "-pk").values_list("pk", flat=True)
+    following = pending.exclude(older).order_by("created_at", "pk").values_list("pk", flat=True)
+    return {"previous": previous.first(), "next": following.first()}
 
 
 def approval_timeline(approval: ApprovalRequest) -> list[AuditEvent]:
@@ -68,11 +87,12 @@ def approval_timeline(approval: ApprovalRequest) -> list[AuditEvent]:
     )
 
 
-def unknown_calls(tenant: Tenant) -> list[IdempotencyRecord]:
+def unknown_calls(tenant: Tenant, *, limit: int) -> list[IdempotencyRecord]:
+    """The oldest unknown calls first: they have waited longest for an answer."""
     return list(
         IdempotencyRecord.objects.filter(tenant=tenant, state=RecordState.UNKNOWN)
         .select_related("tool", "combination", "run")
-        .order_by("uncertain_since", "pk")[:200]
+        .order_by("uncertain_since", "pk")[:limit]
     )
 
 

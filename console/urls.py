@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 
-from console import views
+from console import explorer, unknown, views
 from ledger.api import api
 from ledger.prometheus import metrics_view
 
@@ -16,15 +16,20 @@ def healthz(request: HttpRequest) -> JsonResponse:
 console_patterns = [
     path("", views.home, name="home"),
     path("tenant", views.switch_tenant, name="switch_tenant"),
+    path("language", views.set_language, name="set_language"),
     path("approvals/", views.approvals, name="approvals"),
     path("approvals/<int:pk>/", views.approval_detail, name="approval"),
     path("approvals/<int:pk>/decide", views.approval_decide, name="approval_decide"),
-    path("unknown/", views.unknown_calls, name="unknown_calls"),
-    path("unknown/<int:pk>/", views.unknown_detail, name="unknown_call"),
-    path("unknown/<int:pk>/action", views.unknown_action, name="unknown_action"),
+    path("unknown/", unknown.unknown_calls, name="unknown_calls"),
+    path("unknown/bulk", unknown.unknown_bulk, name="unknown_bulk"),
+    path("unknown/<int:pk>/", unknown.unknown_detail, name="unknown_call"),
+    path("unknown/<int:pk>/action", unknown.unknown_action, name="unknown_action"),
     path("combinations/", views.combinations_page, name="combinations"),
     path("combinations/<int:pk>/rollback", views.rollback_page, name="rollback"),
     path("combinations/<int:pk>/action", views.combination_action, name="combination_action"),
+    path("ledger/", explorer.calls, name="calls"),
+    path("ledger/runs/", explorer.runs, name="runs"),
+    path("ledger/runs/<int:pk>/", explorer.run_timeline, name="run"),
     path("audit/", views.audit_log, name="audit"),
     path("metrics/", views.metrics_page, name="metrics"),
     path("tools/", views.tools_page, name="tools"),

@@ -8,22 +8,25 @@ from __future__ import annotations
 
 import json
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 
 from console import charts as charts_mod
-from console import diffs, selectors
+from console import claims, diffs, selectors
 from console.access import TENANT_SESSION_KEY, console_view, tenants_of
+from console.language import save_language
 from console.roles import Role, has_role, roles_of
 from ledger.domain import Idempotency, ServerTrust
 from ledger.errors import InvalidInput, LedgerError
 from ledger.models import (
     ApprovalRequest,
     AuditEvent,
-    IdempotencyRecord,
     Tenant,
     Threshold,
     Tool,
@@ -32,14 +35,12 @@ from ledger.models import (
 )
 from ledger.services import combinations, metrics, thresholds
 from ledger.services.approvals import action_hash, decide
-from ledger.services.records import Outcome, resolve_unknown
 from ledger.services.registry import import_mcp_tools, override_tool
-from reconcile import services as reconcile_services
 
 PAGE_SIZE = 50
 
 
-def _context(request: HttpRequest, tenant: Tenant, **extra: object) -> dict[str, object]:
+def context_for(request: HttpRequest, tenant: Tenant, **extra: object) -> dict[str, object]:
     return {
         "tenant": tenant,
         "tenants": tenants_of(request),
@@ -51,9 +52,23 @@ def _context(request: HttpRequest, tenant: Tenant, **extra: object) -> dict[str,
 @console_view()
 def home(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """What needs a human now; the inbox fragment refreshes itself by polling."""
-    context = _context(request, tenant, inbox=selectors.inbox(tenant))
+    context = context_for(request, tenant, inbox=selectors.inbox(tenant))
     template = "console/home.html#inbox" if getattr(request, "htmx", False) else "console/home.html"
     return render(request, template, context)
+
+
+@console_view(methods=("POST",))
+def set_language(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    """Save the user's console language (kept for them, not for the browser)."""
+    language = request.POST.get("language", "")
+    if language not in dict(settings.LANGUAGES):
+        messages.error(request, _("Unknown language."))
+    else:
+        save_language(request, language)
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
+        target = reverse("console:home")
+    return redirect(target)
 
 
 @console_view(methods=("POST",))
@@ -69,13 +84,12 @@ def switch_tenant(request: HttpRequest, tenant: Tenant) -> HttpResponse:
 def approvals(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     order = "newest" if request.GET.get("order") == "newest" else "oldest"
     tool = request.GET.get("tool", "")
-    rows = selectors.pending_approvals(tenant, order=order)
-    if tool:
-        rows = [a for a in rows if a.record.tool.name == tool]
+    pending = selectors.pending_approvals(tenant, order=order, tool=tool)
+    rows = [(approval, claims.holder(approval)) for approval in pending]
     return render(
         request,
         "console/approvals.html",
-        _context(request, tenant, approvals=rows, order=order, tool=tool),
+        context_for(request, tenant, approvals=rows, order=order, tool=tool),
     )
 
 
@@ -102,10 +116,13 @@ def approval_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
     )
     own = approval.requested_by == request.user.get_username()
     check = approval.record.reconcile_attempts_log.order_by("-created_at").first()
+    pending = approval.state == ApprovalRequest.State.PENDING
+    assert isinstance(request.user, AbstractBaseUser)  # console_view signed them in
+    taken_by = claims.claim(approval, request.user) if pending and not own else None
     return render(
         request,
         "console/approval_detail.html",
-        _context(
+        context_for(
             request,
             tenant,
             approval=approval,
@@ -114,9 +131,11 @@ def approval_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
             pairs=diffs.side_by_side(lines),
             stale=stale,
             own=own,
+            taken_by=taken_by,
+            neighbours=selectors.queue_neighbours(approval),
             check=check,
             timeline=selectors.approval_timeline(approval),
-            can_decide=approval.state == ApprovalRequest.State.PENDING and not stale and not own,
+            can_decide=pending and not stale and not own,
         ),
     )
 
@@ -132,86 +151,9 @@ def approval_decide(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
     except LedgerError as exc:
         messages.error(request, exc.message)
         return redirect("console:approval", pk=approval.pk)
+    claims.release(approval)
     messages.success(request, _("Approved.") if approve else _("Rejected; the model is told why."))
     return redirect("console:approvals")
-
-
-def _get_unknown_for_user(tenant: Tenant, pk: int) -> IdempotencyRecord:
-    record = (
-        IdempotencyRecord.objects.select_related("tool", "combination", "run")
-        .filter(tenant=tenant, pk=pk)
-        .first()
-    )
-    if record is None:
-        raise Http404("No such call.")
-    return record
-
-
-@console_view(Role.OPERATOR)
-def unknown_calls(request: HttpRequest, tenant: Tenant) -> HttpResponse:
-    return render(
-        request,
-        "console/unknown.html",
-        _context(request, tenant, records=selectors.unknown_calls(tenant)),
-    )
-
-
-@console_view(Role.OPERATOR)
-def unknown_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
-    record = _get_unknown_for_user(tenant, pk)
-    return render(
-        request,
-        "console/unknown_detail.html",
-        _context(request, tenant, record=record, **selectors.record_timeline(record)),
-    )
-
-
-@console_view(Role.OPERATOR, methods=("POST",))
-def unknown_action(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
-    """Look up now, mark succeeded (evidence required), mark did-not-happen, or escalate."""
-    record = _get_unknown_for_user(tenant, pk)
-    action = request.POST.get("action", "")
-    note = request.POST.get("note", "").strip()
-    actor = request.user.get_username()
-    try:
-        if action == "lookup":
-            reconcile_services.request_lookup(record=record, actor=actor)
-            messages.success(request, _("A look-up was queued."))
-        elif action == "succeeded":
-            if not note:
-                raise InvalidInput(_("Marking a call succeeded needs evidence."))
-            resolve_unknown(
-                record=record,
-                outcome=Outcome.SUCCEEDED,
-                actor=actor,
-                source="console",
-                detail=note,
-                result={"evidence": note, "resolved_by": actor},
-            )
-            messages.success(request, _("Marked succeeded; duplicates now get this result."))
-        elif action == "failed":
-            if not note:
-                raise InvalidInput(_("Say how you know it did not happen."))
-            resolve_unknown(
-                record=record,
-                outcome=Outcome.FAILED,
-                actor=actor,
-                source="console",
-                detail=note,
-                error={"code": "NOT_EXECUTED", "message": note},
-            )
-            messages.success(
-                request, _("Marked as not happened; a retry with the same key may run it.")
-            )
-        elif action == "escalate":
-            reconcile_services.escalate(record=record, actor=actor, reason=note)
-            messages.success(request, _("Escalated."))
-        else:
-            raise InvalidInput(_("Unknown action."))
-    except LedgerError as exc:
-        messages.error(request, exc.message)
-        return redirect("console:unknown_call", pk=record.pk)
-    return redirect("console:unknown_calls")
 
 
 @console_view(Role.MANAGER)
@@ -228,7 +170,7 @@ def combinations_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     return render(
         request,
         "console/combinations.html",
-        _context(request, tenant, rows=rows, window_hours=window // 60),
+        context_for(request, tenant, rows=rows, window_hours=window // 60),
     )
 
 
@@ -271,7 +213,7 @@ def rollback_page(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse
     return render(
         request,
         "console/rollback.html",
-        _context(request, tenant, combination=combination, report=report),
+        context_for(request, tenant, combination=combination, report=report),
     )
 
 
@@ -332,7 +274,7 @@ def audit_log(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     return render(
         request,
         "console/audit.html",
-        _context(
+        context_for(
             request,
             tenant,
             events=page,
@@ -349,7 +291,7 @@ def tools_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     return render(
         request,
         "console/tools.html",
-        _context(
+        context_for(
             request,
             tenant,
             tools=tools,
@@ -461,7 +403,7 @@ def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     return render(
         request,
         "console/metrics.html",
-        _context(
+        context_for(
             request,
             tenant,
             charts=charts,

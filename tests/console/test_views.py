@@ -2,55 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
-from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import reverse
 
 from console.models import Membership
-from ledger.models import ApprovalRequest, AuditEvent, Tenant
+from ledger.models import ApprovalRequest, AuditEvent
 from tests.api.conftest import client_for
+from tests.console.conftest import make_user, signed_in
 
 pytestmark = pytest.mark.django_db
-
-
-def _user(django_user_model, name: str, tenant: Tenant, *roles: str):
-    user = django_user_model.objects.create_user(name, password="pw-123456789")
-    for role in roles:
-        user.groups.add(Group.objects.get_or_create(name=role)[0])
-    Membership.objects.create(user=user, tenant=tenant)
-    return user
-
-
-def _signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-@pytest.fixture
-def pending(tenant) -> ApprovalRequest:
-    """A conditional write whose replay waits for an approval, with an HTML-laden diff."""
-    api = client_for(tenant)
-    api.start_run()
-    plan = {
-        "workspace": "repo",
-        "path": "app.py",
-        "before_hash": _sha("a"),
-        "after_hash": _sha("b"),
-        "diff": "--- a/app.py\n+++ b/app.py\n@@ -1 +1 @@\n-<b>old</b>\n"
-        "+<script>alert(1)</script>\n",
-    }
-    first = api.call("write_file", {"path": "app.py"}, write_plan=plan).json()
-    api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
-    api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("a")})
-    return ApprovalRequest.objects.get()
 
 
 def test_anonymous_users_are_sent_to_sign_in() -> None:
@@ -64,7 +25,7 @@ def test_sign_in_page_renders() -> None:
 
 
 def test_inbox_shows_counts(django_user_model, tenant, pending) -> None:
-    client = _signed_in(_user(django_user_model, "op", tenant, "operator"))
+    client = signed_in(make_user(django_user_model, "op", tenant, "operator"))
     response = client.get("/", secure=True)
     assert response.status_code == 200
     assert response.context["inbox"]["approvals"].count == 1
@@ -74,7 +35,7 @@ def test_inbox_shows_counts(django_user_model, tenant, pending) -> None:
 
 def test_a_user_without_a_tenant_is_refused(django_user_model) -> None:
     user = django_user_model.objects.create_user("lonely", password="pw-123456789")
-    assert _signed_in(user).get("/", secure=True).status_code == 403
+    assert signed_in(user).get("/", secure=True).status_code == 403
 
 
 @pytest.mark.parametrize(
@@ -84,13 +45,13 @@ def test_a_user_without_a_tenant_is_refused(django_user_model) -> None:
 def test_approvals_need_the_approver_role(
     django_user_model, tenant, pending, roles, status
 ) -> None:
-    client = _signed_in(_user(django_user_model, "u", tenant, *roles))
+    client = signed_in(make_user(django_user_model, "u", tenant, *roles))
     assert client.get("/approvals/", secure=True).status_code == status
     assert client.get(f"/approvals/{pending.pk}/", secure=True).status_code == status
 
 
 def test_another_tenants_approval_is_a_404(django_user_model, other_tenant, pending) -> None:
-    client = _signed_in(_user(django_user_model, "them", other_tenant, "approver"))
+    client = signed_in(make_user(django_user_model, "them", other_tenant, "approver"))
     assert client.get(f"/approvals/{pending.pk}/", secure=True).status_code == 404
     response = client.post(f"/approvals/{pending.pk}/decide", {"decision": "approve"}, secure=True)
     assert response.status_code == 404
@@ -98,12 +59,12 @@ def test_another_tenants_approval_is_a_404(django_user_model, other_tenant, pend
 
 
 def test_decide_is_post_only(django_user_model, tenant, pending) -> None:
-    client = _signed_in(_user(django_user_model, "ap", tenant, "approver"))
+    client = signed_in(make_user(django_user_model, "ap", tenant, "approver"))
     assert client.get(f"/approvals/{pending.pk}/decide", secure=True).status_code == 405
 
 
 def test_csrf_is_enforced(django_user_model, tenant, pending) -> None:
-    user = _user(django_user_model, "ap", tenant, "approver")
+    user = make_user(django_user_model, "ap", tenant, "approver")
     client = Client(enforce_csrf_checks=True)
     client.force_login(user)
     response = client.post(f"/approvals/{pending.pk}/decide", {"decision": "approve"}, secure=True)
@@ -112,7 +73,7 @@ def test_csrf_is_enforced(django_user_model, tenant, pending) -> None:
 
 
 def test_the_diff_and_names_are_escaped(django_user_model, tenant, pending) -> None:
-    client = _signed_in(_user(django_user_model, "ap", tenant, "approver"))
+    client = signed_in(make_user(django_user_model, "ap", tenant, "approver"))
     html = client.get(f"/approvals/{pending.pk}/", secure=True).content.decode()
     assert "<script>alert(1)</script>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -120,7 +81,7 @@ def test_the_diff_and_names_are_escaped(django_user_model, tenant, pending) -> N
 
 
 def test_approve_then_the_runtime_may_start(django_user_model, tenant, pending) -> None:
-    client = _signed_in(_user(django_user_model, "ap", tenant, "approver"))
+    client = signed_in(make_user(django_user_model, "ap", tenant, "approver"))
     response = client.post(f"/approvals/{pending.pk}/decide", {"decision": "approve"}, secure=True)
     assert response.status_code == 302 and response["Location"] == reverse("console:approvals")
     assert ApprovalRequest.objects.get().state == "approved"
@@ -128,7 +89,7 @@ def test_approve_then_the_runtime_may_start(django_user_model, tenant, pending) 
 
 
 def test_reject_needs_a_reason(django_user_model, tenant, pending) -> None:
-    client = _signed_in(_user(django_user_model, "ap", tenant, "approver"))
+    client = signed_in(make_user(django_user_model, "ap", tenant, "approver"))
     response = client.post(
         f"/approvals/{pending.pk}/decide", {"decision": "reject"}, secure=True, follow=True
     )
@@ -146,8 +107,8 @@ def test_reject_needs_a_reason(django_user_model, tenant, pending) -> None:
 def test_switching_to_a_tenant_you_are_not_in_is_refused(
     django_user_model, tenant, other_tenant
 ) -> None:
-    user = _user(django_user_model, "multi", tenant, "operator")
-    client = _signed_in(user)
+    user = make_user(django_user_model, "multi", tenant, "operator")
+    client = signed_in(user)
     assert client.post("/tenant", {"tenant": other_tenant.pk}, secure=True).status_code == 404
     Membership.objects.create(user=user, tenant=other_tenant)
     assert client.post("/tenant", {"tenant": other_tenant.pk}, secure=True).status_code == 302
@@ -157,27 +118,16 @@ def test_switching_to_a_tenant_you_are_not_in_is_refused(
 def test_inbox_query_count_is_bounded(
     django_user_model, tenant, pending, django_assert_max_num_queries
 ) -> None:
-    client = _signed_in(_user(django_user_model, "op", tenant, "operator"))
+    client = signed_in(make_user(django_user_model, "op", tenant, "operator"))
     with django_assert_max_num_queries(12):
         client.get("/", secure=True)
-
-
-@pytest.fixture
-def unknown(tenant):
-    api = client_for(tenant)
-    api.start_run()
-    first = api.call("create_order", {"cart": 1}, business_object_id="c1").json()
-    api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
-    from ledger.models import IdempotencyRecord
-
-    return IdempotencyRecord.objects.get()
 
 
 @pytest.mark.parametrize(("roles", "status"), [(("operator",), 200), (("approver",), 403)])
 def test_unknown_calls_need_the_operator_role(
     django_user_model, tenant, unknown, roles, status
 ) -> None:
-    client = _signed_in(_user(django_user_model, "u", tenant, *roles))
+    client = signed_in(make_user(django_user_model, "u", tenant, *roles))
     assert client.get("/unknown/", secure=True).status_code == status
     assert client.get(f"/unknown/{unknown.pk}/", secure=True).status_code == status
 
@@ -185,7 +135,7 @@ def test_unknown_calls_need_the_operator_role(
 def test_marking_succeeded_needs_evidence_and_duplicates_then_get_it(
     django_user_model, tenant, unknown
 ):
-    client = _signed_in(_user(django_user_model, "op", tenant, "operator"))
+    client = signed_in(make_user(django_user_model, "op", tenant, "operator"))
     client.post(f"/unknown/{unknown.pk}/action", {"action": "succeeded"}, secure=True)
     unknown.refresh_from_db()
     assert unknown.state == "unknown"
@@ -204,7 +154,7 @@ def test_marking_succeeded_needs_evidence_and_duplicates_then_get_it(
 
 
 def test_marking_not_happened_and_escalating(django_user_model, tenant, unknown) -> None:
-    client = _signed_in(_user(django_user_model, "op", tenant, "operator"))
+    client = signed_in(make_user(django_user_model, "op", tenant, "operator"))
     client.post(
         f"/unknown/{unknown.pk}/action", {"action": "escalate", "note": "vendor down"}, secure=True
     )
@@ -223,7 +173,7 @@ def test_marking_not_happened_and_escalating(django_user_model, tenant, unknown)
 
 
 def test_another_tenants_unknown_call_is_a_404(django_user_model, other_tenant, unknown) -> None:
-    client = _signed_in(_user(django_user_model, "them", other_tenant, "operator"))
+    client = signed_in(make_user(django_user_model, "them", other_tenant, "operator"))
     assert client.get(f"/unknown/{unknown.pk}/", secure=True).status_code == 404
     assert (
         client.post(
@@ -235,27 +185,11 @@ def test_another_tenants_unknown_call_is_a_404(django_user_model, other_tenant, 
     assert unknown.state == "unknown"
 
 
-@pytest.fixture
-def combos(tenant):
-    from ledger.services import combinations
-
-    versions = {"model": "m", "prompt": "p", "rules": "r", "tool_schema": "t", "data_version": "d"}
-    good, _ = combinations.create_combination(
-        tenant=tenant, label="good", actor="x", source="api", **versions
-    )
-    bad, _ = combinations.create_combination(
-        tenant=tenant, label="bad", actor="x", source="api", **{**versions, "prompt": "p2"}
-    )
-    combinations.activate(tenant=tenant, combination_id=good.pk, actor="x", source="api")
-    combinations.activate(tenant=tenant, combination_id=bad.pk, actor="x", source="api")
-    return good, bad
-
-
 @pytest.mark.parametrize(("roles", "status"), [(("manager",), 200), (("operator",), 403)])
 def test_combinations_need_the_manager_role(
     django_user_model, tenant, combos, roles, status
 ) -> None:
-    client = _signed_in(_user(django_user_model, "u", tenant, *roles))
+    client = signed_in(make_user(django_user_model, "u", tenant, *roles))
     assert client.get("/combinations/", secure=True).status_code == status
 
 
@@ -263,7 +197,7 @@ def test_rollback_previews_then_confirms(django_user_model, tenant, combos) -> N
     from ledger.models import VersionCombination
 
     good, bad = combos
-    client = _signed_in(_user(django_user_model, "mgr", tenant, "manager"))
+    client = signed_in(make_user(django_user_model, "mgr", tenant, "manager"))
     preview = client.get(f"/combinations/{bad.pk}/rollback", secure=True)
     assert preview.status_code == 200 and preview.context["report"].dry_run
     assert VersionCombination.objects.get(pk=bad.pk).state == "active"  # nothing changed yet
@@ -278,7 +212,7 @@ def test_rollback_previews_then_confirms(django_user_model, tenant, combos) -> N
 
 def test_another_tenants_combination_is_a_404(django_user_model, other_tenant, combos) -> None:
     _good, bad = combos
-    client = _signed_in(_user(django_user_model, "them", other_tenant, "manager"))
+    client = signed_in(make_user(django_user_model, "them", other_tenant, "manager"))
     assert client.get(f"/combinations/{bad.pk}/rollback", secure=True).status_code == 404
     assert (
         client.post(
@@ -304,7 +238,7 @@ def test_audit_log_is_per_tenant_filterable_and_paged(
         target=other_tenant,
         source="system",
     )
-    client = _signed_in(_user(django_user_model, "aud", tenant, "operator"))
+    client = signed_in(make_user(django_user_model, "aud", tenant, "operator"))
     first = client.get("/audit/", {"action": "test."}, secure=True)
     assert len(first.context["events"]) == 50 and first.context["next_before"]
     assert all(e.tenant_id == tenant.pk for e in first.context["events"])
@@ -321,7 +255,7 @@ def test_tools_page_lists_classifications_and_managers_override(django_user_mode
     from tests.factories import make_tool
 
     tool = make_tool(tenant, "sync_crm")
-    viewer = _signed_in(_user(django_user_model, "op", tenant, "operator"))
+    viewer = signed_in(make_user(django_user_model, "op", tenant, "operator"))
     page = viewer.get("/tools/", secure=True)
     assert page.status_code == 200 and b"sync_crm" in page.content and not page.context["can_edit"]
     assert (
@@ -330,7 +264,7 @@ def test_tools_page_lists_classifications_and_managers_override(django_user_mode
         ).status_code
         == 403
     )
-    manager = _signed_in(_user(django_user_model, "mgr", tenant, "manager"))
+    manager = signed_in(make_user(django_user_model, "mgr", tenant, "manager"))
     manager.post(
         f"/tools/{tool.pk}/override", {"idempotency": "idempotent", "reason": ""}, secure=True
     )
@@ -352,7 +286,7 @@ def test_importing_mcp_tools_from_the_console(django_user_model, tenant) -> None
     listing = (
         Path(__file__).parents[1] / "fixtures" / "mcp" / "mcp_server_git_tools_list.json"
     ).read_text()
-    manager = _signed_in(_user(django_user_model, "mgr", tenant, "manager"))
+    manager = signed_in(make_user(django_user_model, "mgr", tenant, "manager"))
     manager.post(
         "/tools/import", {"server": "git", "trust": "untrusted", "tools_list": listing}, secure=True
     )
@@ -375,7 +309,7 @@ def test_metrics_dashboard_draws_charts_and_adds_thresholds(
     from ledger.services import metrics
 
     metrics.roll_up()
-    manager = _signed_in(_user(django_user_model, "mgr", tenant, "manager"))
+    manager = signed_in(make_user(django_user_model, "mgr", tenant, "manager"))
     page = manager.get("/metrics/", secure=True)
     assert page.status_code == 200
     html = page.content.decode()
@@ -388,5 +322,5 @@ def test_metrics_dashboard_draws_charts_and_adds_thresholds(
     assert Threshold.objects.get(tenant=tenant).action == "halt"
     manager.post("/metrics/", {"metric": "nonsense", "above": "x"}, secure=True)
     assert Threshold.objects.count() == 1
-    operator = _signed_in(_user(django_user_model, "op", tenant, "operator"))
+    operator = signed_in(make_user(django_user_model, "op", tenant, "operator"))
     assert operator.get("/metrics/", secure=True).status_code == 403

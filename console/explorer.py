@@ -1,0 +1,199 @@
+"""The ledger explorer: calls and runs, searchable, keyset-paged; a run's timeline.
+
+Pages are keyset-paged on the primary key (``before=<pk>``), newest first, so a page costs the
+same at the millionth row as at the first, and the query count is the same for any page size.
+Filters are a Django form: bad input is shown as an error and the list is not queried.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import render
+from django.utils.translation import gettext_lazy as _
+
+from console.access import console_view
+from console.roles import Role
+from console.views import context_for
+from ledger.domain import Decision, EntryStatus
+from ledger.models import LedgerEntry, Run, Tenant, VersionCombination
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 200
+TIMELINE_LIMIT = 500
+DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
+
+
+def _blank_choice(values: list[str]) -> list[tuple[str, Any]]:
+    return [("", _("any"))] + [(v, v.replace("_", " ")) for v in values]
+
+
+class _PagedFilter(forms.Form):
+    """Common to both lists: the combination, a time window and the keyset cursor."""
+
+    combination = forms.TypedChoiceField(label=_("Combination"), required=False, coerce=int)
+    since = forms.DateTimeField(label=_("From"), required=False, input_formats=DATETIME_FORMATS)
+    until = forms.DateTimeField(label=_("To"), required=False, input_formats=DATETIME_FORMATS)
+    before = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    size = forms.IntegerField(
+        label=_("Per page"), required=False, min_value=1, max_value=MAX_PAGE_SIZE
+    )
+
+    def __init__(self, data: Any, *, tenant: Tenant) -> None:
+        super().__init__(data)
+        combination = self.fields["combination"]
+        assert isinstance(combination, forms.TypedChoiceField)
+        combination.choices = [("", _("any"))] + [
+            (str(c.pk), c.label)
+            for c in VersionCombination.objects.filter(tenant=tenant).order_by("-pk")[:100]
+        ]
+
+    def page_size(self) -> int:
+        return self.cleaned_data.get("size") or DEFAULT_PAGE_SIZE
+
+    def query_without_cursor(self) -> str:
+        """The filters as a query string, for the "older" link and the "first page" link."""
+        assert isinstance(self.data, QueryDict)
+        params = self.data.copy()
+        params.pop("before", None)
+        return str(params.urlencode())
+
+
+class CallFilter(_PagedFilter):
+    run = forms.CharField(label=_("Run id"), required=False, max_length=200)
+    call = forms.UUIDField(label=_("Call id"), required=False)
+    key = forms.CharField(label=_("Idempotency key"), required=False, max_length=1024)
+    tool = forms.CharField(label=_("Tool"), required=False, max_length=200)
+    status = forms.ChoiceField(
+        label=_("Status"), required=False, choices=_blank_choice([s.value for s in EntryStatus])
+    )
+    decision = forms.ChoiceField(
+        label=_("Decision"), required=False, choices=_blank_choice([d.value for d in Decision])
+    )
+    field_order = ("run", "call", "key", "tool", "status", "decision", "combination")
+
+
+class RunFilter(_PagedFilter):
+    run = forms.CharField(label=_("Run id"), required=False, max_length=200)
+    status = forms.ChoiceField(
+        label=_("Status"), required=False, choices=_blank_choice([s.value for s in Run.Status])
+    )
+    field_order = ("run", "status", "combination")
+
+
+def _page(rows: QuerySet[Any], form: _PagedFilter) -> tuple[list[Any], int | None]:
+    """One keyset page, newest first, and the cursor of the next (older) page if any."""
+    before = form.cleaned_data.get("before")
+    if before:
+        rows = rows.filter(pk__lt=before)
+    size = form.page_size()
+    page = list(rows.order_by("-pk")[: size + 1])
+    more = len(page) > size
+    page = page[:size]
+    return page, (page[-1].pk if more and page else None)
+
+
+def search_calls(tenant: Tenant, form: CallFilter) -> tuple[list[LedgerEntry], int | None]:
+    data = form.cleaned_data
+    entries = LedgerEntry.objects.filter(tenant=tenant).select_related(
+        "run", "tool", "combination", "record"
+    )
+    if data["run"]:
+        entries = entries.filter(run__run_id=data["run"])
+    if data["call"]:
+        entries = entries.filter(call_id=data["call"])
+    if data["key"]:
+        entries = entries.filter(idempotency_key=data["key"])
+    if data["tool"]:
+        entries = entries.filter(tool__name=data["tool"])
+    if data["status"]:
+        entries = entries.filter(status=data["status"])
+    if data["decision"]:
+        entries = entries.filter(decision=data["decision"])
+    if data["combination"]:
+        entries = entries.filter(combination_id=data["combination"])
+    if data["since"]:
+        entries = entries.filter(created_at__gte=data["since"])
+    if data["until"]:
+        entries = entries.filter(created_at__lt=data["until"])
+    return _page(entries, form)
+
+
+def search_runs(tenant: Tenant, form: RunFilter) -> tuple[list[Run], int | None]:
+    data = form.cleaned_data
+    runs = Run.objects.filter(tenant=tenant).select_related("combination")
+    if data["run"]:
+        runs = runs.filter(run_id=data["run"])
+    if data["status"]:
+        runs = runs.filter(status=data["status"])
+    if data["combination"]:
+        runs = runs.filter(combination_id=data["combination"])
+    if data["since"]:
+        runs = runs.filter(started_at__gte=data["since"])
+    if data["until"]:
+        runs = runs.filter(started_at__lt=data["until"])
+    return _page(runs, form)
+
+
+def _list_page(
+    request: HttpRequest, tenant: Tenant, form: _PagedFilter, template: str, search: Any
+) -> HttpResponse:
+    rows: list[Any] = []
+    next_before = None
+    if form.is_valid():
+        rows, next_before = search(tenant, form)
+    return render(
+        request,
+        template,
+        context_for(
+            request,
+            tenant,
+            form=form,
+            rows=rows,
+            next_before=next_before,
+            query=form.query_without_cursor(),
+            paged=bool(form.data.get("before")),
+        ),
+        status=200 if form.is_valid() else 400,
+    )
+
+
+@console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER)
+def calls(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    form = CallFilter(request.GET, tenant=tenant)
+    return _list_page(request, tenant, form, "console/explorer_calls.html", search_calls)
+
+
+@console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER)
+def runs(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    form = RunFilter(request.GET, tenant=tenant)
+    return _list_page(request, tenant, form, "console/explorer_runs.html", search_runs)
+
+
+@console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER)
+def run_timeline(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
+    """Every call of one run in order: its decision, observation, and whether it was a dedup hit
+    (the key already had a record, so no second side effect could start)."""
+    run = Run.objects.filter(tenant=tenant, pk=pk).select_related("combination").first()
+    if run is None:
+        raise Http404("No such run.")
+    entries = list(
+        LedgerEntry.objects.filter(run=run)
+        .select_related("tool", "record", "combination")
+        .order_by("created_at", "pk")[: TIMELINE_LIMIT + 1]
+    )
+    return render(
+        request,
+        "console/run_timeline.html",
+        context_for(
+            request,
+            tenant,
+            run=run,
+            entries=entries[:TIMELINE_LIMIT],
+            truncated=len(entries) > TIMELINE_LIMIT,
+            dedup_hits=sum(1 for e in entries[:TIMELINE_LIMIT] if e.reused_record),
+        ),
+    )

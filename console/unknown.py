@@ -1,0 +1,207 @@
+"""Calls whose outcome is unknown: the queue, one call's timeline, and the actions on it, one
+at a time or in bulk.
+
+A bulk action works on a frozen selection: the ids the operator ticked, carried through a
+dry-run summary to the confirmation. Nothing that appears later joins it, and a call that was
+settled in the meantime (by a look-up, say) is skipped and reported, never changed again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from console import selectors
+from console.access import console_view
+from console.roles import Role
+from console.views import context_for
+from ledger.domain import RecordState
+from ledger.errors import InvalidInput, LedgerError
+from ledger.models import IdempotencyRecord, Tenant
+from ledger.services.records import Outcome, resolve_unknown
+from reconcile import services as reconcile_services
+
+#: The most calls one bulk action may touch (the queue page shows at most 200 as well).
+MAX_BULK = 200
+
+#: Actions allowed in bulk. Marking succeeded needs evidence about each call, so it is not.
+BULK_ACTIONS = {
+    "lookup": gettext_lazy("Look up downstream now"),
+    "failed": gettext_lazy("Mark did not happen"),
+    "escalate": gettext_lazy("Escalate to a human"),
+}
+
+
+def _get_unknown_for_user(tenant: Tenant, pk: int) -> IdempotencyRecord:
+    record = (
+        IdempotencyRecord.objects.select_related("tool", "combination", "run")
+        .filter(tenant=tenant, pk=pk)
+        .first()
+    )
+    if record is None:
+        raise Http404("No such call.")
+    return record
+
+
+def apply_action(record: IdempotencyRecord, action: str, note: str, actor: str) -> str:
+    """Do one operator action on one unknown call; returns what happened, for the operator.
+    Raises ``LedgerError`` (nothing changed) when the action is not possible."""
+    if action == "lookup":
+        reconcile_services.request_lookup(record=record, actor=actor)
+        return _("A look-up was queued.")
+    if action == "succeeded":
+        if not note:
+            raise InvalidInput(_("Marking a call succeeded needs evidence."))
+        resolve_unknown(
+            record=record,
+            outcome=Outcome.SUCCEEDED,
+            actor=actor,
+            source="console",
+            detail=note,
+            result={"evidence": note, "resolved_by": actor},
+        )
+        return _("Marked succeeded; duplicates now get this result.")
+    if action == "failed":
+        if not note:
+            raise InvalidInput(_("Say how you know it did not happen."))
+        resolve_unknown(
+            record=record,
+            outcome=Outcome.FAILED,
+            actor=actor,
+            source="console",
+            detail=note,
+            error={"code": "NOT_EXECUTED", "message": note},
+        )
+        return _("Marked as not happened; a retry with the same key may run it.")
+    if action == "escalate":
+        reconcile_services.escalate(record=record, actor=actor, reason=note)
+        return _("Escalated.")
+    raise InvalidInput(_("Unknown action."))
+
+
+@console_view(Role.OPERATOR)
+def unknown_calls(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    return render(
+        request,
+        "console/unknown.html",
+        context_for(
+            request,
+            tenant,
+            records=selectors.unknown_calls(tenant, limit=MAX_BULK),
+            bulk_actions=BULK_ACTIONS,
+        ),
+    )
+
+
+@console_view(Role.OPERATOR)
+def unknown_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
+    record = _get_unknown_for_user(tenant, pk)
+    return render(
+        request,
+        "console/unknown_detail.html",
+        context_for(request, tenant, record=record, **selectors.record_timeline(record)),
+    )
+
+
+@console_view(Role.OPERATOR, methods=("POST",))
+def unknown_action(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
+    """Look up now, mark succeeded (evidence required), mark did-not-happen, or escalate."""
+    record = _get_unknown_for_user(tenant, pk)
+    try:
+        done = apply_action(
+            record,
+            request.POST.get("action", ""),
+            request.POST.get("note", "").strip(),
+            request.user.get_username(),
+        )
+    except LedgerError as exc:
+        messages.error(request, exc.message)
+        return redirect("console:unknown_call", pk=record.pk)
+    messages.success(request, done)
+    return redirect("console:unknown_calls")
+
+
+@dataclass(frozen=True)
+class BulkItem:
+    record: IdempotencyRecord
+    ready: bool  # still unknown, so the action applies
+
+
+def _selection(request: HttpRequest, tenant: Tenant) -> list[IdempotencyRecord]:
+    """The ticked calls, in the order shown. Bad or foreign ids are an error for the whole
+    request: nothing is changed when the selection is not exactly what the operator saw."""
+    data = request.POST if request.method == "POST" else request.GET
+    raw = data.getlist("ids")
+    if not raw:
+        raise InvalidInput(_("Select at least one call."))
+    if len(raw) > MAX_BULK:
+        raise InvalidInput(_("Select at most %(n)d calls at a time.") % {"n": MAX_BULK})
+    if not all(value.isdigit() for value in raw):
+        raise InvalidInput(_("The selection is malformed."))
+    ids = list(dict.fromkeys(int(value) for value in raw))
+    records = {
+        r.pk: r
+        for r in IdempotencyRecord.objects.filter(tenant=tenant, pk__in=ids).select_related("tool")
+    }
+    if len(records) != len(ids):
+        raise InvalidInput(_("Some selected calls do not exist in this tenant."))
+    return [records[pk] for pk in ids]
+
+
+@console_view(Role.OPERATOR, methods=("GET", "POST"))
+def unknown_bulk(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    """GET: the dry-run summary of a bulk action on a frozen selection. POST: do it on exactly
+    that selection, one call at a time (each audited), then report what was done and skipped."""
+    data = request.POST if request.method == "POST" else request.GET
+    action = data.get("action", "")
+    note = data.get("note", "").strip()
+    try:
+        if action not in BULK_ACTIONS:
+            raise InvalidInput(_("Choose an action."))
+        if action in ("failed", "escalate") and not note:
+            raise InvalidInput(_("This action needs a reason; it is kept with every call."))
+        selection = _selection(request, tenant)
+    except LedgerError as exc:
+        messages.error(request, exc.message)
+        return render(
+            request,
+            "console/unknown_bulk.html",
+            context_for(request, tenant, items=[], action=action, note=note),
+            status=400,
+        )
+    if request.method == "POST":
+        actor = request.user.get_username()
+        skipped = []
+        for record in selection:
+            try:
+                apply_action(record, action, note, actor)
+            except LedgerError as exc:
+                skipped.append(f"{record.key}: {exc.message}")
+        done = len(selection) - len(skipped)
+        messages.success(
+            request,
+            _("%(action)s: done for %(done)d of %(total)d selected calls.")
+            % {"action": BULK_ACTIONS[action], "done": done, "total": len(selection)},
+        )
+        for line in skipped:
+            messages.warning(request, _("Skipped %(why)s") % {"why": line})
+        return redirect("console:unknown_calls")
+    items = [BulkItem(r, ready=r.state == RecordState.UNKNOWN) for r in selection]
+    return render(
+        request,
+        "console/unknown_bulk.html",
+        context_for(
+            request,
+            tenant,
+            items=items,
+            action=action,
+            action_label=BULK_ACTIONS[action],
+            note=note,
+            ready=sum(1 for item in items if item.ready),
+        ),
+    )

@@ -1,0 +1,79 @@
+"""Console fixtures: users with roles in a tenant, and ledger states that need a human."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from django.contrib.auth.models import Group
+from django.test import Client
+
+from console.models import Membership
+from ledger.models import ApprovalRequest, IdempotencyRecord, Tenant
+from tests.api.conftest import client_for
+
+
+def make_user(django_user_model, name: str, tenant: Tenant, *roles: str):
+    user = django_user_model.objects.create_user(name, password="pw-123456789")
+    for role in roles:
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+    Membership.objects.create(user=user, tenant=tenant)
+    return user
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def make_pending(tenant: Tenant, path: str = "app.py", run_id: str = "run-1") -> ApprovalRequest:
+    """A conditional write whose replay waits for an approval, with an HTML-laden diff."""
+    api = client_for(tenant)
+    api.start_run(run_id)
+    plan = {
+        "workspace": "repo",
+        "path": path,
+        "before_hash": sha("a"),
+        "after_hash": sha("b"),
+        "diff": f"--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-<b>old</b>\n"
+        "+<script>alert(1)</script>\n",
+    }
+    first = api.call("write_file", {"path": path}, write_plan=plan, run_id=run_id).json()
+    api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+    api.post(f"/calls/{first['call_id']}/replay", {"current_hash": sha("a")})
+    return ApprovalRequest.objects.get(record__key=first["idempotency_key"])
+
+
+@pytest.fixture
+def pending(tenant) -> ApprovalRequest:
+    return make_pending(tenant)
+
+
+@pytest.fixture
+def unknown(tenant) -> IdempotencyRecord:
+    api = client_for(tenant)
+    api.start_run()
+    first = api.call("create_order", {"cart": 1}, business_object_id="c1").json()
+    api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+    return IdempotencyRecord.objects.get()
+
+
+@pytest.fixture
+def combos(tenant):
+    from ledger.services import combinations
+
+    versions = {"model": "m", "prompt": "p", "rules": "r", "tool_schema": "t", "data_version": "d"}
+    good, _ = combinations.create_combination(
+        tenant=tenant, label="good", actor="x", source="api", **versions
+    )
+    bad, _ = combinations.create_combination(
+        tenant=tenant, label="bad", actor="x", source="api", **{**versions, "prompt": "p2"}
+    )
+    combinations.activate(tenant=tenant, combination_id=good.pk, actor="x", source="api")
+    combinations.activate(tenant=tenant, combination_id=bad.pk, actor="x", source="api")
+    return good, bad
