@@ -720,7 +720,14 @@ def current_observation(
             retryable=record.error_retryable,
             error_code=str(error.get("code") or "FAILED"),
         )
-    if state is RecordState.UNKNOWN:
+    # A replay waiting for its human is answered by the approval below, not by the record's
+    # (still unknown) state: the model must hear "approval pending", not "look it up".
+    awaiting_approval = (
+        entry.decision == Decision.APPROVAL_REQUIRED
+        and approval is not None
+        and approval.state in ApprovalRequest.OPEN_STATES
+    )
+    if state is RecordState.UNKNOWN and not awaiting_approval:
         recovery = recovery_decision(
             replay_policy=ReplayPolicy(entry.replay_policy),
             uncertain=True,

@@ -175,6 +175,21 @@ def test_write_replay_apply_again_needs_an_approval_then_starts(
     assert used_twice.status_code == 409
 
 
+def test_a_replay_waiting_for_its_approval_says_so(api: ApiClient) -> None:
+    """Found by `make drill`: a replay waiting for a human was reported as
+    SIDE_EFFECT_UNCERTAIN (the record is still unknown) instead of APPROVAL_REQUIRED, so a
+    runtime whose approval deadline passed told the model to look the call up."""
+    api.start_run()
+    first = _write(api, "old", "new")
+    replay = api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("old")}).json()
+    waiting = api.get(f"/calls/{replay['call_id']}").json()["observation"]
+    assert waiting["code"] == "APPROVAL_REQUIRED"
+    assert waiting["metadata"]["next_action"] == "await_approval"
+    # The call that went missing is still what it was: uncertain.
+    original = api.get(f"/calls/{first['call_id']}").json()["observation"]
+    assert original["code"] == "SIDE_EFFECT_UNCERTAIN"
+
+
 def test_rejection_reaches_the_model_as_an_observation(api: ApiClient, django_user_model) -> None:
     from ledger.services.approvals import decide
 
