@@ -16,7 +16,7 @@ TEST_ENV := DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_UR
 	DEBUG=false SECURE_SSL_REDIRECT=false ALLOWED_HOSTS=testserver,localhost,127.0.0.1 \
 	DJANGO_ALLOW_ASYNC_UNSAFE=true STATIC_MANIFEST=false
 
-.PHONY: install run worker test lint format services clean messages bench
+.PHONY: install run worker test lint format services clean messages drill bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ test: install services
 BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_ledger_bench
 bench: install services
 	BENCH_DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m bench $(if $(QUICK),--quick)
+
+# Failure drills against the whole stack as separate processes (gunicorn, Celery workers, beat,
+# a private redis-server, the sandbox) on a fresh database; evidence in var/drill.json.
+drill: install services
+	$(PY) -m drill $(DRILL_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -72,6 +72,10 @@ class State:
     faults: list[Fault] = field(default_factory=list)
     requests: Counter[str] = field(default_factory=Counter)
     lookups: Counter[tuple[str, str]] = field(default_factory=Counter)
+    # Create requests per key, new or answered from the first object: shows how often a caller
+    # asked for the side effect, which the per-key dedup above would otherwise hide.
+    creates: Counter[tuple[str, str]] = field(default_factory=Counter)
+    writes: Counter[str] = field(default_factory=Counter)  # workspace writes per path
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def take_fault(self, service: str, operation: str) -> Fault | None:
@@ -87,6 +91,8 @@ class State:
     def create(self, service: str, key: str | None, body: dict[str, Any]) -> tuple[dict, bool]:
         """The object for ``key`` (created now, or the one created before) and whether new."""
         with self.lock:
+            if key:
+                self.creates[(service, key)] += 1
             if key and (service, key) in self.by_key:
                 return self.by_key[(service, key)], False
             obj = {
@@ -109,6 +115,7 @@ class State:
         per_reference = Counter(o["reference"] for o in objects if o["reference"])
         with self.lock:
             lookups = {key: n for (svc, key), n in self.lookups.items() if svc == service}
+            creates = {key: n for (svc, key), n in self.creates.items() if svc == service}
         return {
             "service": service,
             "objects": len(objects),
@@ -117,6 +124,7 @@ class State:
             "max_per_key": max(per_key.values(), default=0),
             "max_per_reference": max(per_reference.values(), default=0),
             "lookups_per_key": lookups,
+            "create_requests_per_key": creates,
         }
 
     def reset(self) -> None:
@@ -127,6 +135,8 @@ class State:
             self.faults.clear()
             self.requests.clear()
             self.lookups.clear()
+            self.creates.clear()
+            self.writes.clear()
 
 
 class SandboxServer(ThreadingHTTPServer):
@@ -232,6 +242,10 @@ class SandboxHandler(BaseHTTPRequestHandler):
         state = self.server.state
         if parts == ["healthz"]:
             return self._send(200, {"status": "ok"})
+        if parts == ["workspace", "stats"]:
+            with state.lock:
+                writes = dict(state.writes)
+            return self._send(200, {"writes_per_path": writes, "writes": sum(writes.values())})
         if len(parts) >= 2 and parts[0] == "workspace" and parts[1] == "files":
             return self._read_file("/".join(parts[2:]))
         if not parts or parts[0] not in SERVICES:
@@ -307,6 +321,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
                 return self._send(400, {"error": "path_outside_workspace"})
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(content, encoding="utf-8")
+            with self.server.state.lock:
+                self.server.state.writes["/".join(parts[2:])] += 1
             result = {"path": "/".join(parts[2:]), "sha256": _sha256(content)}
             return self._after(fault, 200, result, {})
         return self._send(404, {"error": "not_found"})

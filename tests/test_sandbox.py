@@ -95,3 +95,13 @@ def test_workspace_files_are_confined(sandbox: SandboxServer) -> None:
     assert read["content"] == "hi" and read["sha256"] == written.json()["sha256"]
     escape = httpx.get(f"{sandbox.url}/workspace/files/..%2F..%2Fetc%2Fpasswd")
     assert escape.status_code in (400, 404)
+
+
+def test_create_requests_and_workspace_writes_are_counted(sandbox: SandboxServer) -> None:
+    _create(sandbox, "k1")
+    _create(sandbox, "k1")
+    assert _stats(sandbox)["create_requests_per_key"] == {"k1": 2}
+    assert _stats(sandbox)["per_key"] == {"k1": 1}
+    httpx.put(f"{sandbox.url}/workspace/files/a.txt", json={"content": "x"}, timeout=5)
+    stats = httpx.get(f"{sandbox.url}/workspace/stats", timeout=5).json()
+    assert stats == {"writes_per_path": {"a.txt": 1}, "writes": 1}
