@@ -377,12 +377,17 @@ def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             messages.error(request, _("A threshold needs a metric, a number and a window."))
         return redirect("console:metrics")
     since = metrics.window_start(24 * 60)
-    combos = list(VersionCombination.objects.filter(tenant=tenant).order_by("pk"))
+    tool = request.GET.get("tool", "").strip() or None
+    by_combination = metrics.series_by_combination(tenant, since=since, tool=tool)
+    labels_of = dict(
+        VersionCombination.objects.filter(tenant=tenant, pk__in=list(by_combination)).values_list(
+            "pk", "label"
+        )
+    )
+    # The most recent combinations with activity, one line each (the palette has four).
+    shown = sorted((pk for pk in by_combination if pk is not None), reverse=True)[:4]
     per_combo = {
-        c.label: {
-            p["bucket_start"]: p for p in metrics.series(tenant, since=since, combination_id=c.pk)
-        }
-        for c in combos
+        labels_of.get(pk, "—"): {p["bucket_start"]: p for p in by_combination[pk]} for pk in shown
     }
     buckets = sorted({b for points in per_combo.values() for b in points})
     labels = [b.strftime("%H:%M") for b in buckets]
@@ -400,6 +405,7 @@ def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             _("Duplicate side effects"), labels, values("duplicate_side_effects")
         ),
     ]
+    tools = sorted(metrics.by_tool(tenant, since=since).items())
     return render(
         request,
         "console/metrics.html",
@@ -407,6 +413,8 @@ def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             request,
             tenant,
             charts=charts,
+            tools=tools,
+            tool=tool or "",
             thresholds=Threshold.objects.filter(tenant=tenant).order_by("pk"),
             alerts=tenant.alerts.select_related("combination").order_by("-created_at")[:20],
             metric_choices=Threshold.Metric.choices,

@@ -1,0 +1,212 @@
+"""Every console page in real Chromium at desktop width (screenshots kept as artifacts), plus
+the flows not covered in test_console_flows: rollback, metrics charts, bulk actions, keyboard,
+and the Chinese console."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from ledger.models import ApprovalRequest, IdempotencyRecord, Run, Tenant, VersionCombination
+from ledger.services import metrics
+from tests.api.conftest import ApiClient, client_for
+from tests.browser.conftest import console_user, shot, sign_in
+from tests.console.conftest import make_pending
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+VERSIONS = {
+    "model": "m-1",
+    "prompt": "p-1",
+    "rules": "r-1",
+    "tool_schema": "t-1",
+    "data_version": "d-1",
+}
+
+
+def _order(api: ApiClient, run_id: str, cart: str, *, outcome: str | None) -> dict:
+    call = api.post(
+        "/calls",
+        {
+            "run_id": run_id,
+            "step_id": f"order-{cart}",
+            "tool": "create_order",
+            "input": {"cart": cart},
+            "business_object_id": cart,
+        },
+    ).json()
+    if outcome:
+        api.post(f"/calls/{call['call_id']}/complete", {"fencing_token": 1, "outcome": outcome})
+    return call
+
+
+@pytest.fixture
+def incident() -> tuple[Tenant, ApiClient, dict, dict]:
+    """A bad combination in production: a run in flight under it, unknown orders, a pending
+    approval, and metrics rolled up."""
+    tenant = Tenant.objects.create(slug="acme", name="Acme")
+    api = client_for(tenant)
+    good = api.post("/combinations", {"label": "baseline", **VERSIONS}).json()
+    bad = api.post("/combinations", {"label": "prompt-v2", **{**VERSIONS, "prompt": "p-2"}}).json()
+    api.post(f"/combinations/{good['id']}/activate")
+    api.start_run("run-before")  # the baseline's traffic, before the bad combination ships
+    _order(api, "run-before", "c0", outcome="succeeded")
+    api.post(f"/combinations/{bad['id']}/activate")
+    api.start_run("run-checkout")
+    for cart in ("c1", "c2", "c3"):
+        _order(api, "run-checkout", cart, outcome="uncertain")
+    _order(api, "run-checkout", "c4", outcome=None)  # executing when the rollback comes
+    read = api.post(
+        "/calls",
+        {"run_id": "run-checkout", "step_id": "r", "tool": "read_file", "input": {"path": "x"}},
+    ).json()
+    api.post(
+        f"/calls/{read['call_id']}/complete",
+        {"fencing_token": 1, "outcome": "succeeded", "result": {"text": "x"}},
+    )
+    api.post(
+        "/calls",
+        {"run_id": "run-checkout", "step_id": "r", "tool": "read_file", "input": {"path": "x"}},
+    )
+    make_pending(tenant, "settings.py", run_id="run-review")
+    metrics.roll_up()
+    return tenant, api, good, bad
+
+
+def test_roll_back_a_combination(page: Page, live_server, django_user_model, incident) -> None:
+    tenant, api, good, bad = incident
+    console_user(django_user_model, tenant, "maria", "manager")
+    sign_in(page, live_server.url, "maria")
+    page.click("nav >> text=Combinations")
+    shot(page, "combinations")
+    page.locator("tr", has_text="prompt-v2").locator("text=Roll back…").click()
+    # The confirmation lists the in-flight runs and the pending side effects before anything.
+    expect(page.locator("h1")).to_contain_text("Roll back prompt-v2")
+    expect(page.locator("text=run-checkout")).to_be_visible()
+    unknown = IdempotencyRecord.objects.filter(combination_id=bad["id"], state="unknown").count()
+    assert unknown == 4  # three orders and the write waiting for approval
+    expect(page.locator(f"text={unknown} unknown (queued for look-up)")).to_be_visible()
+    shot(page, "rollback-preview")
+    assert VersionCombination.objects.get(pk=bad["id"]).state == "active"
+    page.fill("#reason", "Duplicate orders since prompt-v2")
+    page.click("text=Roll back now")
+    expect(page.locator("h1")).to_contain_text("Rolled back prompt-v2")
+    shot(page, "rollback-result")
+    assert VersionCombination.objects.get(pk=bad["id"]).state == "halted"
+    assert VersionCombination.objects.get(pk=good["id"]).state == "active"
+    assert Run.objects.get(run_id="run-checkout").status == "halted"
+    api.start_run("run-after")
+    assert Run.objects.get(run_id="run-after").combination_id == good["id"]
+
+
+def test_the_metrics_page_shows_its_charts(
+    page: Page, live_server, django_user_model, incident
+) -> None:
+    tenant, *_ = incident
+    console_user(django_user_model, tenant, "maria", "manager")
+    sign_in(page, live_server.url, "maria")
+    page.goto(f"{live_server.url}/metrics/")
+    charts = page.locator("figure.chart")
+    expect(charts).to_have_count(3)
+    for n in range(3):
+        chart = charts.nth(n)
+        assert chart.locator("svg").get_attribute("role") == "img"
+        assert chart.locator("svg .series").count() >= 1  # a line per combination
+        assert chart.locator(".legend li").count() == 2
+    assert "Dedup hit rate" in charts.nth(0).inner_text()
+    box = charts.nth(0).locator("svg").bounding_box()
+    assert box and box["width"] > 300 and box["height"] > 100  # drawn, not collapsed
+    shot(page, "metrics")
+
+
+def test_bulk_look_up_with_select_all(page: Page, live_server, django_user_model, incident):
+    tenant, *_ = incident
+    console_user(django_user_model, tenant, "olga", "operator")
+    sign_in(page, live_server.url, "olga")
+    page.goto(f"{live_server.url}/unknown/")
+    page.check("[data-select-all]")
+    page.select_option("#bulk-action", "escalate")
+    page.fill("#bulk-note", "Shop API is down; checking by hand")
+    page.click("text=Review…")
+    expect(page.locator("text=Dry run: nothing has changed")).to_be_visible()
+    shot(page, "unknown-bulk-preview")
+    assert not IdempotencyRecord.objects.filter(escalated_at__isnull=False).exists()
+    page.click("text=Confirm for 4 calls")
+    expect(page.locator(".messages")).to_contain_text("done for 4 of 4 selected calls")
+    assert IdempotencyRecord.objects.filter(escalated_at__isnull=False).count() == 4
+
+
+def test_keyboard_walks_the_queue_and_approves(
+    page: Page, live_server, django_user_model, incident
+) -> None:
+    tenant, *_ = incident
+    make_pending(tenant, "second.py", run_id="run-review-2")
+    first, second = ApprovalRequest.objects.order_by("created_at", "pk")
+    console_user(django_user_model, tenant, "alice", "approver")
+    sign_in(page, live_server.url, "alice")
+    page.goto(f"{live_server.url}/approvals/")
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    expect(page.locator("tr.selected")).to_contain_text("write_file")
+    assert page.locator("tbody tr").nth(1).get_attribute("aria-selected") == "true"
+    page.keyboard.press("o")
+    page.wait_for_url(f"{live_server.url}/approvals/{second.pk}/")
+    page.keyboard.press("k")
+    page.wait_for_url(f"{live_server.url}/approvals/{first.pk}/")
+    page.keyboard.press("a")
+    assert page.evaluate("document.activeElement.value") == "approve"
+    assert ApprovalRequest.objects.get(pk=first.pk).state == "pending"  # a key alone is not enough
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"{live_server.url}/approvals/")
+    assert ApprovalRequest.objects.get(pk=first.pk).state == "approved"
+    page.goto(f"{live_server.url}/approvals/{second.pk}/")
+    page.keyboard.press("r")
+    page.keyboard.type("Not during the freeze")
+    page.keyboard.press("Control+Enter")
+    page.wait_for_url(f"{live_server.url}/approvals/")
+    rejected = ApprovalRequest.objects.get(pk=second.pk)
+    assert rejected.state == "rejected" and rejected.decision_reason == "Not during the freeze"
+
+
+def test_every_page_at_desktop_width(page: Page, live_server, django_user_model, incident):
+    tenant, _api, _good, bad = incident
+    console_user(django_user_model, tenant, "root", "admin")
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    page.goto(f"{live_server.url}/login/")
+    shot(page, "login")
+    sign_in(page, live_server.url, "root")
+    run = Run.objects.get(run_id="run-checkout")
+    unknown = IdempotencyRecord.objects.filter(state="unknown").first()
+    approval = ApprovalRequest.objects.get()
+    pages = {
+        "inbox": "/",
+        "approvals": "/approvals/",
+        "approval-detail": f"/approvals/{approval.pk}/",
+        "unknown-calls": "/unknown/",
+        "unknown-call-detail": f"/unknown/{unknown.pk}/",
+        "ledger-calls": "/ledger/",
+        "ledger-runs": "/ledger/runs/",
+        "run-timeline": f"/ledger/runs/{run.pk}/",
+        "combinations": "/combinations/",
+        "rollback-preview": f"/combinations/{bad['id']}/rollback",
+        "metrics": "/metrics/",
+        "tools": "/tools/",
+        "audit": "/audit/",
+    }
+    for name, path in pages.items():
+        response = page.goto(f"{live_server.url}{path}")
+        assert response is not None and response.status == 200, path
+        assert page.locator("h1").count() == 1, path
+        page.wait_for_load_state("networkidle")
+        shot(page, f"page-{name}")
+    assert errors == []
+    page.select_option("#language-switch", "zh-hans")
+    page.click("#language-switch + button")
+    expect(page.locator("nav[aria-label]")).to_contain_text("收件箱")
+    page.goto(f"{live_server.url}/")
+    shot(page, "page-inbox-zh-hans")
+    page.goto(f"{live_server.url}/ledger/runs/{run.pk}/")
+    shot(page, "page-run-timeline-zh-hans")
