@@ -172,7 +172,6 @@ def complete(request: HttpRequest, call_id: str, payload: CompleteIn):  # type: 
         retryable=payload.retryable,
         evidence=payload.evidence,
     )
-    result.entry.refresh_from_db()
     return _respond(result)
 
 

@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any
 
 import jsonschema
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from ledger.classification import Classification
@@ -58,6 +58,7 @@ from ledger.services import approvals, records
 from ledger.services.entries import transition_entry
 from ledger.services.records import Outcome
 from ledger.services.registry import ensure_catalogue_tool, validate_tool_name
+from ledger.services.statements import from_row, quote, select_columns
 
 RETRY_AFTER_SECONDS = 2
 
@@ -140,19 +141,37 @@ def classify_call(tool: Tool, tool_input: dict[str, Any]) -> Classification:
     )
 
 
-def _tool(tenant: Tenant, name: str, actor: str) -> Tool:
-    validate_tool_name(name)
-    tool = Tool.objects.filter(tenant=tenant, name=name).first()
-    return tool or ensure_catalogue_tool(tenant=tenant, name=name, actor=actor, source="api")
-
-
-def _running_run(tenant: Tenant, run_id: str) -> Run:
-    run = Run.objects.select_related("combination").filter(tenant=tenant, run_id=run_id).first()
-    if run is None:
+def _run_and_tool(tenant: Tenant, run_id: str, tool_name: str) -> tuple[Run, Tool | None]:
+    """The running run (with its combination) and the registered tool, in one query."""
+    sql = (
+        f"SELECT {select_columns(Run, 'r', 'r__')}, "  # noqa: S608 - identifiers from metadata
+        f"{select_columns(VersionCombination, 'c', 'c__')}, {select_columns(Tool, 't', 't__')} "
+        f"FROM {quote(Run._meta.db_table)} r "
+        f"LEFT JOIN {quote(VersionCombination._meta.db_table)} c ON c.id = r.combination_id "
+        f"LEFT JOIN {quote(Tool._meta.db_table)} t ON t.tenant_id = r.tenant_id AND t.name = %s "
+        "WHERE r.tenant_id = %s AND r.run_id = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [tool_name, tenant.pk, run_id])
+        names = [column.name for column in cursor.description or ()]
+        found = cursor.fetchone()
+    if found is None:
         raise NotFound(f"no run {run_id!r}: start it first")
+    row = dict(zip(names, found, strict=True))
+    run = from_row(Run, row, "r__")
+    assert isinstance(run, Run)
+    combination = from_row(VersionCombination, row, "c__")
+    run.combination = combination  # type: ignore[assignment]
+    tool = from_row(Tool, row, "t__")
     if run.status == Run.Status.FINISHED:
         raise RunNotRunning(f"run {run_id!r} has finished ({run.termination_reason})")
-    return run
+    return run, tool  # type: ignore[return-value]
+
+
+def _tool(tenant: Tenant, name: str, actor: str, registered: Tool | None = None) -> Tool:
+    validate_tool_name(name)
+    tool = registered or Tool.objects.filter(tenant=tenant, name=name).first()
+    return tool or ensure_catalogue_tool(tenant=tenant, name=name, actor=actor, source="api")
 
 
 def _is_halted(run: Run) -> bool:
@@ -258,17 +277,18 @@ def _new_entry(
 def record_call(*, caller: Caller, request: CallInput) -> CallResult:
     """Record one call before it runs and decide what the runtime may do with it.
 
-    SQL cost of a new key (the common case): token lookup (in the API's auth), run lookup,
-    tool lookup, then in one transaction the record INSERT ... ON CONFLICT, its audit INSERT
-    and the entry INSERT (plus SAVEPOINT/RELEASE around the nested atomic blocks). A
-    duplicate adds a SELECT ... FOR UPDATE and an UPDATE of the counters.
+    SQL cost of a new key (the common case), four statements: the token lookup (in the API's
+    auth), the run and tool lookup (one query), then in one transaction the record INSERT ...
+    ON CONFLICT with its audit INSERT (one statement) and the entry INSERT. A duplicate adds a
+    SELECT ... FOR UPDATE and an UPDATE of the counters. ``tests/api/test_statement_budget.py``
+    holds it to that.
     """
-    run = _running_run(caller.tenant, request.run_id)
+    run, registered = _run_and_tool(caller.tenant, request.run_id, request.tool)
     input_hash = _fingerprint(request.input)
     # One transaction: a first use of a catalogue tool registers it, and an error anywhere
     # below (a bad key, say) must leave nothing behind.
     with transaction.atomic():
-        tool = _tool(caller.tenant, request.tool, caller.identity)
+        tool = _tool(caller.tenant, request.tool, caller.identity, registered)
         classification = classify_call(tool, request.input)
         key = _key(caller.tenant, run, tool, request)
         new_entry = partial(
@@ -486,42 +506,62 @@ def complete_call(
     """Record how a call ended. A result that fails the tool's output schema is not a success:
     the side effect may have happened, so the call becomes uncertain.
     """
-    entry = _entry_for(caller, call_id)
-    record = entry.record
-    if record is None or entry.fencing_token is None:
-        raise InvalidTransition("this call was never started, so it cannot be completed")
-    if entry.fencing_token != fencing_token:
-        raise StaleFencingToken("the fencing token does not belong to this call")
     notes: list[str] = []
-    if outcome is Outcome.SUCCEEDED:
-        problem = _validate_result(entry.tool, result)
-        if problem is not None:
-            notes.append(problem)
-            outcome, error = Outcome.UNCERTAIN, {"code": "MALFORMED_RESULT", "message": problem}
-    if outcome is Outcome.FAILED and error is None:
-        raise InvalidInput("a failed call needs an error with a code")
-    if error is not None and error.get("code") in FINAL_ERROR_CODES:
-        retryable = False
-    # No outer transaction: complete_execution is atomic itself, and a refusal's audit event
-    # must survive the error it raises.
-    updated = records.complete_execution(
-        record=record,
-        fencing_token=fencing_token,
-        outcome=outcome,
-        actor=caller.identity,
-        result=result,
-        error=error,
-        retryable=retryable,
-        data_classification=DataClassification(entry.data_classification),
-        entry=entry,
-        evidence=evidence,
-    )
-    entry.refresh_from_db()
+    try:
+        # The record is locked by the same query that reads the entry (one round trip); the
+        # report is validated and applied under that lock, in one transaction.
+        with transaction.atomic():
+            entry = _entry_with_locked_record(caller, call_id)
+            record = entry.record
+            assert record is not None
+            if entry.fencing_token is None:
+                raise InvalidTransition("this call was never started, so it cannot be completed")
+            if entry.fencing_token != fencing_token:
+                raise StaleFencingToken("the fencing token does not belong to this call")
+            if outcome is Outcome.SUCCEEDED:
+                problem = _validate_result(entry.tool, result)
+                if problem is not None:
+                    notes.append(problem)
+                    outcome = Outcome.UNCERTAIN
+                    error = {"code": "MALFORMED_RESULT", "message": problem}
+            if outcome is Outcome.FAILED and error is None:
+                raise InvalidInput("a failed call needs an error with a code")
+            if error is not None and error.get("code") in FINAL_ERROR_CODES:
+                retryable = False
+            updated = records.complete_locked(
+                record,
+                fencing_token=fencing_token,
+                outcome=outcome,
+                actor=caller.identity,
+                result=result,
+                error=error,
+                retryable=retryable,
+                data_classification=DataClassification(entry.data_classification),
+                entry=entry,
+                evidence=evidence,
+            )
+    except records.CompletionRefused as refused:
+        # Audited after the rollback, so the refusal's event survives the error it raises.
+        raise records.refuse_completion(refused) from None
     entry.record = updated
     observation = current_observation(entry, None)
     return CallResult(
         entry, Decision.EXECUTE, _entry_classification(entry), observation, notes=notes
     )
+
+
+def _entry_with_locked_record(caller: Caller, call_id: str) -> LedgerEntry:
+    """The entry with its tool and run, and its record locked (``FOR UPDATE OF`` the record
+    only). Raises when there is no such call or it has no record."""
+    try:
+        return (
+            LedgerEntry.objects.select_related("tool", "record", "run")
+            .select_for_update(of=("record",))
+            .get(tenant=caller.tenant, call_id=call_id, record__isnull=False)
+        )
+    except LedgerEntry.DoesNotExist:
+        _entry_for(caller, call_id)  # NotFound when there is no such call at all
+        raise InvalidTransition("this call was never started, so it cannot be completed") from None
 
 
 # What a retry of a call shares with the call it retries.

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -43,8 +44,9 @@ from ledger.models import (
     VersionCombination,
 )
 from ledger.redaction import RESULT_MAX_TEXT, redact_for_storage
-from ledger.services.audit import audit
-from ledger.services.entries import transition_entry
+from ledger.services.audit import audit, audit_event
+from ledger.services.entries import entry_change, transition_entry
+from ledger.services.statements import insert_parts, quote, update_parts
 from ledger.signals import records_became_unknown
 
 logger = logging.getLogger(__name__)
@@ -96,9 +98,15 @@ def _transition(
     action: str,
     now: datetime,
     detail: str = "",
+    entry: tuple[LedgerEntry, dict[str, Any]] | None = None,
     **changes: Any,
 ) -> None:
-    """Move a row-locked record to ``to`` and audit it. The caller holds the transaction."""
+    """Move a row-locked record to ``to`` and audit it. The caller holds the transaction.
+
+    The record UPDATE, the voiding of open approvals of a settled action, the audit event and
+    (with ``entry``: the entry and its ``entry_change``) the status of the reporting ledger
+    entry are one SQL statement: each part runs only if the record really changed.
+    """
     current = RecordState(record.state)
     if to not in IdempotencyRecord.TRANSITIONS[current]:
         raise InvalidTransition(f"a record cannot go from {current} to {to}")
@@ -117,7 +125,6 @@ def _transition(
             escalated_at=None,
             escalation_reason="",
         )
-        records_became_unknown.send(sender=IdempotencyRecord, record_ids=[record.pk])
     if to is RecordState.FAILED_FINAL:
         changes["failed_executions"] = record.failed_executions + 1  # known: no effect
     if to in TERMINAL_RECORD_STATES:
@@ -125,50 +132,92 @@ def _transition(
         changes["expires_at"] = now + timedelta(seconds=record.ttl_seconds)
     else:
         changes["expires_at"] = None
-    updated = IdempotencyRecord.objects.filter(pk=record.pk, state=current.value).update(**changes)
-    if updated != 1:
-        raise InvalidTransition(f"record {record.pk} changed state concurrently")
-    for field, value in changes.items():
-        setattr(record, field, value)
+    sql, params = update_parts(
+        IdempotencyRecord, {"pk": record.pk, "state": current.value}, changes
+    )
+    ctes = [f"changed AS ({sql} RETURNING 1)"]
+    detail_sql: tuple[str, list[Any]] = ("%s", [detail])
     if to in TERMINAL_RECORD_STATES:
         # A settled action needs no approval any more: an open one must never start it again.
-        voided = ApprovalRequest.objects.filter(
-            record_id=record.pk, state__in=ApprovalRequest.OPEN_STATES
-        ).update(state=ApprovalRequest.State.INVALIDATED)
-        if voided:
-            detail = f"{detail} ({voided} open approval(s) invalidated)".strip()
-    audit(
+        sql, void_params = update_parts(
+            ApprovalRequest,
+            {"record_id": record.pk, "state__in": list(ApprovalRequest.OPEN_STATES)},
+            {"state": ApprovalRequest.State.INVALIDATED},
+        )
+        ctes.append(f"voided AS ({sql} AND EXISTS (SELECT 1 FROM changed) RETURNING 1)")  # noqa: S608
+        params += void_params
+        detail_sql = (
+            "CASE WHEN (SELECT count(*) FROM voided) = 0 THEN %s ELSE ltrim(%s || ' (' || "
+            "(SELECT count(*) FROM voided) || ' open approval(s) invalidated)') END",
+            [detail, detail],
+        )
+    after = {**before, **{k: v for k, v in changes.items() if k in before}}
+    event = audit_event(
         tenant=record.tenant_id,
         actor=actor,
         action=action,
         target=record,
         source=source,
         before=before,
-        after=_snapshot(record),
-        detail=detail,
+        after=after,
     )
+    columns, values, audit_params = insert_parts(event, expressions={"detail": detail_sql})
+    ctes.append(
+        f"audited AS (INSERT INTO {quote(AuditEvent._meta.db_table)} ({columns}) "  # noqa: S608
+        f"SELECT {values} FROM changed)"
+    )
+    params += audit_params
+    entry_counted = "1"
+    if entry is not None:
+        ledger_entry, entry_changes = entry
+        sql, entry_params = update_parts(
+            LedgerEntry, {"pk": ledger_entry.pk, "status": ledger_entry.status}, entry_changes
+        )
+        ctes.append(f"entry_changed AS ({sql} AND EXISTS (SELECT 1 FROM changed) RETURNING 1)")  # noqa: S608
+        params += entry_params
+        entry_counted = "(SELECT count(*) FROM entry_changed)"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH {', '.join(ctes)} SELECT (SELECT count(*) FROM changed), {entry_counted}",  # noqa: S608
+            params,
+        )
+        row = cursor.fetchone()
+    if row is None or row[0] != 1:
+        raise InvalidTransition(f"record {record.pk} changed state concurrently")
+    if row[1] != 1:
+        assert entry is not None
+        raise InvalidTransition(f"ledger entry {entry[0].call_id} changed status concurrently")
+    for field, value in changes.items():
+        setattr(record, field, value)
+    if entry is not None:
+        for field, value in entry[1].items():
+            setattr(entry[0], field, value)
+    if to is RecordState.UNKNOWN:
+        records_became_unknown.send(sender=IdempotencyRecord, record_ids=[record.pk])
 
 
 def _lease_until(now: datetime, lease_seconds: int | None) -> datetime:
     return now + timedelta(seconds=lease_seconds or settings.LEDGER_LEASE_SECONDS)
 
 
-def _insert_if_absent(record: IdempotencyRecord) -> bool:
-    """INSERT the record unless its (tenant, key) exists; True when this call inserted it."""
-    meta = IdempotencyRecord._meta
-    fields = [f for f in meta.concrete_fields if not f.primary_key]
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(f.column or f.name) for f in fields)
-    values = [f.get_db_prep_save(f.pre_save(record, add=True), connection) for f in fields]
-    # Identifiers come from the model's metadata, values are parameters: nothing from input.
+def _insert_if_absent(record: IdempotencyRecord, event: AuditEvent) -> bool:
+    """INSERT the record unless its (tenant, key) exists, and its audit ``event`` with it (one
+    statement: the event is written only if the record was); True when this call inserted it."""
+    columns, values, params = insert_parts(record)
+    audit_columns, audit_values, audit_params = insert_parts(
+        event, expressions={"target_id": ("inserted.id::text", [])}
+    )
+    # Identifiers come from the models' metadata, values are parameters: nothing from input.
     sql = (
-        f"INSERT INTO {quote(meta.db_table)} ({columns}) "  # noqa: S608
-        f"VALUES ({', '.join(['%s'] * len(fields))}) "
-        f"ON CONFLICT ({quote('tenant_id')}, {quote('key')}) DO NOTHING "
-        f"RETURNING {quote(meta.pk.column or 'id')}"
+        f"WITH inserted AS (INSERT INTO {quote(IdempotencyRecord._meta.db_table)} ({columns}) "  # noqa: S608
+        f"VALUES ({values}) ON CONFLICT ({quote('tenant_id')}, {quote('key')}) DO NOTHING "
+        f"RETURNING {quote('id')}), "
+        f"audited AS (INSERT INTO {quote(AuditEvent._meta.db_table)} ({audit_columns}) "
+        f"SELECT {audit_values} FROM inserted) "
+        "SELECT id FROM inserted"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, values)
+        cursor.execute(sql, params + audit_params)
         row = cursor.fetchone()
     if row is None:
         return False
@@ -219,16 +268,18 @@ def reserve_key(
         record.lease_expires_at = _lease_until(now, lease_seconds)
         record.fencing_token = 1
         record.executions = 1
-    with transaction.atomic():
-        if _insert_if_absent(record):
-            audit(
-                tenant=tenant,
-                actor=actor,
-                action="record.reserved" if requires_approval else "record.started",
-                target=record,
-                source=source,
-                after=_snapshot(record),
-            )
+    event = audit_event(
+        tenant=tenant,
+        actor=actor,
+        action="record.reserved" if requires_approval else "record.started",
+        target=("idempotencyrecord", ""),  # the id is the inserted one (see _insert_if_absent)
+        source=source,
+        after=_snapshot(record),
+    )
+    # No savepoint of its own: inside a caller's transaction (the API's) an error here rolls
+    # the whole call back anyway, and alone it is a transaction of its own.
+    with transaction.atomic(savepoint=False):
+        if _insert_if_absent(record, event):
             if requires_approval:
                 return Reservation(
                     record,
@@ -395,6 +446,50 @@ def heartbeat(
     raise InvalidTransition(f"the record is {current.state}; there is no lease to extend")
 
 
+class CompletionRefused(Exception):
+    """A completion report that must be refused: a stale token, or a record already settled
+    otherwise. Raised before anything is written; ``refuse_completion`` audits it."""
+
+    def __init__(
+        self,
+        record: IdempotencyRecord,
+        *,
+        reason: str,
+        fencing_token: int,
+        outcome: Outcome,
+        actor: str,
+        source: str,
+    ) -> None:
+        super().__init__(reason)
+        self.record = record
+        self.reason = reason
+        self.fencing_token = fencing_token
+        self.outcome = outcome
+        self.actor = actor
+        self.source = source
+
+
+def refuse_completion(refused: CompletionRefused) -> Exception:
+    """Audit a refused report (call it outside the failed transaction, so the event outlives
+    the error) and return the error to raise."""
+    record = refused.record
+    audit(
+        tenant=record.tenant_id,
+        actor=refused.actor,
+        action="record.complete_refused",
+        target=record,
+        source=refused.source,
+        outcome=AuditEvent.Outcome.DENIED,
+        detail=f"token {refused.fencing_token} reported {refused.outcome.value}; record is "
+        f"{record.state} with token {record.fencing_token}",
+    )
+    if refused.reason == "stale":
+        return StaleFencingToken(
+            f"fencing token {refused.fencing_token} is stale (current is {record.fencing_token})"
+        )
+    return InvalidTransition(f"the record is already {record.state}")
+
+
 def complete_execution(
     *,
     record: IdempotencyRecord,
@@ -418,53 +513,78 @@ def complete_execution(
     still current: it is the best evidence there is. A report with an older token is refused and
     the refusal is audited.
     """
-    now = timezone.now()
-    target = _OUTCOME_STATE[outcome]
-    denial: str | None = None
-    with transaction.atomic():
-        locked = IdempotencyRecord.objects.select_for_update().get(pk=record.pk)
-        if locked.fencing_token != fencing_token:
-            denial = "stale"
-        elif locked.state == target.value:
-            # The same report again (a retry after a lost response): nothing new to record.
-            if entry is not None and entry.status != _ENTRY_STATUS[outcome]:
-                _finish_entry(entry, outcome, now, evidence, data_classification)
-            return locked
-        elif locked.state not in (RecordState.EXECUTING, RecordState.UNKNOWN):
-            denial = "state"
-        else:
-            _transition(
+    try:
+        with transaction.atomic():
+            locked = IdempotencyRecord.objects.select_for_update().get(pk=record.pk)
+            return complete_locked(
                 locked,
-                target,
+                fencing_token=fencing_token,
+                outcome=outcome,
                 actor=actor,
                 source=source,
-                action=f"record.{target.value}",
-                now=now,
-                result=redact_for_storage(result, data_classification, limit=RESULT_MAX_TEXT)
-                if target is RecordState.SUCCEEDED
-                else None,
-                error=redact_for_storage(error, data_classification) if error else None,
-                error_retryable=retryable and target is RecordState.FAILED_FINAL,
+                result=result,
+                error=error,
+                retryable=retryable,
+                data_classification=data_classification,
+                entry=entry,
+                evidence=evidence,
             )
-            if entry is not None:
-                _finish_entry(entry, outcome, now, evidence, data_classification)
-            return locked
-    # Audit the refusal in its own transaction: it must outlive the error raised below.
-    audit(
-        tenant=locked.tenant_id,
+    except CompletionRefused as refused:
+        raise refuse_completion(refused) from None
+
+
+def complete_locked(
+    locked: IdempotencyRecord,
+    *,
+    fencing_token: int,
+    outcome: Outcome,
+    actor: str,
+    source: str = AuditEvent.Source.API,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    retryable: bool = False,
+    data_classification: DataClassification = DataClassification.INTERNAL,
+    entry: LedgerEntry | None = None,
+    evidence: Any = None,
+) -> IdempotencyRecord:
+    """``complete_execution`` for a caller that already holds ``locked`` (read ``SELECT ...
+    FOR UPDATE`` in its open transaction). Raises ``CompletionRefused`` without writing."""
+    now = timezone.now()
+    target = _OUTCOME_STATE[outcome]
+    refused = partial(
+        CompletionRefused,
+        locked,
+        fencing_token=fencing_token,
+        outcome=outcome,
         actor=actor,
-        action="record.complete_refused",
-        target=locked,
         source=source,
-        outcome=AuditEvent.Outcome.DENIED,
-        detail=f"token {fencing_token} reported {outcome.value}; record is {locked.state} "
-        f"with token {locked.fencing_token}",
     )
-    if denial == "stale":
-        raise StaleFencingToken(
-            f"fencing token {fencing_token} is stale (current is {locked.fencing_token})"
-        )
-    raise InvalidTransition(f"the record is already {locked.state}")
+    if locked.fencing_token != fencing_token:
+        raise refused(reason="stale")
+    if locked.state == target.value:
+        # The same report again (a retry after a lost response): nothing new to record.
+        if entry is not None and entry.status != _ENTRY_STATUS[outcome]:
+            _finish_entry(entry, outcome, now, evidence, data_classification)
+        return locked
+    if locked.state not in (RecordState.EXECUTING, RecordState.UNKNOWN):
+        raise refused(reason="state")
+    _transition(
+        locked,
+        target,
+        actor=actor,
+        source=source,
+        action=f"record.{target.value}",
+        now=now,
+        entry=(entry, _entry_changes(entry, outcome, now, evidence, data_classification))
+        if entry is not None
+        else None,
+        result=redact_for_storage(result, data_classification, limit=RESULT_MAX_TEXT)
+        if target is RecordState.SUCCEEDED
+        else None,
+        error=redact_for_storage(error, data_classification) if error else None,
+        error_retryable=retryable and target is RecordState.FAILED_FINAL,
+    )
+    return locked
 
 
 def resolve_unknown(
@@ -515,6 +635,22 @@ _ENTRY_STATUS = {
 }
 
 
+def _entry_changes(
+    entry: LedgerEntry,
+    outcome: Outcome,
+    now: datetime,
+    evidence: Any,
+    data_classification: DataClassification,
+) -> dict[str, Any]:
+    target = _ENTRY_STATUS[outcome]
+    changes: dict[str, Any] = {}
+    if target is not EntryStatus.UNCERTAIN:
+        changes["finished_at"] = now
+    if evidence is not None:
+        changes["side_effects"] = [{"evidence": redact_for_storage(evidence, data_classification)}]
+    return entry_change(entry, target, **changes)
+
+
 def _finish_entry(
     entry: LedgerEntry,
     outcome: Outcome,
@@ -522,13 +658,8 @@ def _finish_entry(
     evidence: Any,
     data_classification: DataClassification,
 ) -> None:
-    target = _ENTRY_STATUS[outcome]
-    changes: dict[str, Any] = {}
-    if target is not EntryStatus.UNCERTAIN:
-        changes["finished_at"] = now
-    if evidence is not None:
-        changes["side_effects"] = [{"evidence": redact_for_storage(evidence, data_classification)}]
-    transition_entry(entry, target, **changes)
+    changes = _entry_changes(entry, outcome, now, evidence, data_classification)
+    transition_entry(entry, EntryStatus(changes.pop("status")), **changes)
 
 
 def expire_leases(*, batch_size: int = 500) -> list[int]:

@@ -1,0 +1,56 @@
+"""The hot path's SQL budget, through the real API: at most 4 statements for ``calls`` and 3
+for ``complete``, token lookup included (docs/performance.md). A behaviour bound, not a timing:
+every extra statement is a round trip on every tool call."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from tests.api.conftest import ApiClient
+
+CALLS_BUDGET = 4
+COMPLETE_BUDGET = 3
+
+# No test transaction around the requests: the API's own transactions are real, as in
+# production, so a nested block's SAVEPOINT would be counted too.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def started(api: ApiClient) -> ApiClient:
+    api.start_run()
+    # The first use of a catalogue tool registers it (once per tenant, not the hot path).
+    assert api.call("create_order", {"sku": "a"}, business_object_id="o-0").status_code == 200
+    return api
+
+
+def _statements(captured: CaptureQueriesContext) -> list[str]:
+    """The SQL the request sends, transaction control (BEGIN/COMMIT) aside: that is counted
+    separately in docs/performance.md."""
+    return [q["sql"] for q in captured.captured_queries if q["sql"] not in ("BEGIN", "COMMIT")]
+
+
+def test_calls_stays_within_its_statement_budget(started: ApiClient) -> None:
+    with CaptureQueriesContext(connection) as captured:
+        response = started.call("create_order", {"sku": "a"}, business_object_id="o-1")
+    assert response.status_code == 200
+    assert response.json()["decision"] == "execute"
+    assert len(_statements(captured)) <= CALLS_BUDGET, _statements(captured)
+
+
+def test_complete_stays_within_its_statement_budget(started: ApiClient) -> None:
+    call = started.call("create_order", {"sku": "a"}, business_object_id="o-2").json()
+    with CaptureQueriesContext(connection) as captured:
+        response = started.post(
+            f"/calls/{call['call_id']}/complete",
+            {
+                "fencing_token": call["lease"]["fencing_token"],
+                "outcome": "succeeded",
+                "result": {"order_id": "o-2"},
+            },
+        )
+    assert response.status_code == 200
+    assert response.json()["record_state"] == "succeeded"
+    assert len(_statements(captured)) <= COMPLETE_BUDGET, _statements(captured)
