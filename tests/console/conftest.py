@@ -60,7 +60,7 @@ def unknown(tenant) -> IdempotencyRecord:
     api.start_run()
     first = api.call("create_order", {"cart": 1}, business_object_id="c1").json()
     api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
-    return IdempotencyRecord.objects.get()
+    return IdempotencyRecord.objects.get(key=first["idempotency_key"])
 
 
 @pytest.fixture
