@@ -248,3 +248,5 @@ class DrillContext:
                 "termination_reason": run["termination_reason"],
                 "combination": combination,
             }
+            result.termination_reasons[run_id] = run["termination_reason"]
+        result.version_combinations = list(combinations.values())

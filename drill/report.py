@@ -32,6 +32,10 @@ class DrillResult:
     run_ids: list[str] = field(default_factory=list)
     #: run id -> {"combination": {...} | None, "status": ..., "termination_reason": ...}
     runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The version combinations the drill's runs ran under (id, label, fingerprint, versions).
+    version_combinations: list[dict[str, Any]] = field(default_factory=list)
+    #: run id -> how it ended ("completed", "cancelled by user", "combination rolled back", ...).
+    termination_reasons: dict[str, str] = field(default_factory=dict)
     idempotency_keys: list[str] = field(default_factory=list)
     #: What the model was told, call by call (structured fields only).
     observations: list[dict[str, Any]] = field(default_factory=list)
@@ -187,13 +191,15 @@ def summary(report: dict[str, Any]) -> str:
     ]
     lines += [
         "",
-        "| drill | group | result | runs | keys | seconds |",
-        "|---|---|---|---|---|---|",
+        "| drill | group | result | runs | combinations | keys | seconds |",
+        "|---|---|---|---|---|---|---|",
     ]
     for drill in report["drills"]:
+        labels = ", ".join(c["label"] for c in drill["version_combinations"]) or "-"
         lines.append(
             f"| {drill['name']} | {drill['group']} | {'pass' if drill['passed'] else 'FAIL'} "
-            f"| {len(drill['run_ids'])} | {len(drill['idempotency_keys'])} | {drill['seconds']} |"
+            f"| {len(drill['run_ids'])} | {labels} | {len(drill['idempotency_keys'])} "
+            f"| {drill['seconds']} |"
         )
     failed = [d for d in report["drills"] if not d["passed"]]
     for drill in failed:

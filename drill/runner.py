@@ -38,6 +38,7 @@ def _setup(stack: Stack) -> Any:
     from console.models import Membership
     from drill.context import ADAPTERS, DrillContext
     from drill.context import Tenant as DrillTenant
+    from drill.drills.rollback import VERSIONS
     from ledger.models import ApiToken, Tenant, Tool
     from reconcile.models import DownstreamAdapter
 
@@ -60,6 +61,11 @@ def _setup(stack: Stack) -> Any:
             # malformed, not a success.
             output_schema={"type": "object", "required": ["id", "ticket_number"]},
         )
+        # Every run is pinned to a version combination, so the evidence names one.
+        baseline = client._json(
+            "POST", "/combinations", json={"label": "drill-baseline", **VERSIONS["baseline"]}
+        )
+        client._json("POST", f"/combinations/{baseline['id']}/activate")
     for tool_name, service in ADAPTERS.items():
         DownstreamAdapter.objects.create(
             tenant=tenant,
@@ -149,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"--- {process.name} log ---\n{process.log_tail()}", file=sys.stderr)
         return 1
     finally:
-        stack.stop()
-        from django.db import connections
+        if "django.db" in sys.modules:
+            from django.db import connections
 
-        connections.close_all()
+            connections.close_all()
+        stack.stop()
     return 0 if report is not None and report["passed"] else 1

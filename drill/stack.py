@@ -181,7 +181,8 @@ class Stack:
     """Everything ``make drill`` runs against. ``start`` brings it up, ``stop`` takes it down."""
 
     workdir: Path
-    database: str = "agent_ledger_drill"
+    # Its own database per run (dropped afterwards), so two checkouts can drill at once.
+    database: str = field(default_factory=lambda: f"agent_ledger_drill_{os.getpid()}")
     pg_url: str = "postgres://postgres@127.0.0.1:5432"
     web_workers: int = 2
     processes: dict[str, Process] = field(default_factory=dict)
@@ -295,6 +296,8 @@ class Stack:
         order = sorted(self.processes, key=lambda n: (n == "redis", n == "sandbox"))
         for name in order:
             self.processes[name].stop()
+        with psycopg.connect(f"{self.pg_url}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
 
     def _spawn(self, name: str, argv: list[str], extra: dict[str, str] | None = None) -> Process:
         process = Process(name, argv, self.logs / f"{name}.log", self.env(**(extra or {})))
