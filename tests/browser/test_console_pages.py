@@ -24,6 +24,15 @@ VERSIONS = {
 }
 
 
+# Form controls a screen reader could not name: no <label for>, no wrapping label, no aria-label.
+UNLABELLED_CONTROLS = """
+[...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
+  .filter(el => !el.hidden && !(el.labels && el.labels.length) && !el.getAttribute('aria-label')
+                && !(el.tagName === 'BUTTON' && el.textContent.trim()))
+  .map(el => el.outerHTML.slice(0, 80))
+"""
+
+
 def _order(api: ApiClient, run_id: str, cart: str, *, outcome: str | None) -> dict:
     call = api.post(
         "/calls",
@@ -201,6 +210,7 @@ def test_every_page_at_desktop_width(page: Page, live_server, django_user_model,
         assert response is not None and response.status == 200, path
         assert page.locator("h1").count() == 1, path
         page.wait_for_load_state("networkidle")
+        assert page.evaluate(UNLABELLED_CONTROLS) == [], path
         shot(page, f"page-{name}")
     assert errors == []
     page.select_option("#language-switch", "zh-hans")
