@@ -9,6 +9,7 @@ from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
 from ledger.api.auth import caller_of
+from ledger.api.parser import reject_unknown_query
 from ledger.api.schemas import (
     CallIn,
     CallOut,
@@ -201,6 +202,7 @@ class KeyQuery(Schema):
     "", response={200: RecordOut, **COMMON}, summary="Look up an idempotency record by key"
 )
 def record_by_key(request: HttpRequest, query: Query[KeyQuery]) -> RecordOut:
+    reject_unknown_query(request, KeyQuery)
     record = calls.record_by_key(caller=caller_of(request), key=query.key)
     return record_out(record)
 

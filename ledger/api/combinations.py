@@ -10,6 +10,7 @@ from ninja import Query, Router, Schema, Status
 from pydantic import Field, StrictBool
 
 from ledger.api.auth import caller_of
+from ledger.api.parser import reject_unknown_query
 from ledger.api.schemas import JsonInt, JsonNumber, PositiveInt, Problem, Strict
 from ledger.errors import NotFound
 from ledger.models import Threshold, VersionCombination
@@ -248,6 +249,7 @@ class WindowQuery(Schema):
 def metrics_by_combination(
     request: HttpRequest, query: Query[WindowQuery]
 ) -> list[CombinationMetricsOut]:
+    reject_unknown_query(request, WindowQuery)
     tenant = caller_of(request).tenant
     summaries = metrics.by_combination(tenant, since=metrics.window_start(query.window_minutes))
     known = {c.pk: c for c in VersionCombination.objects.filter(tenant=tenant)}
@@ -271,6 +273,7 @@ def metrics_by_combination(
     summary="Metrics per tool over a window",
 )
 def metrics_by_tool(request: HttpRequest, query: Query[WindowQuery]) -> list[ToolMetricsOut]:
+    reject_unknown_query(request, WindowQuery)
     tenant = caller_of(request).tenant
     rows = metrics.by_tool(
         tenant,
@@ -289,6 +292,7 @@ def metrics_by_tool(request: HttpRequest, query: Query[WindowQuery]) -> list[Too
     summary="A time series in 5-minute buckets",
 )
 def metrics_series(request: HttpRequest, query: Query[WindowQuery]) -> list[PointOut]:
+    reject_unknown_query(request, WindowQuery)
     tenant = caller_of(request).tenant
     points = metrics.series(
         tenant,

@@ -7,6 +7,9 @@ from typing import Any, cast
 
 from django.http import HttpRequest
 from ninja.parser import Parser
+from pydantic import BaseModel
+
+from ledger.errors import InvalidInput
 
 
 def _no_constants(name: str) -> Any:
@@ -36,3 +39,11 @@ class StrictJSONParser(Parser):
         data = json.loads(request.body, parse_constant=_no_constants)
         _check_strings(data)
         return cast(dict[str, Any], data)
+
+
+def reject_unknown_query(request: HttpRequest, schema: type[BaseModel]) -> None:
+    """A query parameter the operation does not declare is a mistake (a typo, an old client):
+    refuse it rather than answer as if it were not there."""
+    unknown = sorted(set(request.GET) - set(schema.model_fields))
+    if unknown:
+        raise InvalidInput(f"unknown query parameter(s): {', '.join(map(repr, unknown))}")

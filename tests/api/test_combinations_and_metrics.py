@@ -343,3 +343,11 @@ def test_rolling_back_a_canary_keeps_the_active_combination(tenant, api: ApiClie
     assert set(
         Run.objects.filter(run_id__startswith="after-").values_list("combination_id", flat=True)
     ) == {stable["id"]}
+
+
+@pytest.mark.parametrize("path", ["/metrics/combinations", "/metrics/tools", "/metrics/series"])
+def test_an_undeclared_query_parameter_is_refused(api: ApiClient, path: str) -> None:
+    assert api.get(path, window_minutes=30).status_code == 200
+    response = api.get(path, window_minute=30)  # a typo must not silently mean the default
+    assert response.status_code == 400
+    assert "window_minute" in response.json()["detail"]
