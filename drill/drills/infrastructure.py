@@ -10,7 +10,6 @@ from typing import Any
 
 import psycopg
 
-from agent_ledger_client import CallContext
 from drill.context import DrillContext
 from drill.drills import Drill
 from drill.report import DrillResult
@@ -184,34 +183,79 @@ def redis_restarted_under_load(ctx: DrillContext, result: DrillResult) -> None:
     )
 
 
-def web_worker_killed_mid_request(ctx: DrillContext, result: DrillResult) -> None:
-    """The order is placed; while the runtime reports it, the gunicorn worker serving that
-    report is killed with SIGKILL (the request is held on the record's row lock so it is
-    really in flight). The client's retry reaches the other worker: the success is recorded,
-    and the order is not placed again."""
-    holder: dict[str, Any] = {}
-    lock_url = ctx.stack.database_url.replace("postgres://", "postgresql://")
+class RowLock:
+    """Holds an idempotency record's row lock from outside the stack, so a web request that
+    needs the row waits: it is really in flight when its worker is killed."""
 
-    def hold_record(call: CallContext) -> None:
-        # The order is committed downstream; lock the record before the report arrives.
-        conn = psycopg.connect(lock_url)
-        conn.execute(
-            "SELECT 1 FROM ledger_idempotencyrecord WHERE key = %s FOR UPDATE",
-            (call.idempotency_key,),
+    def __init__(self, ctx: DrillContext) -> None:
+        self.url = ctx.stack.database_url.replace("postgres://", "postgresql://")
+        self.conn: psycopg.Connection[Any] | None = None
+        self.activity: list[list[str]] = []
+
+    def hold(self, key: str) -> None:
+        self.conn = psycopg.connect(self.url)
+        self.conn.execute(
+            "SELECT 1 FROM ledger_idempotencyrecord WHERE key = %s FOR UPDATE", (key,)
         )
-        holder["conn"] = conn
 
-    def blocked_backend() -> bool:
-        """A web process's query is waiting for the record's row lock."""
-        with psycopg.connect(lock_url, autocommit=True) as probe:
+    def someone_waits(self) -> bool:
+        """A web process's query is waiting for a row lock."""
+        with psycopg.connect(self.url, autocommit=True) as probe:
             rows = probe.execute(
                 "SELECT pid, wait_event_type, wait_event, left(query, 120) FROM pg_stat_activity "
                 "WHERE datname = current_database() AND pid <> pg_backend_pid() "
                 "AND state = 'active'"
             ).fetchall()
-        holder["activity"] = [list(map(str, row)) for row in rows]
+        self.activity = [list(map(str, row)) for row in rows]
         return any(row[1] == "Lock" for row in rows)
 
+    def release(self) -> None:
+        if self.conn is not None:
+            self.conn.rollback()
+            self.conn.close()
+            self.conn = None
+
+
+def _kill_the_serving_worker(ctx: DrillContext, lock: RowLock, result: DrillResult) -> list[int]:
+    """Wait until a request waits on ``lock``, SIGKILL the gunicorn worker serving it, and let
+    the lock go. Returns the killed pids."""
+    try:
+        try:
+            wait_for(lock.someone_waits, timeout=20, what="the request to be in flight")
+        finally:
+            result.facts["database_activity"] = lock.activity
+        result.facts["web_workers_before"] = ctx.stack.web_worker_pids()
+        serving = ctx.stack.web_workers_serving()
+        for pid in serving:
+            ctx.stack.kill_pid(pid)
+        result.facts["killed_pids"] = serving
+    finally:
+        lock.release()
+    before = set(result.facts["web_workers_before"])
+
+    def replaced() -> bool:
+        now = set(ctx.stack.web_worker_pids())
+        return len(now) >= 2 and not now & set(serving) and bool(now - before)
+
+    wait_for(replaced, timeout=30, what="gunicorn to replace the killed worker")
+    result.facts["web_workers_after"] = ctx.stack.web_worker_pids()
+    return serving
+
+
+def _replaced(result: DrillResult) -> None:
+    before, after = result.facts["web_workers_before"], result.facts["web_workers_after"]
+    result.check(
+        "gunicorn replaced the killed worker",
+        len(set(after) - set(before)) >= 1,
+        {"before": before, "after": after},
+    )
+
+
+def web_worker_killed_mid_report(ctx: DrillContext, result: DrillResult) -> None:
+    """The order is placed; while the runtime reports it, the gunicorn worker serving that
+    report is killed with SIGKILL. The client's retry reaches another worker: the success is
+    recorded, and the order is not placed again."""
+    lock = RowLock(ctx)
     outcome: dict[str, Any] = {}
     with ctx.client() as client, client.run(user_id="web-kill") as run:
         result.add_run(run.run_id)
@@ -221,36 +265,21 @@ def web_worker_killed_mid_request(ctx: DrillContext, result: DrillResult) -> Non
                 "create_order",
                 {"cart": "web-kill-cart"},
                 business_object_id="web-kill-cart",
-                execute=ctx.create("orders", "web_kill", after=hold_record),
+                # The order is committed downstream; lock the record before the report comes.
+                execute=ctx.create(
+                    "orders", "web_kill", after=lambda c: lock.hold(c.idempotency_key)
+                ),
             )
 
         caller = threading.Thread(target=place)
         caller.start()
-        try:
-            wait_for(lambda: "conn" in holder, timeout=20, what="the order to be placed")
-            try:
-                wait_for(blocked_backend, timeout=20, what="the report to be in flight")
-            finally:
-                result.facts["database_activity"] = holder.get("activity")
-            serving = ctx.stack.web_workers_serving()
-            result.facts["serving_workers"] = serving
-            before = ctx.stack.web_worker_pids()
-            for pid in serving:
-                ctx.stack.kill_pid(pid)
-            result.facts["killed_pids"] = serving
-        finally:
-            if "conn" in holder:
-                holder["conn"].rollback()
-                holder["conn"].close()
+        wait_for(lambda: lock.conn is not None, timeout=20, what="the order to be placed")
+        serving = _kill_the_serving_worker(ctx, lock, result)
         caller.join(60)
         obs = result.observe("order", outcome.get("obs") or {})
         key = obs.get("metadata", {}).get("idempotency_key", "")
         record = client.lookup(key) if key else None
-        wait_for(lambda: len(ctx.stack.web_worker_pids()) >= 2, timeout=30, what="a new worker")
-        after = ctx.stack.web_worker_pids()
     counts = _one_per_key(ctx, "orders", [key])
-    result.facts["web_workers_before"] = before
-    result.facts["web_workers_after"] = after
     result.check("a worker was killed while serving the report", len(serving) >= 1, serving)
     result.check("the runtime got the order", obs.get("ok") is True, obs)
     result.check(
@@ -263,11 +292,58 @@ def web_worker_killed_mid_request(ctx: DrillContext, result: DrillResult) -> Non
         counts["objects"].get(key) == 1 and counts["create_requests"].get(key) == 1,
         counts,
     )
+    _replaced(result)
+
+
+def web_worker_killed_mid_call(ctx: DrillContext, result: DrillResult) -> None:
+    """The model asks for an order that was already placed; the gunicorn worker deciding that
+    duplicate is killed with SIGKILL. The client cannot get an answer, so it fails closed (the
+    tool does not run); asked again, the ledger returns the recorded order."""
+    lock = RowLock(ctx)
+    label = "web_kill_call"
+    tool = ctx.create("orders", label)
+    args: dict[str, Any] = {"business_object_id": "web-kill-call", "execute": tool}
+    outcome: dict[str, Any] = {}
+    with ctx.client() as client, client.run(user_id="web-kill-call") as run:
+        result.add_run(run.run_id)
+        first = result.observe("order", run.call("create_order", {"cart": "wkc"}, **args))
+        key = first["metadata"]["idempotency_key"]
+        lock.hold(key)
+
+        def duplicate() -> None:
+            outcome["obs"] = run.call("create_order", {"cart": "wkc"}, **args)
+
+        caller = threading.Thread(target=duplicate)
+        caller.start()
+        serving = _kill_the_serving_worker(ctx, lock, result)
+        caller.join(60)
+        cut_off = result.observe("duplicate, worker killed", outcome.get("obs") or {})
+        again = result.observe("asked again", run.call("create_order", {"cart": "wkc"}, **args))
+        record = client.lookup(key)
+    counts = _one_per_key(ctx, "orders", [key])
+    result.check("a worker was killed while deciding the duplicate", len(serving) >= 1, serving)
     result.check(
-        "gunicorn replaced the killed worker",
-        len(set(after) - set(before)) >= 1,
-        {"before": before, "after": after},
+        "the cut-off call failed closed",
+        cut_off.get("code") == "LEDGER_UNAVAILABLE" and cut_off.get("ok") is False,
+        cut_off,
     )
+    result.check(
+        "asked again: the recorded order",
+        again.get("ok") is True and again["metadata"].get("replayed") is True,
+        again,
+    )
+    result.check("the tool ran once", ctx.ran(label) == 1, ctx.ran(label))
+    result.check(
+        "one execution in the ledger",
+        record is not None and record["state"] == "succeeded" and record["executions"] == 1,
+        record,
+    )
+    result.check(
+        "one order, one create request",
+        counts["objects"].get(key) == 1 and counts["create_requests"].get(key) == 1,
+        counts,
+    )
+    _replaced(result)
 
 
 DRILLS = [
@@ -284,9 +360,15 @@ DRILLS = [
         redis_restarted_under_load,
     ),
     Drill(
-        "web_worker_kill9_mid_request",
+        "web_worker_kill9_mid_report",
         GROUP,
-        "kill -9 of the gunicorn worker serving a request",
-        web_worker_killed_mid_request,
+        "kill -9 of the gunicorn worker recording a call's outcome",
+        web_worker_killed_mid_report,
+    ),
+    Drill(
+        "web_worker_kill9_mid_call",
+        GROUP,
+        "kill -9 of the gunicorn worker deciding a duplicate call",
+        web_worker_killed_mid_call,
     ),
 ]
