@@ -125,9 +125,13 @@ def capture_statements(token: str, key: str) -> tuple[dict[str, Any], Captured]:
     assert done.status_code == 200, done.content
     entry = LedgerEntry.objects.get(call_id=body["call_id"])
     assert entry.record_id is not None
+    control = ("BEGIN", "COMMIT", "ROLLBACK")
     counts = {
-        "calls": len(calls_q.captured_queries),
-        "complete": len(complete_q.captured_queries),
+        # Statements the code sends, and the same with transaction control (BEGIN/COMMIT).
+        "calls": sum(q["sql"] not in control for q in calls_q.captured_queries),
+        "complete": sum(q["sql"] not in control for q in complete_q.captured_queries),
+        "calls_with_transaction_control": len(calls_q.captured_queries),
+        "complete_with_transaction_control": len(complete_q.captured_queries),
         "calls_sql": [q["sql"][:200] for q in calls_q.captured_queries],
         "complete_sql": [q["sql"][:200] for q in complete_q.captured_queries],
     }

@@ -112,9 +112,20 @@ def table(results: dict[str, Any]) -> str:
         )
     statements = results["statements"]
     lines.append(
-        f"\nStatements per request: calls {statements['calls']}, "
-        f"complete {statements['complete']} (token lookup included)"
+        f"\nStatements per request (token lookup included): calls {statements['calls']}, "
+        f"complete {statements['complete']}; counting BEGIN/COMMIT too: calls "
+        f"{statements['calls_with_transaction_control']}, complete "
+        f"{statements['complete_with_transaction_control']}"
     )
+    contention = results.get("contention")
+    if contention:
+        lines.append(
+            f"Contention: {contention['callers']} callers on one key -> {contention['decisions']}, "
+            f"all answered in {contention['all_answered_ms']} ms"
+        )
+    for name in ("reconcile", "cleanup", "memory"):
+        if name in results:
+            lines.append(f"{name.capitalize()}: {results[name]}")
     if "console" in results:
         lines.append("\nConsole at scale " + str(results["console"]["sizes"]) + ":")
         lines.append(f"{'page':<16} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8} {'small':>6}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import threading
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -35,6 +37,23 @@ class DownstreamLookup(Protocol):
     def lookup(self, *, idempotency_key: str, tool: str) -> LookupResult: ...
 
 
+_clients: dict[int, httpx.Client] = {}
+_clients_lock = threading.Lock()
+
+
+def http_client() -> httpx.Client:
+    """One pooled client per process, shared by its threads. ``httpx.get`` would build a new
+    client, and with it an SSL context, for every look-up: about 35 ms of CPU each, which
+    capped a worker near a thousand look-ups a minute (docs/performance.md). Per process, so
+    a forked worker never shares its parent's sockets."""
+    pid = os.getpid()
+    client = _clients.get(pid)
+    if client is None:
+        with _clients_lock:
+            client = _clients.get(pid) or _clients.setdefault(pid, httpx.Client())
+    return client
+
+
 class HttpLookup:
     def __init__(self, adapter: DownstreamAdapter) -> None:
         self.adapter = adapter
@@ -43,7 +62,7 @@ class HttpLookup:
         adapter = self.adapter
         url = adapter.url_template.replace("{key}", quote(idempotency_key, safe=""))
         try:
-            response = httpx.get(url, timeout=adapter.timeout_seconds)
+            response = http_client().get(url, timeout=adapter.timeout_seconds)
         except httpx.TimeoutException as exc:
             return LookupResult(LookupOutcome.TIMEOUT, f"no answer in time: {exc}")
         except httpx.TransportError as exc:

@@ -71,3 +71,18 @@ def from_row(model: type[models.Model], row: dict[str, Any], prefix: str) -> mod
 def select_columns(model: type[models.Model], alias: str, prefix: str) -> str:
     columns = [f.column or f.name for f in model._meta.concrete_fields]
     return ", ".join(f"{alias}.{quote(c)} AS {quote(prefix + c)}" for c in columns)
+
+
+def fetch_joined(
+    sql: str, params: list[Any], parts: dict[str, type[models.Model]]
+) -> dict[str, models.Model | None] | None:
+    """Run a one-row query whose columns come from ``select_columns`` (prefix -> model) and
+    return the instance of each part, or None when there is no row."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        names = [column.name for column in cursor.description or ()]
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    row = dict(zip(names, found, strict=True))
+    return {prefix: from_row(model, row, prefix) for prefix, model in parts.items()}
