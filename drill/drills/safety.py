@@ -3,6 +3,7 @@ nobody approved. Each must change nothing it is not allowed to change."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -167,7 +168,8 @@ def malformed_downstream_data(ctx: DrillContext, result: DrillResult) -> None:
 
 def unapproved_write(ctx: DrillContext, result: DrillResult) -> None:
     """A write that must be approved before it is replayed: while nobody approves, and after
-    the approver rejects it, the file is untouched."""
+    the approver rejects it (asking again is refused with the reason), the file is
+    untouched."""
     path, label = "unapproved/settings.yaml", "unapproved_write"
     before, after = "mode: safe\n", "mode: fast\n"
     ctx.put_file(path, before)
@@ -203,9 +205,11 @@ def unapproved_write(ctx: DrillContext, result: DrillResult) -> None:
                 approval_deadline=2,
             ),
         )
-        rejecter = ctx.decide_later(key, approve=False, reason="Not during the freeze.")
+        # The approver rejects the pending request; the model asks once more after that.
+        decided = ctx.decide(key, approve=False, reason="Not during the freeze.")
+        asked_at = time.monotonic()
         rejected = result.observe(
-            "replay, rejected",
+            "replay after the rejection",
             client.replay(
                 call_id,
                 {"path": path},
@@ -214,15 +218,18 @@ def unapproved_write(ctx: DrillContext, result: DrillResult) -> None:
                 approval_deadline=20,
             ),
         )
-        rejecter.join(25)
+        answered_in = time.monotonic() - asked_at
         run.finish("write not approved")
     writes = ctx.workspace_writes(path) - baseline
     result.unapproved_write_side_effects = writes
     result.check("no approval: APPROVAL_REQUIRED", waiting["code"] == "APPROVAL_REQUIRED", waiting)
+    result.check("the approver rejected the pending request", decided)
     result.check(
-        "rejected: APPROVAL_REJECTED with the reason",
-        rejected["code"] == "APPROVAL_REJECTED" and "freeze" in rejected["content"],
-        rejected,
+        "asked again: APPROVAL_REJECTED with the reason, at once (not a new request)",
+        rejected["code"] == "APPROVAL_REJECTED"
+        and "freeze" in rejected["content"]
+        and answered_in < 5,
+        {"observation": rejected, "seconds": round(answered_in, 2)},
     )
     result.check("the replays never ran", ctx.ran(f"{label}-r1") + ctx.ran(f"{label}-r2") == 0)
     result.check("zero writes to the file", writes == 0, writes)

@@ -358,14 +358,23 @@ def _save_write_plan(tenant: Tenant, entry: LedgerEntry, plan: WritePlanInput) -
     )
 
 
-def _ask_for_approval(result: CallResult, record: IdempotencyRecord, caller: Caller) -> None:
-    """Open (or join) the approval request, unless this exact action was already rejected."""
+def _rejection_of(record: IdempotencyRecord, entry: LedgerEntry) -> ApprovalRequest | None:
+    """The record's latest approval request, if a human rejected this exact action in it:
+    the rejection stands, and the same action is not put to a human again."""
     latest = ApprovalRequest.objects.filter(record=record).order_by("-pk").first()
     if (
         latest is not None
         and latest.state == ApprovalRequest.State.REJECTED
-        and latest.action_hash == approvals.action_hash(result.entry)
+        and latest.action_hash == approvals.action_hash(entry)
     ):
+        return latest
+    return None
+
+
+def _ask_for_approval(result: CallResult, record: IdempotencyRecord, caller: Caller) -> None:
+    """Open (or join) the approval request, unless this exact action was already rejected."""
+    latest = _rejection_of(record, result.entry)
+    if latest is not None:
         result.decision = Decision.FORBIDDEN
         result.approval = latest
         LedgerEntry.objects.filter(pk=result.entry.pk).update(
@@ -654,9 +663,21 @@ def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None
             lease=lease,
         )
         if decision is Decision.APPROVAL_REQUIRED and approval is None:
-            approval = approvals.request_approval(
-                record=locked, entry=entry, requested_by=caller.identity
-            )
+            approval = _rejection_of(locked, entry)
+            if approval is not None:
+                decision, code, next_action = (
+                    Decision.FORBIDDEN,
+                    ObservationCode.APPROVAL_REJECTED,
+                    "stop",
+                )
+                LedgerEntry.objects.filter(pk=entry.pk).update(
+                    decision=decision, observation_code=code.value
+                )
+                entry.decision, entry.observation_code = decision, code.value
+            else:
+                approval = approvals.request_approval(
+                    record=locked, entry=entry, requested_by=caller.identity
+                )
     result = CallResult(entry, decision, classification, lease=lease, approval=approval)
     context = _context(entry, original.tool.name)
     if decision is Decision.EXECUTE:

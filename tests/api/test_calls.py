@@ -206,6 +206,28 @@ def test_rejection_reaches_the_model_as_an_observation(api: ApiClient, django_us
     assert status["observation"]["ok"] is False
 
 
+def test_a_rejected_replay_is_not_put_to_a_human_again(api: ApiClient, django_user_model) -> None:
+    """Found by `make drill`: asking for the same replay after a human rejected it opened a
+    new approval request, where a new call of the same action (record_call) is refused. The
+    rejection stands for this exact action; the model gets the reason again."""
+    from ledger.services.approvals import decide
+
+    api.start_run()
+    first = _write(api, "old", "new")
+    api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("old")})
+    approver = django_user_model.objects.create_user("approver", password="pw-123456789")
+    decide(
+        approval=ApprovalRequest.objects.get(), user=approver, approve=False, reason="wrong file"
+    )
+    again = api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("old")}).json()
+    assert again["decision"] == "forbidden"
+    assert again["observation"]["code"] == "APPROVAL_REJECTED"
+    assert "wrong file" in again["observation"]["content"]
+    assert ApprovalRequest.objects.count() == 1
+    status = api.get(f"/calls/{again['call_id']}").json()
+    assert status["observation"]["code"] == "APPROVAL_REJECTED"
+
+
 def test_malformed_result_is_not_a_success(api: ApiClient) -> None:
     api.post(
         "/tools",
