@@ -196,7 +196,10 @@ class DrillContext:
 
     def decide_later(self, key: str, *, approve: bool, reason: str) -> threading.Thread:
         thread = threading.Thread(
-            target=self.decide, args=(key,), kwargs={"approve": approve, "reason": reason}
+            target=self.decide,
+            args=(key,),
+            kwargs={"approve": approve, "reason": reason},
+            daemon=True,  # an interrupted drill must not keep the process alive
         )
         thread.start()
         return thread

@@ -145,9 +145,9 @@ def ten_callers_share_a_key(ctx: DrillContext, result: DrillResult) -> None:
             finally:
                 connections.close_all()
 
-        cleaner = threading.Thread(target=clean)
+        cleaner = threading.Thread(target=clean, daemon=True)
         cleaner.start()
-        callers = [threading.Thread(target=caller, args=(i,)) for i in range(10)]
+        callers = [threading.Thread(target=caller, args=(i,), daemon=True) for i in range(10)]
         for thread in callers:
             thread.start()
         for thread in callers:

@@ -130,7 +130,7 @@ def redis_restarted_under_load(ctx: DrillContext, result: DrillResult) -> None:
         except Exception as exc:
             errors.append(f"agent {index}: {exc!r}")
 
-    agents = [threading.Thread(target=agent, args=(i,)) for i in range(4)]
+    agents = [threading.Thread(target=agent, args=(i,), daemon=True) for i in range(4)]
     for thread in agents:
         thread.start()
     time.sleep(3)
@@ -271,7 +271,7 @@ def web_worker_killed_mid_report(ctx: DrillContext, result: DrillResult) -> None
                 ),
             )
 
-        caller = threading.Thread(target=place)
+        caller = threading.Thread(target=place, daemon=True)
         caller.start()
         wait_for(lambda: lock.conn is not None, timeout=20, what="the order to be placed")
         serving = _kill_the_serving_worker(ctx, lock, result)
@@ -313,7 +313,7 @@ def web_worker_killed_mid_call(ctx: DrillContext, result: DrillResult) -> None:
         def duplicate() -> None:
             outcome["obs"] = run.call("create_order", {"cart": "wkc"}, **args)
 
-        caller = threading.Thread(target=duplicate)
+        caller = threading.Thread(target=duplicate, daemon=True)
         caller.start()
         serving = _kill_the_serving_worker(ctx, lock, result)
         caller.join(60)

@@ -93,7 +93,7 @@ def halt_while_runs_are_in_flight(ctx: DrillContext, result: DrillResult) -> Non
         except Exception as exc:
             errors.append(f"agent {index}: {exc!r}")
 
-    agents = [threading.Thread(target=agent, args=(i,)) for i in range(RUNS)]
+    agents = [threading.Thread(target=agent, args=(i,), daemon=True) for i in range(RUNS)]
     for thread in agents:
         thread.start()
     in_flight.wait(30)  # every run is in the middle of its order
