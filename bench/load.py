@@ -51,6 +51,18 @@ class LoadResult:
         return out
 
 
+def merge(results: list[LoadResult]) -> LoadResult:
+    """Several runs of the same load as one (for measurements taken in interleaved rounds)."""
+    merged = LoadResult(results[0].clients, sum(r.seconds for r in results))
+    for result in results:
+        merged.units += result.units
+        merged.errors += result.errors
+        merged.latencies += result.latencies
+        for name, values in result.parts.items():
+            merged.parts.setdefault(name, []).extend(values)
+    return merged
+
+
 # A unit of work: (client index, iteration) -> per-request latencies by name, or raises.
 Work = Callable[[int, int], dict[str, float]]
 
