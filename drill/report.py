@@ -45,6 +45,8 @@ class DrillResult:
     side_effects: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     #: Side effects of writes that no human approved (must be 0).
     unapproved_write_side_effects: int = 0
+    #: Keys the drill deliberately leaves unknown for a human (anything else unknown is lost).
+    left_for_human: list[str] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
@@ -133,6 +135,12 @@ def compute_totals(results: list[DrillResult]) -> dict[str, Any]:
             1 for r in results for o in r.observations if o.get("code") == "SIDE_EFFECT_UNCERTAIN"
         ),
         "unknown_records_at_end": sum(1 for r in records.values() if r.get("state") == "unknown"),
+        "unknown_not_left_for_human": sum(
+            1
+            for result in results
+            for key, record in result.records.items()
+            if record.get("state") == "unknown" and key not in result.left_for_human
+        ),
         "duplicate_side_effects": sum(n - 1 for n in per_key if n > 1),
         "downstream_records_max_per_key": max(per_key, default=0),
         "unapproved_write_side_effects": sum(r.unapproved_write_side_effects for r in results),
@@ -149,6 +157,11 @@ def acceptance(totals: dict[str, Any]) -> list[str]:
     if totals["downstream_records_max_per_key"] != 1:
         problems.append(
             f"downstream_records_max_per_key = {totals['downstream_records_max_per_key']}, not 1"
+        )
+    if totals["unknown_not_left_for_human"] != 0:
+        problems.append(
+            f"{totals['unknown_not_left_for_human']} unknown outcome(s) nobody settled or "
+            "handed to a human"
         )
     if totals["unapproved_write_side_effects"] != 0:
         problems.append(
@@ -168,6 +181,18 @@ def build_report(
         "seconds": round(time.monotonic() - started, 1),
         "stack": stack,
         "totals": totals,
+        # Outcomes still unknown at the end: each must be one a drill left for a human.
+        "unknown_at_end": [
+            {
+                "drill": r.name,
+                "key": key,
+                "tool": record.get("tool"),
+                "left_for_human": key in r.left_for_human,
+            }
+            for r in results
+            for key, record in r.records.items()
+            if record.get("state") == "unknown"
+        ],
         "drills": [asdict(r) for r in results],
     }
 
@@ -187,7 +212,12 @@ def summary(report: dict[str, Any]) -> str:
         lines.append(f"- **{problem}**")
     lines += ["", "| total | value |", "|---|---|"]
     lines += [
-        f"| `{name}` | {totals[name]} |" for name in (*TOTAL_FIELDS, "unknown_records_at_end")
+        f"| `{name}` | {totals[name]} |"
+        for name in (
+            *TOTAL_FIELDS,
+            "unknown_records_at_end",
+            "unknown_not_left_for_human",
+        )
     ]
     lines += [
         "",
@@ -201,6 +231,13 @@ def summary(report: dict[str, Any]) -> str:
             f"| {len(drill['run_ids'])} | {labels} | {len(drill['idempotency_keys'])} "
             f"| {drill['seconds']} |"
         )
+    if report.get("unknown_at_end"):
+        lines += ["", "Still unknown at the end:", ""]
+        lines += [
+            f"- {u['drill']}: `{u['tool']}` `{u['key']}` "
+            + ("(left for a human by the drill)" if u["left_for_human"] else "**(lost)**")
+            for u in report["unknown_at_end"]
+        ]
     failed = [d for d in report["drills"] if not d["passed"]]
     for drill in failed:
         lines += ["", f"## {drill['name']} failed", ""]

@@ -222,6 +222,7 @@ def unapproved_write(ctx: DrillContext, result: DrillResult) -> None:
         run.finish("write not approved")
     writes = ctx.workspace_writes(path) - baseline
     result.unapproved_write_side_effects = writes
+    result.left_for_human.append(key)  # rejected: the write stays undone until someone decides
     result.check("no approval: APPROVAL_REQUIRED", waiting["code"] == "APPROVAL_REQUIRED", waiting)
     result.check("the approver rejected the pending request", decided)
     result.check(

@@ -125,6 +125,7 @@ def write_file_changed_by_someone_else_is_a_conflict(
         ),
     )
     run.finish("completed")
+    result.left_for_human.append(first["metadata"]["idempotency_key"])  # a write conflict
     result.check("WRITE_CONFLICT", conflict["code"] == "WRITE_CONFLICT", conflict)
     result.check("their content stays", ctx.file_content(path) == "theirs\n")
     result.check("the replay never ran", ctx.ran(label) == 1, ctx.ran(label))
@@ -204,6 +205,8 @@ def run_command_npm_publish_is_never_replayed(ctx: DrillContext, result: DrillRe
         first = result.observe("first", run.call("run_command", cmd, execute=publish))
         again = result.observe("retry", run.call("run_command", cmd, execute=publish))
     result.check("SIDE_EFFECT_UNCERTAIN", first["code"] == again["code"] == "SIDE_EFFECT_UNCERTAIN")
+    # No downstream to look a publish up in: the workers escalate it to a human.
+    result.left_for_human.append(first["metadata"]["idempotency_key"])
     result.check("policy never", again["metadata"]["replay_policy"] == "never", again)
     result.check("published at most once", ctx.ran(label) == 1, ctx.ran(label))
 

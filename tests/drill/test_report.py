@@ -72,3 +72,14 @@ def test_a_drill_without_checks_or_with_an_error_has_not_passed() -> None:
     crashed.error = "TimeoutError: waiting for the sandbox"
     crashed.finish()
     assert not empty.passed and not crashed.passed
+
+
+def test_an_unknown_outcome_nobody_handed_to_a_human_fails_the_run() -> None:
+    unknown = {"state": "unknown", "executions": 1, "duplicate_hits": 0}
+    effects = {"k1": {"orders": {"objects": 1, "create_requests": 1}}}
+    handed = _drill("a", records={"k1": unknown}, side_effects=effects, left_for_human=["k1"])
+    assert acceptance(compute_totals([handed])) == []
+    lost = _drill("b", records={"k2": unknown}, side_effects=effects)
+    totals = compute_totals([handed, lost])
+    assert (totals["unknown_records_at_end"], totals["unknown_not_left_for_human"]) == (2, 1)
+    assert acceptance(totals) == ["1 unknown outcome(s) nobody settled or handed to a human"]
