@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import threading
@@ -83,6 +84,10 @@ def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
+def _exit_on_signal(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="same shape, smaller numbers")
@@ -112,6 +117,8 @@ def main() -> None:
     }
     env.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-production-0123456789abcdef")
     os.environ.update(env)
+    # A SIGTERM (or Ctrl-C) still runs the finally below, which stops every process started.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     services: list[processes.Service] = [redis]
     sampler = processes.MemorySampler()
     try:
