@@ -56,7 +56,7 @@ bench: install services
 # Failure drills against the whole stack as separate processes (gunicorn, Celery workers, beat,
 # a private redis-server, the sandbox) on a fresh database; evidence in var/drill.json.
 drill: install services
-	$(PY) -m drill $(DRILL_ARGS)
+	$(PY) -m drill --postgres $(patsubst %/,%,$(dir $(TEST_DATABASE_URL))) $(DRILL_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -54,9 +54,6 @@ class DrillContext:
             self.stack.web_url, token or self.tenant.token, agent_id=agent, request_timeout=15
         )
 
-    def record(self, client: LedgerClient, key: str) -> dict[str, Any] | None:
-        return client.lookup(key)
-
     def wait_records(
         self,
         client: LedgerClient,

@@ -84,6 +84,29 @@ def _setup(stack: Stack) -> Any:
     )
 
 
+def _settle_leftovers(ctx: Any, client: Any, results: list[Any], timeout: float = 60) -> None:
+    """Give reconciliation time to settle what the drills left unknown (a drill that does not
+    wait for its look-ups is collected before a busy worker got to them), then record the
+    outcomes as they are. Whatever is still unknown and was not handed to a human is lost."""
+    pending = {
+        key: result
+        for result in results
+        for key, record in result.records.items()
+        if record.get("state") == "unknown" and key not in result.left_for_human
+    }
+    if not pending:
+        return
+    settled = ctx.wait_records(client, list(pending), timeout=timeout)
+    for key, record in settled.items():
+        if record is not None:
+            pending[key].records[key].update(
+                state=record["state"],
+                executions=record["executions"],
+                duplicate_hits=record["duplicate_hits"],
+            )
+            pending[key].facts.setdefault("settled_after_the_drill", {})[key] = record["state"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the failure drills against the stack.")
     parser.add_argument(
@@ -93,10 +116,15 @@ def main(argv: list[str] | None = None) -> int:
         help="only drills whose name contains one of these (comma-separated)",
     )
     parser.add_argument("--output", type=Path, default=OUTPUT)
+    parser.add_argument(
+        "--postgres",
+        default="postgres://postgres@127.0.0.1:5432",
+        help="the PostgreSQL server (no database name); the drill creates its own database",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     signal.signal(signal.SIGTERM, _interrupt)
-    stack = Stack(workdir=args.output / "drill")
+    stack = Stack(workdir=args.output / "drill", pg_url=args.postgres.rstrip("/"))
     results = []
     report: dict[str, Any] | None = None
     try:
@@ -129,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"drill: {'pass' if result.passed else 'FAIL'} {drill.name} ({result.seconds} s)",
                 flush=True,
             )
+        with ctx.client() as client:
+            _settle_leftovers(ctx, client, results)
         report = build_report(
             results,
             started=started,

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,10 +53,12 @@ def port_open(port: int) -> bool:
     return True
 
 
-def wait_for(condition: object, *, timeout: float, what: str, step: float = 0.1) -> None:
+def wait_for(
+    condition: Callable[[], object], *, timeout: float, what: str, step: float = 0.1
+) -> None:
     """Poll ``condition()`` until it is true; raise naming ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
+    while not condition():
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(step)

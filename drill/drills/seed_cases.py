@@ -43,7 +43,8 @@ def create_order_timeout_forbids_a_retry(ctx: DrillContext, result: DrillResult)
         args: dict[str, Any] = {"business_object_id": "eval-cart-9", "execute": tool}
         first = result.observe("first", run.call("create_order", {"cart": "eval-cart-9"}, **args))
         again = result.observe("retry", run.call("create_order", {"cart": "eval-cart-9"}, **args))
-    key = first["metadata"]["idempotency_key"]
+        key = first["metadata"]["idempotency_key"]
+        record = ctx.wait_records(client, [key])[key]
     result.check("first: SIDE_EFFECT_UNCERTAIN", first["code"] == "SIDE_EFFECT_UNCERTAIN", first)
     result.check("first: not retryable", first["metadata"]["retryable"] is False, first)
     # The retry is never executed: it is told to look up, or (once a worker has looked the
@@ -55,6 +56,11 @@ def create_order_timeout_forbids_a_retry(ctx: DrillContext, result: DrillResult)
     result.check("the tool ran once", ctx.ran(label) == 1, ctx.ran(label))
     orders = ctx.stats("orders")
     result.check("one order downstream", orders["per_reference"].get(key) == 1, orders)
+    result.check(
+        "a worker found it downstream: succeeded",
+        record is not None and record["state"] == "succeeded",
+        record,
+    )
 
 
 def _uncertain_write(
