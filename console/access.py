@@ -12,7 +12,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 
 from console.models import Membership
 from console.roles import Role, has_role
-from ledger.models import Tenant
+from ledger.models import AuditEvent, Tenant
+from ledger.services.audit import audit
 
 TENANT_SESSION_KEY = "console_tenant_id"
 View = Callable[..., HttpResponse]
@@ -40,6 +41,23 @@ def current_tenant(request: HttpRequest) -> Tenant:
     return membership.tenant
 
 
+def _audit_denied(request: HttpRequest, view_name: str, roles: tuple[Role, ...]) -> None:
+    """A refused attempt is part of the audit trail (issue 6: "including denied attempts")."""
+    try:
+        tenant: Tenant | None = current_tenant(request)
+    except PermissionDenied:
+        tenant = None
+    audit(
+        tenant=tenant,
+        actor=request.user.get_username(),
+        action="console.denied",
+        target=("view", view_name),
+        source=AuditEvent.Source.CONSOLE,
+        outcome=AuditEvent.Outcome.DENIED,
+        detail=f"{request.method} {request.path} needs {' or '.join(roles)}",
+    )
+
+
 def console_view(*roles: Role, methods: tuple[str, ...] = ("GET",)) -> Callable[[View], View]:
     """Sign-in, method, role and tenant checks, in that order; the view gets ``tenant``."""
 
@@ -51,6 +69,7 @@ def console_view(*roles: Role, methods: tuple[str, ...] = ("GET",)) -> Callable[
             if request.method not in methods:
                 return HttpResponseNotAllowed(methods)
             if roles and not has_role(request.user, *roles):
+                _audit_denied(request, view.__name__, roles)
                 raise PermissionDenied("Your role does not allow this page.")
             return view(request, *args, tenant=current_tenant(request), **kwargs)
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db.models import Count, Min, Q
 from django.utils import timezone
 
-from ledger.domain import RecordState
+from ledger.domain import WRITE_CONFLICT_ESCALATION, RecordState
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, Tenant, VersionCombination
 
 
@@ -32,15 +32,16 @@ def inbox(tenant: Tenant) -> dict[str, object]:
     unknown_counts = unknown.aggregate(
         n=Count("pk"),
         oldest=Min("uncertain_since"),
-        conflicts=Count("pk", filter=Q(escalation_reason__startswith="Write conflict")),
+        conflicts=Count("pk", filter=Q(escalation_reason=WRITE_CONFLICT_ESCALATION)),
         conflicts_oldest=Min(
-            "uncertain_since", filter=Q(escalation_reason__startswith="Write conflict")
+            "uncertain_since", filter=Q(escalation_reason=WRITE_CONFLICT_ESCALATION)
         ),
     )
     halted = list(
         VersionCombination.objects.filter(tenant=tenant, state="halted").order_by("-halted_at")
     )
     return {
+        "reconciler": reconciler(),
         "approvals": Queue("approvals", approvals["n"], approvals["oldest"]),
         "unknown": Queue("unknown", unknown_counts["n"], unknown_counts["oldest"]),
         "conflicts": Queue(
@@ -48,6 +49,29 @@ def inbox(tenant: Tenant) -> dict[str, object]:
         ),
         "halted": halted,
     }
+
+
+#: The scheduler sweeps every 10 s; this long without one means look-ups have stopped.
+SCHEDULER_STALE_AFTER = timedelta(minutes=2)
+
+
+@dataclass(frozen=True)
+class Reconciler:
+    running: bool
+    last_seen: datetime | None  # None: no worker has ever run the scheduler
+
+
+def reconciler() -> Reconciler:
+    """Whether unknown calls are being looked up: the scheduler's heartbeat is recent."""
+    from reconcile.models import Heartbeat
+
+    last = (
+        Heartbeat.objects.filter(name=Heartbeat.SCHEDULER).values_list("beat_at", flat=True).first()
+    )
+    return Reconciler(
+        running=last is not None and last > timezone.now() - SCHEDULER_STALE_AFTER,
+        last_seen=last,
+    )
 
 
 def pending_approvals(

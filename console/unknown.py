@@ -93,6 +93,7 @@ def unknown_calls(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             request,
             tenant,
             records=selectors.unknown_calls(tenant, limit=MAX_BULK),
+            reconciler=selectors.reconciler(),
             bulk_actions=BULK_ACTIONS,
         ),
     )

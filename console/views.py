@@ -33,8 +33,8 @@ from ledger.models import (
     VersionCombination,
     WritePlan,
 )
+from ledger.services import approvals as approvals_service
 from ledger.services import combinations, metrics, thresholds
-from ledger.services.approvals import action_hash, decide
 from ledger.services.registry import import_mcp_tools, override_tool
 
 PAGE_SIZE = 50
@@ -111,12 +111,12 @@ def approval_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
     approval = _get_approval_for_user(tenant, pk)
     plan = WritePlan.objects.filter(entry__record=approval.record).order_by("pk").first()
     lines = diffs.parse(plan.diff) if plan else []
-    stale = approval.state == ApprovalRequest.State.PENDING and (
-        action_hash(approval.entry) != approval.action_hash
-    )
     own = approval.requested_by == request.user.get_username()
     check = approval.record.reconcile_attempts_log.order_by("-created_at").first()
+    timeline = selectors.approval_timeline(approval)
+    requested = next((e for e in timeline if e.action == "approval.requested"), None)
     pending = approval.state == ApprovalRequest.State.PENDING
+    void = approvals_service.void_reason(approval) if pending else None
     assert isinstance(request.user, AbstractBaseUser)  # console_view signed them in
     taken_by = claims.claim(approval, request.user) if pending and not own else None
     return render(
@@ -129,13 +129,14 @@ def approval_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
             plan=plan,
             lines=lines,
             pairs=diffs.side_by_side(lines),
-            stale=stale,
+            void=void,
             own=own,
             taken_by=taken_by,
             neighbours=selectors.queue_neighbours(approval),
             check=check,
-            timeline=selectors.approval_timeline(approval),
-            can_decide=pending and not stale and not own,
+            requested=requested,
+            timeline=timeline,
+            can_decide=pending and void is None and not own,
         ),
     )
 
@@ -147,7 +148,9 @@ def approval_decide(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
     reason = request.POST.get("reason", "").strip()
     assert isinstance(request.user, AbstractBaseUser)  # console_view signed them in
     try:
-        decide(approval=approval, user=request.user, approve=approve, reason=reason)
+        approvals_service.decide(
+            approval=approval, user=request.user, approve=approve, reason=reason
+        )
     except LedgerError as exc:
         messages.error(request, exc.message)
         return redirect("console:approval", pk=approval.pk)
@@ -373,8 +376,10 @@ def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
                 email=request.POST.get("email", "").strip(),
             )
             messages.success(request, _("Threshold added."))
-        except (ValueError, LedgerError):
+        except ValueError:
             messages.error(request, _("A threshold needs a metric, a number and a window."))
+        except LedgerError as exc:
+            messages.error(request, exc.message)
         return redirect("console:metrics")
     since = metrics.window_start(24 * 60)
     tool = request.GET.get("tool", "").strip() or None

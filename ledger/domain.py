@@ -95,6 +95,13 @@ class ObservationCode(StrEnum):
     FAILED = "FAILED"
 
 
+#: How an unknown conditional write whose file changed under it is escalated (by the runtime's
+#: replay or a worker's file check); the console counts these as write conflicts.
+WRITE_CONFLICT_ESCALATION = (
+    "Write conflict: the file was changed by someone else since the write was planned. "
+    "A human decides."
+)
+
 #: Error codes that are final by nature: never replayed, whatever the tool's class.
 FINAL_ERROR_CODES = frozenset({"PERMISSION_DENIED", "INVALID_INPUT", "NOT_FOUND", "FORBIDDEN"})
 

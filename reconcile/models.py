@@ -115,3 +115,16 @@ class ReconcileAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.record_id} #{self.attempt} {self.outcome}"
+
+
+class Heartbeat(models.Model):
+    """When a periodic sweep last ran on a worker. The console warns operators when it is
+    stale: unknown calls are then not being looked up (no worker, or no beat)."""
+
+    SCHEDULER = "schedule_reconciliation"
+
+    name = models.CharField(max_length=50, unique=True)
+    beat_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.beat_at:%Y-%m-%d %H:%M:%S}"

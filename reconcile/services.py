@@ -27,7 +27,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ledger.decisions import WriteCheck, check_write_plan
-from ledger.domain import RecordState
+from ledger.domain import WRITE_CONFLICT_ESCALATION, RecordState
 from ledger.errors import InvalidInput, InvalidTransition
 from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, WritePlan
 from ledger.redaction import redact, redact_text
@@ -267,6 +267,7 @@ def _settle(
                 entry=entry,
                 requested_by=actor,
                 detail="The write did not land; apply it again?",
+                condition=Attempt.APPLY_AGAIN,
             )
         return _escalate(
             record,
@@ -280,8 +281,7 @@ def _settle(
             record,
             changes,
             now,
-            "Write conflict: the file was changed by "
-            "someone else since the write was planned. A human decides.",
+            WRITE_CONFLICT_ESCALATION,
         )
     if outcome in (Attempt.NO_CHECK, Attempt.REFUSED):
         return _escalate(record, changes, now, finding.detail)

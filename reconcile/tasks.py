@@ -10,10 +10,12 @@ import logging
 from celery import shared_task
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from ledger.services import metrics, thresholds
 from ledger.services.records import cleanup_expired_records, expire_leases
 from reconcile import services
+from reconcile.models import Heartbeat
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +33,9 @@ def reconcile_record(record_id: int) -> str:
 def schedule_reconciliation() -> int:
     """Enqueue a look-up for every unknown record that is due. PostgreSQL is the source of
     truth: this sweep finds everything, including records whose message a broker outage lost."""
+    Heartbeat.objects.update_or_create(
+        name=Heartbeat.SCHEDULER, defaults={"beat_at": timezone.now()}
+    )
     ids = services.due_records(limit=settings.RECONCILE_BATCH_SIZE)
     enqueue_reconciliation(ids)
     logger.info("reconcile sweep", extra={"enqueued": len(ids)})

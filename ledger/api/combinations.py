@@ -309,11 +309,11 @@ def metrics_series(request: HttpRequest, query: Query[WindowQuery]) -> list[Poin
 class ThresholdIn(Strict):
     metric: Literal["dedup_hit_rate", "uncertain_results", "duplicate_side_effects"]
     above: JsonNumber = Field(ge=0, le=1e9)
-    window_minutes: JsonInt = Field(default=15, ge=1, le=60 * 24 * 7)
+    window_minutes: JsonInt = Field(default=15, ge=1, le=thresholds.MAX_WINDOW_MINUTES)
     min_requests: JsonInt = Field(default=20, ge=0, le=10**9)
     action: Literal["alert", "halt"] = "alert"
-    email: str = Field(default="", max_length=254, pattern=r"^$|^[^@\s]+@[^@\s]+\.[^@\s]+$")
-    webhook_url: str = Field(default="", max_length=200, pattern=r"^$|^https?://[^\s]+$")
+    email: str = Field(default="", max_length=254, pattern=thresholds.EMAIL_PATTERN)
+    webhook_url: str = Field(default="", max_length=200, pattern=thresholds.WEBHOOK_PATTERN)
 
 
 class ThresholdOut(Schema):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -18,11 +18,14 @@ from ledger.models import (
     AuditEvent,
     IdempotencyRecord,
     LedgerEntry,
+    Run,
+    VersionCombination,
     WritePlan,
 )
 from ledger.services.audit import audit
 
 Approval = ApprovalRequest.State
+Combination = VersionCombination.State
 
 
 def action_hash(entry: LedgerEntry) -> str:
@@ -56,9 +59,15 @@ def open_approval(record: IdempotencyRecord) -> ApprovalRequest | None:
 
 
 def request_approval(
-    *, record: IdempotencyRecord, entry: LedgerEntry, requested_by: str, detail: str = ""
+    *,
+    record: IdempotencyRecord,
+    entry: LedgerEntry,
+    requested_by: str,
+    detail: str = "",
+    condition: str = "",
 ) -> ApprovalRequest:
-    """The open approval request for this record, created if there is none."""
+    """The open approval request for this record, created if there is none. ``condition`` is
+    the outcome of a conditional write's file check (``apply_again``), kept for the approver."""
     existing = open_approval(record)
     if existing is not None:
         return existing
@@ -80,7 +89,11 @@ def request_approval(
                 target=approval,
                 source=AuditEvent.Source.API,
                 detail=detail,
-                after={"record": record.pk, "action_hash": approval.action_hash},
+                after={
+                    "record": record.pk,
+                    "action_hash": approval.action_hash,
+                    "condition": condition,
+                },
             )
     except IntegrityError:  # a concurrent request created it first
         winner = open_approval(record)
@@ -96,6 +109,37 @@ def _still_needed(record: IdempotencyRecord) -> bool:
         return True
     final = (record.error or {}).get("code") in FINAL_ERROR_CODES
     return record.state == RecordState.FAILED_FINAL and record.error_retryable and not final
+
+
+def void_reason(approval: ApprovalRequest, *, now: datetime | None = None) -> str | None:
+    """Why a pending approval can no longer be given, or None while it still can. The console
+    shows the same reason ``decide`` refuses with. (Needs ``entry`` with its tool, run and
+    combination, and ``record``.)"""
+    entry = approval.entry
+    if not _still_needed(approval.record):
+        return f"the action is already settled ({approval.record.state})"
+    if approval.expires_at <= (now or timezone.now()):
+        return EXPIRED
+    if entry.run.status != Run.Status.RUNNING:
+        return f"its run is {entry.run.status} ({entry.run.termination_reason or 'no reason'})"
+    if entry.combination is not None and entry.combination.state == Combination.HALTED:
+        return f"its version combination {entry.combination.label} was halted"
+    if action_hash(entry) != approval.action_hash:
+        return "the action changed since the request was made"
+    return None
+
+
+EXPIRED = "the request expired"
+
+
+def void_open_approvals(*, combination_id: int, actor: str, source: str, detail: str) -> int:
+    """Void every open approval of an action planned under a halted combination (audited)."""
+    voided = 0
+    for approval in ApprovalRequest.objects.filter(
+        entry__combination_id=combination_id, state__in=ApprovalRequest.OPEN_STATES
+    ):
+        voided += invalidate(approval=approval, actor=actor, detail=detail, source=source)
+    return voided
 
 
 def decide(
@@ -115,7 +159,7 @@ def decide(
     with transaction.atomic():
         locked = (
             ApprovalRequest.objects.select_for_update(of=("self",))
-            .select_related("entry__tool", "entry__combination", "record")
+            .select_related("entry__tool", "entry__combination", "entry__run", "record")
             .get(pk=approval.pk)
         )
         before: dict[str, Any] = {"state": locked.state}
@@ -125,15 +169,9 @@ def decide(
             denial = "the requester cannot approve their own request"
         elif not approve and not reason.strip():
             raise InvalidInput("a rejection needs a reason for the model")
-        elif not _still_needed(locked.record):
-            locked.state = Approval.INVALIDATED
-            denial = f"the action is already settled ({locked.record.state})"
-        elif locked.expires_at <= now:
-            locked.state = Approval.EXPIRED
-            denial = "the request expired"
-        elif action_hash(locked.entry) != locked.action_hash:
-            locked.state = Approval.INVALIDATED
-            denial = "the action changed since the request was made"
+        elif (why := void_reason(locked, now=now)) is not None:
+            locked.state = Approval.EXPIRED if why == EXPIRED else Approval.INVALIDATED
+            denial = why
         else:
             locked.state = Approval.APPROVED if approve else Approval.REJECTED
             locked.decided_by = user  # type: ignore[assignment]
@@ -203,8 +241,11 @@ def consume(*, record: IdempotencyRecord, entry: LedgerEntry, actor: str) -> App
     return approval
 
 
-def invalidate(*, approval: ApprovalRequest, actor: str, detail: str) -> None:
-    """Void an approval whose action changed; audited."""
+def invalidate(
+    *, approval: ApprovalRequest, actor: str, detail: str, source: str = AuditEvent.Source.API
+) -> bool:
+    """Void an approval whose action changed or can no longer run; audited. Returns whether
+    this call voided it."""
     with transaction.atomic():
         updated = ApprovalRequest.objects.filter(
             pk=approval.pk, state__in=ApprovalRequest.OPEN_STATES
@@ -215,6 +256,7 @@ def invalidate(*, approval: ApprovalRequest, actor: str, detail: str) -> None:
                 actor=actor,
                 action="approval.invalidated",
                 target=approval,
-                source=AuditEvent.Source.API,
+                source=source,
                 detail=detail,
             )
+    return bool(updated)

@@ -22,6 +22,7 @@ from ledger.classification.commands import classify_command
 from ledger.decisions import RecoveryAction, WriteCheck, check_write_plan, recovery_decision
 from ledger.domain import (
     FINAL_ERROR_CODES,
+    WRITE_CONFLICT_ESCALATION,
     DataClassification,
     Decision,
     EntryStatus,
@@ -44,6 +45,7 @@ from ledger.keys import KeyBuildError, build_idempotency_key, fingerprint
 from ledger.models import (
     ApiToken,
     ApprovalRequest,
+    AuditEvent,
     IdempotencyRecord,
     LedgerEntry,
     Run,
@@ -55,6 +57,7 @@ from ledger.models import (
 from ledger.observations import CallContext, refusal, success
 from ledger.redaction import is_altered, redact_for_storage
 from ledger.services import approvals, records
+from ledger.services.audit import audit
 from ledger.services.entries import transition_entry
 from ledger.services.records import Outcome
 from ledger.services.registry import ensure_catalogue_tool, validate_tool_name
@@ -676,7 +679,10 @@ def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None
                 entry.decision, entry.observation_code = decision, code.value
             else:
                 approval = approvals.request_approval(
-                    record=locked, entry=entry, requested_by=caller.identity
+                    record=locked,
+                    entry=entry,
+                    requested_by=caller.identity,
+                    **_condition(locked, current_hash),
                 )
     result = CallResult(entry, decision, classification, lease=lease, approval=approval)
     context = _context(entry, original.tool.name)
@@ -750,6 +756,7 @@ def _recover(
                     None,
                 )
             if check is WriteCheck.CONFLICT:
+                _escalate_conflict(record, caller.identity)
                 return Decision.FORBIDDEN, ObservationCode.WRITE_CONFLICT, "ask_human", None, None
         return (
             Decision.APPROVAL_REQUIRED,
@@ -769,6 +776,35 @@ def _recover(
     if recovery.action is RecoveryAction.LOOKUP:
         return Decision.FORBIDDEN, ObservationCode.SIDE_EFFECT_UNCERTAIN, "lookup", None, None
     return Decision.FORBIDDEN, recovery.code, "stop", None, None
+
+
+def _escalate_conflict(record: IdempotencyRecord, actor: str) -> None:
+    """A conflict needs a human: hand the action to one (once), as a worker's check would."""
+    escalated = IdempotencyRecord.objects.filter(pk=record.pk, escalated_at__isnull=True).update(
+        escalated_at=timezone.now(), escalation_reason=WRITE_CONFLICT_ESCALATION
+    )
+    if escalated:
+        audit(
+            tenant=record.tenant_id,
+            actor=actor,
+            action="reconcile.escalated",
+            target=record,
+            source=AuditEvent.Source.API,
+            detail=WRITE_CONFLICT_ESCALATION,
+        )
+
+
+def _condition(record: IdempotencyRecord, current_hash: str | None) -> dict[str, str]:
+    """What the approver is told about a conditional write's file, kept with the request."""
+    plan = WritePlan.objects.filter(entry__record=record).order_by("pk").first()
+    if plan is None:
+        return {}
+    if not current_hash:
+        return {"detail": "the runtime sent no current hash of the file", "condition": ""}
+    check = check_write_plan(
+        current_hash=current_hash, before_hash=plan.before_hash, after_hash=plan.after_hash
+    )
+    return {"detail": f"{plan.path} now has hash {current_hash[:12]}", "condition": check.value}
 
 
 def current_observation(

@@ -22,6 +22,7 @@ from ledger.models import (
     Tenant,
     VersionCombination,
 )
+from ledger.services import approvals
 from ledger.services.audit import audit
 from ledger.signals import records_became_unknown
 
@@ -177,6 +178,13 @@ def halt(
                 source=source,
                 after={"state": State.HALTED},
                 detail=reason,
+            )
+            # An approval given now would let a halted combination's action run.
+            approvals.void_open_approvals(
+                combination_id=combination.pk,
+                actor=actor,
+                source=source,
+                detail=f"version combination {combination.label} halted: {reason}",
             )
     return combination, bool(updated)
 

@@ -9,6 +9,8 @@ at most once per window, and a combination is halted exactly once.
 from __future__ import annotations
 
 import logging
+import math
+import re
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -19,6 +21,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
+from ledger.errors import InvalidInput
 from ledger.models import AlertEvent, Tenant, Threshold, VersionCombination
 from ledger.services import combinations, metrics
 from ledger.services.audit import audit
@@ -27,9 +30,34 @@ logger = logging.getLogger(__name__)
 JUDGED = (VersionCombination.State.ACTIVE, VersionCombination.State.CANARY)
 
 
+#: The same rules for the API's schema and the console's form. Explicit ASCII classes, not
+#: ``\s``: Python, the schema validator and JSON Schema disagree on what ``\s`` matches.
+EMAIL_PATTERN = r"^$|^[^@\x00-\x20\x7f]+@[^@\x00-\x20\x7f]+\.[^@\x00-\x20\x7f]+$"
+WEBHOOK_PATTERN = r"^$|^https?://[^\x00-\x20\x7f]+$"
+MAX_WINDOW_MINUTES = 60 * 24 * 7
+
+
 def add_threshold(*, tenant: Tenant, actor: str, source: str, **fields: Any) -> Threshold:
+    """Bad input is an ``InvalidInput`` naming the field, and nothing is saved."""
+    threshold = Threshold(tenant=tenant, **fields)
+    problems = []
+    if threshold.metric not in Threshold.Metric.values:
+        problems.append("metric: one of " + ", ".join(Threshold.Metric.values))
+    if threshold.action not in Threshold.Action.values:
+        problems.append("action: alert or halt")
+    above, window = threshold.above, threshold.window_minutes
+    if not isinstance(above, int | float) or not math.isfinite(above) or above < 0:
+        problems.append("above: a finite number, 0 or more")
+    if not isinstance(window, int) or not 1 <= window <= MAX_WINDOW_MINUTES:
+        problems.append(f"window_minutes: 1 to {MAX_WINDOW_MINUTES}")
+    if not re.fullmatch(EMAIL_PATTERN, threshold.email) or len(threshold.email) > 254:
+        problems.append("email: an e-mail address")
+    if not re.fullmatch(WEBHOOK_PATTERN, threshold.webhook_url) or len(threshold.webhook_url) > 200:
+        problems.append("webhook_url: an http(s) URL of at most 200 characters")
+    if problems:
+        raise InvalidInput(f"invalid threshold ({'; '.join(problems)})")
     with transaction.atomic():
-        threshold = Threshold.objects.create(tenant=tenant, **fields)
+        threshold.save(force_insert=True)
         audit(
             tenant=tenant,
             actor=actor,

@@ -1,0 +1,73 @@
+"""``{{ value|term }}``: the ledger's identifiers (states, decisions, classes) as words in the
+user's language. The identifiers themselves stay in the API and in ``title`` attributes."""
+
+from __future__ import annotations
+
+from django import template
+from django.utils.translation import gettext_lazy as _
+
+register = template.Library()
+
+TERMS = {
+    # idempotency records
+    "reserved": _("reserved"),
+    "executing": _("executing"),
+    "succeeded": _("succeeded"),
+    "failed_final": _("did not happen / failed"),
+    "unknown": _("unknown"),
+    # ledger entries
+    "planned": _("planned"),
+    "approved": _("approved"),
+    "started": _("started"),
+    "failed": _("failed"),
+    "uncertain": _("uncertain"),
+    # decisions
+    "execute": _("execute"),
+    "recorded_result": _("recorded result"),
+    "wait": _("wait"),
+    "approval_required": _("approval required"),
+    "forbidden": _("refused"),
+    "conflict": _("conflict"),
+    # classification
+    "idempotent": _("idempotent"),
+    "conditional": _("conditional"),
+    "non_idempotent": _("non-idempotent"),
+    "auto": _("replay automatically"),
+    "ask": _("ask a human"),
+    "never": _("never replay"),
+    # approvals
+    "pending": _("pending"),
+    "rejected": _("rejected"),
+    "consumed": _("used"),
+    "invalidated": _("invalidated"),
+    "expired": _("expired"),
+    "pending_approval": _("pending approval"),
+    # combinations and runs
+    "active": _("active"),
+    "canary": _("canary"),
+    "halted": _("halted"),
+    "retired": _("retired"),
+    "running": _("running"),
+    "finished": _("finished"),
+    # look-ups and file checks
+    "found": _("found downstream"),
+    "not_found": _("not found downstream"),
+    "not_found_in_grace": _("not found yet (grace period)"),
+    "unreachable": _("downstream unreachable"),
+    "timeout": _("look-up timed out"),
+    "malformed": _("malformed answer"),
+    "already_applied": _("already applied"),
+    "apply_again": _("apply again"),
+    # thresholds
+    "dedup_hit_rate": _("dedup hit rate"),
+    "uncertain_results": _("uncertain results"),
+    "duplicate_side_effects": _("duplicate side effects"),
+    "alert": _("alert"),
+    "halt": _("halt the combination"),
+}
+
+
+@register.filter
+def term(value: object) -> str:
+    text = str(value)
+    return str(TERMS.get(text, text.replace("_", " ")))
