@@ -34,3 +34,48 @@ def test_demo_agent_produces_every_kind_of_decision(django_user_model) -> None:
     again = StringIO()
     call_command("demo_agent", runs=1, if_empty=True, stdout=again)
     assert "nothing to do" in again.getvalue()
+
+
+def test_the_make_run_demo_works_on_the_embedded_sqlite_default(tmp_path) -> None:
+    """`make run` uses SQLite, not PostgreSQL: the hot path's PostgreSQL-only statements must
+    have a portable path. Runs the same commands as `make run`, in a fresh SQLite file."""
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "DEBUG": "true",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
+        "CELERY_BROKER_URL": "memory://",
+    }
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+
+    def manage(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    manage("migrate", "--noinput")
+    manage("seed_demo")
+    out = manage("demo_agent", "--runs", "2")
+    assert "(max 1 per key)" in out and "(max 2" not in out
+    assert "nothing to do" in manage("demo_agent", "--if-empty")
+
+
+def test_a_demo_left_part_way_is_reported_not_served_as_complete() -> None:
+    from ledger.models import Run, Tenant
+
+    tenant = Tenant.objects.create(slug="demo", name="Demo Co")
+    Run.objects.create(tenant=tenant, run_id="half-done", user_id="u")  # no completion mark
+    out, err = StringIO(), StringIO()
+    call_command("demo_agent", runs=1, if_empty=True, stdout=out, stderr=err)
+    assert "incomplete" in err.getvalue() and "delete var/" in err.getvalue()
+    assert "nothing to do" not in out.getvalue()

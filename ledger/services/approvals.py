@@ -120,7 +120,7 @@ def void_reason(approval: ApprovalRequest, *, now: datetime | None = None) -> st
         return f"the action is already settled ({approval.record.state})"
     if approval.expires_at <= (now or timezone.now()):
         return EXPIRED
-    if entry.run.status != Run.Status.RUNNING:
+    if entry.run.status == Run.Status.HALTED:
         return f"its run is {entry.run.status} ({entry.run.termination_reason or 'no reason'})"
     if entry.combination is not None and entry.combination.state == Combination.HALTED:
         return f"its version combination {entry.combination.label} was halted"

@@ -61,7 +61,7 @@ from ledger.services.audit import audit
 from ledger.services.entries import transition_entry
 from ledger.services.records import Outcome
 from ledger.services.registry import ensure_catalogue_tool, validate_tool_name
-from ledger.services.statements import fetch_joined, from_row, quote, select_columns
+from ledger.services.statements import fetch_joined, quote, select_columns
 
 RETRY_AFTER_SECONDS = 2
 
@@ -154,18 +154,15 @@ def _run_and_tool(tenant: Tenant, run_id: str, tool_name: str) -> tuple[Run, Too
         f"LEFT JOIN {quote(Tool._meta.db_table)} t ON t.tenant_id = r.tenant_id AND t.name = %s "
         "WHERE r.tenant_id = %s AND r.run_id = %s"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [tool_name, tenant.pk, run_id])
-        names = [column.name for column in cursor.description or ()]
-        found = cursor.fetchone()
+    found = fetch_joined(
+        sql, [tool_name, tenant.pk, run_id], {"r__": Run, "c__": VersionCombination, "t__": Tool}
+    )
     if found is None:
         raise NotFound(f"no run {run_id!r}: start it first")
-    row = dict(zip(names, found, strict=True))
-    run = from_row(Run, row, "r__")
+    run = found["r__"]
     assert isinstance(run, Run)
-    combination = from_row(VersionCombination, row, "c__")
-    run.combination = combination  # type: ignore[assignment]
-    tool = from_row(Tool, row, "t__")
+    run.combination = found["c__"]  # type: ignore[assignment]
+    tool = found["t__"]
     if run.status == Run.Status.FINISHED:
         raise RunNotRunning(f"run {run_id!r} has finished ({run.termination_reason})")
     return run, tool  # type: ignore[return-value]
@@ -581,9 +578,14 @@ def _entry_with_locked_record(caller: Caller, call_id: str) -> LedgerEntry:
         f"JOIN {quote(IdempotencyRecord._meta.db_table)} r ON r.id = e.record_id "
         f"JOIN {quote(Tool._meta.db_table)} t ON t.id = e.tool_id "
         f"JOIN {quote(Run._meta.db_table)} u ON u.id = e.run_id "
-        "WHERE e.tenant_id = %s AND e.call_id = %s FOR UPDATE OF r"
+        "WHERE e.tenant_id = %s AND e.call_id = %s"
+        # SQLite (the demo) has no row locks: its writes are serialized anyway.
+        + (" FOR UPDATE OF r" if connection.features.has_select_for_update_of else "")
     )
-    found = fetch_joined(sql, [caller.tenant.pk, call_id], parts)
+    call_field = LedgerEntry._meta.get_field("call_id")
+    found = fetch_joined(
+        sql, [caller.tenant.pk, call_field.get_db_prep_value(call_id, connection)], parts
+    )
     if found is None:
         _entry_for(caller, call_id)  # NotFound when there is no such call at all
         raise InvalidTransition("this call was never started, so it cannot be completed")

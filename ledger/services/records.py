@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -132,6 +132,39 @@ def _transition(
         changes["expires_at"] = now + timedelta(seconds=record.ttl_seconds)
     else:
         changes["expires_at"] = None
+    after = {**before, **{k: v for k, v in changes.items() if k in before}}
+    event = audit_event(
+        tenant=record.tenant_id,
+        actor=actor,
+        action=action,
+        target=record,
+        source=source,
+        before=before,
+        after=after,
+    )
+    if connection.vendor == "postgresql":
+        _transition_in_one_statement(record, current, to, changes, event, detail, entry)
+    else:
+        _transition_step_by_step(record, current, to, changes, event, detail, entry)
+    for field, value in changes.items():
+        setattr(record, field, value)
+    if entry is not None:
+        for field, value in entry[1].items():
+            setattr(entry[0], field, value)
+    if to is RecordState.UNKNOWN:
+        records_became_unknown.send(sender=IdempotencyRecord, record_ids=[record.pk])
+
+
+def _transition_in_one_statement(
+    record: IdempotencyRecord,
+    current: RecordState,
+    to: RecordState,
+    changes: dict[str, Any],
+    event: AuditEvent,
+    detail: str,
+    entry: tuple[LedgerEntry, dict[str, Any]] | None,
+) -> None:
+    """PostgreSQL: the parts of ``_transition`` as data-modifying CTEs of one statement."""
     sql, params = update_parts(
         IdempotencyRecord, {"pk": record.pk, "state": current.value}, changes
     )
@@ -151,16 +184,6 @@ def _transition(
             "(SELECT count(*) FROM voided) || ' open approval(s) invalidated)') END",
             [detail, detail],
         )
-    after = {**before, **{k: v for k, v in changes.items() if k in before}}
-    event = audit_event(
-        tenant=record.tenant_id,
-        actor=actor,
-        action=action,
-        target=record,
-        source=source,
-        before=before,
-        after=after,
-    )
     columns, values, audit_params = insert_parts(event, expressions={"detail": detail_sql})
     ctes.append(
         f"audited AS (INSERT INTO {quote(AuditEvent._meta.db_table)} ({columns}) "  # noqa: S608
@@ -187,13 +210,38 @@ def _transition(
     if row[1] != 1:
         assert entry is not None
         raise InvalidTransition(f"ledger entry {entry[0].call_id} changed status concurrently")
-    for field, value in changes.items():
-        setattr(record, field, value)
+
+
+def _transition_step_by_step(
+    record: IdempotencyRecord,
+    current: RecordState,
+    to: RecordState,
+    changes: dict[str, Any],
+    event: AuditEvent,
+    detail: str,
+    entry: tuple[LedgerEntry, dict[str, Any]] | None,
+) -> None:
+    """Other databases (the SQLite demo): the same writes, one statement each, in the
+    caller's transaction."""
+    updated = IdempotencyRecord.objects.filter(pk=record.pk, state=current.value).update(**changes)
+    if updated != 1:
+        raise InvalidTransition(f"record {record.pk} changed state concurrently")
+    if to in TERMINAL_RECORD_STATES:
+        voided = ApprovalRequest.objects.filter(
+            record_id=record.pk, state__in=ApprovalRequest.OPEN_STATES
+        ).update(state=ApprovalRequest.State.INVALIDATED)
+        if voided:
+            detail = f"{detail} ({voided} open approval(s) invalidated)".strip()
+    event.detail = detail
+    event.save(force_insert=True)
     if entry is not None:
-        for field, value in entry[1].items():
-            setattr(entry[0], field, value)
-    if to is RecordState.UNKNOWN:
-        records_became_unknown.send(sender=IdempotencyRecord, record_ids=[record.pk])
+        ledger_entry, entry_changes = entry
+        if not LedgerEntry.objects.filter(pk=ledger_entry.pk, status=ledger_entry.status).update(
+            **entry_changes
+        ):
+            raise InvalidTransition(
+                f"ledger entry {ledger_entry.call_id} changed status concurrently"
+            )
 
 
 def _lease_until(now: datetime, lease_seconds: int | None) -> datetime:
@@ -203,6 +251,18 @@ def _lease_until(now: datetime, lease_seconds: int | None) -> datetime:
 def _insert_if_absent(record: IdempotencyRecord, event: AuditEvent) -> bool:
     """INSERT the record unless its (tenant, key) exists, and its audit ``event`` with it (one
     statement: the event is written only if the record was); True when this call inserted it."""
+    if connection.vendor != "postgresql":  # the SQLite demo: two statements
+        try:
+            with transaction.atomic():
+                record.save(force_insert=True)
+        except IntegrityError:
+            taken = IdempotencyRecord.objects.filter(tenant_id=record.tenant_id, key=record.key)
+            if taken.exists():
+                return False
+            raise
+        event.target_id = str(record.pk)
+        event.save(force_insert=True)
+        return True
     columns, values, params = insert_parts(record)
     audit_columns, audit_values, audit_params = insert_parts(
         event, expressions={"target_id": ("inserted.id::text", [])}

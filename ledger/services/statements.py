@@ -62,8 +62,12 @@ def from_row(model: type[models.Model], row: dict[str, Any], prefix: str) -> mod
     values = []
     for field in fields:
         value = row[f"{prefix}{field.column}"]
-        if value is not None and hasattr(field, "from_db_value"):
-            value = field.from_db_value(value, None, connection)
+        column = field.get_col(model._meta.db_table)
+        # The backend's converters too (SQLite returns datetimes as text, booleans as 0/1).
+        for convert in connection.ops.get_db_converters(column) + column.get_db_converters(
+            connection
+        ):
+            value = convert(value, column, connection)
         values.append(value)
     return model.from_db(connection.alias, [f.attname for f in fields], values)
 
@@ -80,7 +84,7 @@ def fetch_joined(
     return the instance of each part, or None when there is no row."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        names = [column.name for column in cursor.description or ()]
+        names = [column[0] for column in cursor.description or ()]
         found = cursor.fetchone()
     if found is None:
         return None

@@ -27,10 +27,14 @@ from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
 from django.core.wsgi import get_wsgi_application
 
 from agent_ledger_client import CallContext, LedgerClient, Run, ToolError
-from ledger.models import ApiToken, ApprovalRequest, Tenant, VersionCombination
+from ledger.models import ApiToken, ApprovalRequest, AuditEvent, Tenant, VersionCombination
 from ledger.services import combinations, metrics
 from ledger.services.approvals import decide
+from ledger.services.audit import audit
 from sandbox.server import SandboxServer, serve
+
+#: Written last: a demo ledger without it was left part-way by a failed demo run.
+DEMO_COMPLETED = "demo.completed"
 
 COMBINATIONS = {
     "baseline": {
@@ -225,7 +229,14 @@ class Command(BaseCommand):
             slug=options["tenant"], defaults={"name": "Demo Co"}
         )
         if options["if_empty"] and tenant.runs.exists():
-            self.stdout.write("The demo ledger already has runs; nothing to do.")
+            if AuditEvent.objects.filter(tenant=tenant, action=DEMO_COMPLETED).exists():
+                self.stdout.write("The demo ledger already has runs; nothing to do.")
+            else:
+                self.stderr.write(
+                    "The demo ledger is incomplete: an earlier demo run stopped part-way (its "
+                    "error was printed then). For the full demo, delete var/ and run "
+                    "`make run` again."
+                )
             return
         combinations = self._combinations(tenant)
         _token, plaintext = ApiToken.issue(tenant=tenant, name=f"demo-agent-{uuid.uuid4().hex[:6]}")
@@ -248,6 +259,13 @@ class Command(BaseCommand):
             }
         self._reject_one(tenant)
         metrics.roll_up()  # so the dashboards have numbers without a worker running
+        audit(
+            tenant=tenant,
+            actor="demo-agent",
+            action=DEMO_COMPLETED,
+            target=("tenant", tenant.slug),
+            source=AuditEvent.Source.CLI,
+        )
         self.stdout.write(
             f"Demo runs done for tenant {tenant.slug!r}: "
             + ", ".join(
