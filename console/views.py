@@ -189,34 +189,49 @@ def rollback_page(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse
     """GET: what a rollback would do (a dry run). POST: do it, then show the report."""
     combination = _get_combination_for_user(tenant, pk)
     actor = request.user.get_username()
-    reason = request.POST.get("reason", "").strip()
+    data = request.POST if request.method == "POST" else request.GET
+    reason = data.get("reason", "").strip()
+    restore = data.get("restore", "")
+    others = list(
+        VersionCombination.objects.filter(tenant=tenant)
+        .exclude(pk=combination.pk)
+        .exclude(state=VersionCombination.State.HALTED)
+        .order_by("-pk")[:50]
+    )
     try:
-        if request.method == "POST":
-            if not reason:
-                raise InvalidInput(_("A rollback needs a reason."))
-            report = combinations.rollback(
-                tenant=tenant,
-                combination_id=combination.pk,
-                actor=actor,
-                source="console",
-                reason=reason,
-            )
-        else:
-            report = combinations.rollback(
-                tenant=tenant,
-                combination_id=combination.pk,
-                actor=actor,
-                source="console",
-                reason="preview",
-                dry_run=True,
-            )
+        if restore and not restore.isdigit():
+            raise InvalidInput(_("Choose a combination to restore."))
+        if request.method == "POST" and not reason:
+            raise InvalidInput(_("A rollback needs a reason."))
+        report = combinations.rollback(
+            tenant=tenant,
+            combination_id=combination.pk,
+            actor=actor,
+            source="console",
+            reason=reason or "preview",
+            restore_id=int(restore) if restore else None,
+            dry_run=request.method != "POST",
+        )
     except LedgerError as exc:
         messages.error(request, exc.message)
-        return redirect("console:combinations")
+        if request.method == "POST":  # back to the preview, nothing done
+            preview = reverse("console:rollback", kwargs={"pk": combination.pk})
+            return redirect(f"{preview}?restore={restore}" if restore.isdigit() else preview)
+        if not others:
+            return redirect("console:combinations")
+        report = None  # e.g. no previous combination: the page asks which one to restore
     return render(
         request,
         "console/rollback.html",
-        context_for(request, tenant, combination=combination, report=report),
+        context_for(
+            request,
+            tenant,
+            combination=combination,
+            report=report,
+            others=others,
+            restore=restore,
+            restored=next((o for o in others if report and o.pk == report.restored), None),
+        ),
     )
 
 

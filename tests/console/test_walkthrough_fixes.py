@@ -120,3 +120,33 @@ def test_states_and_decisions_are_words_in_the_users_language(django_user_model,
     html = signed_in(user).get(f"/approvals/{pending.pk}/", secure=True).content.decode()
     assert "待审批" in html or "待处理" in html
     assert "有条件" in html  # conditional
+
+
+def test_rolling_back_the_only_active_combination_asks_what_to_restore(
+    django_user_model, tenant
+) -> None:
+    versions = {"model": "m", "rules": "r", "tool_schema": "t", "data_version": "d"}
+    only, _ = combinations.create_combination(
+        tenant=tenant, label="only", actor="x", source="api", prompt="p1", **versions
+    )
+    spare, _ = combinations.create_combination(
+        tenant=tenant, label="spare", actor="x", source="api", prompt="p2", **versions
+    )
+    combinations.activate(tenant=tenant, combination_id=only.pk, actor="x", source="api")
+    manager = signed_in(make_user(django_user_model, "maria", tenant, "manager"))
+    asks = manager.get(f"/combinations/{only.pk}/rollback", secure=True)
+    assert asks.status_code == 200 and asks.context["report"] is None
+    html = asks.content.decode()
+    assert "no previous combination to restore" in html and f'value="{spare.pk}"' in html
+    preview = manager.get(f"/combinations/{only.pk}/rollback", {"restore": spare.pk}, secure=True)
+    assert preview.context["report"].dry_run and preview.context["restored"] == spare
+    no_reason = manager.post(
+        f"/combinations/{only.pk}/rollback", {"restore": spare.pk}, secure=True
+    )
+    assert no_reason["Location"].endswith(f"?restore={spare.pk}")
+    manager.post(
+        f"/combinations/{only.pk}/rollback", {"restore": spare.pk, "reason": "bad"}, secure=True
+    )
+    only.refresh_from_db()
+    spare.refresh_from_db()
+    assert (only.state, spare.state) == ("halted", "active")
