@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 from django.utils.translation import gettext_lazy as _
@@ -23,7 +23,7 @@ from ledger.models import LedgerEntry, Run, Tenant, VersionCombination
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
-TIMELINE_LIMIT = 500
+TIMELINE_PAGE = 100
 DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
 
 
@@ -176,15 +176,29 @@ def runs(request: HttpRequest, tenant: Tenant) -> HttpResponse:
 @console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER)
 def run_timeline(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
     """Every call of one run in order: its decision, observation, and whether it was a dedup hit
-    (the key already had a record, so no second side effect could start)."""
+    (the key already had a record, so no second side effect could start). Keyset pages of
+    ``TIMELINE_PAGE`` calls on (created_at, id), ``after=<id of the last call shown>``."""
     run = Run.objects.filter(tenant=tenant, pk=pk).select_related("combination").first()
     if run is None:
         raise Http404("No such run.")
-    entries = list(
-        LedgerEntry.objects.filter(run=run)
-        .select_related("tool", "record", "combination")
-        .order_by("created_at", "pk")[: TIMELINE_LIMIT + 1]
+    entries = LedgerEntry.objects.filter(run=run)
+    after = request.GET.get("after", "")
+    if after:
+        last = (
+            entries.filter(pk=int(after)).values_list("created_at", flat=True).first()
+            if after.isdigit()
+            else None
+        )
+        if last is None:
+            raise Http404("No such call in this run.")
+        entries = entries.filter(Q(created_at__gt=last) | Q(created_at=last, pk__gt=int(after)))
+    page = list(
+        entries.select_related("tool", "record", "combination").order_by("created_at", "pk")[
+            : TIMELINE_PAGE + 1
+        ]
     )
+    more = len(page) > TIMELINE_PAGE
+    page = page[:TIMELINE_PAGE]
     return render(
         request,
         "console/run_timeline.html",
@@ -192,8 +206,9 @@ def run_timeline(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
             request,
             tenant,
             run=run,
-            entries=entries[:TIMELINE_LIMIT],
-            truncated=len(entries) > TIMELINE_LIMIT,
-            dedup_hits=sum(1 for e in entries[:TIMELINE_LIMIT] if e.reused_record),
+            entries=page,
+            next_after=page[-1].pk if more else None,
+            paged=bool(after),
+            dedup_hits=sum(1 for e in page if e.reused_record),
         ),
     )

@@ -169,3 +169,26 @@ def test_run_timeline_query_count_does_not_grow_with_calls(operator, tenant):
             operator.get(f"/ledger/runs/{run.pk}/", secure=True)
         counts.append(len(queries))
     assert counts[0] == counts[1] <= 10
+
+
+def test_a_long_runs_timeline_is_paged_in_order(operator, tenant, monkeypatch):
+    from console import explorer
+
+    monkeypatch.setattr(explorer, "TIMELINE_PAGE", 2)
+    api = client_for(tenant)
+    api.start_run("run-1")
+    for n in range(5):
+        api.call("read_file", {"n": n}, step_id=f"s{n}")
+    run = Run.objects.get()
+    seen: list[int] = []
+    params: dict[str, str] = {}
+    for _ in range(4):
+        page = operator.get(f"/ledger/runs/{run.pk}/", params, secure=True)
+        seen += [e.pk for e in page.context["entries"]]
+        if not page.context["next_after"]:
+            break
+        params = {"after": str(page.context["next_after"])}
+    assert seen == list(
+        LedgerEntry.objects.order_by("created_at", "pk").values_list("pk", flat=True)
+    )
+    assert operator.get(f"/ledger/runs/{run.pk}/", {"after": "x"}, secure=True).status_code == 404
