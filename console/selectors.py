@@ -111,12 +111,24 @@ def approval_timeline(approval: ApprovalRequest) -> list[AuditEvent]:
     )
 
 
-def unknown_calls(tenant: Tenant, *, limit: int) -> list[IdempotencyRecord]:
-    """The oldest unknown calls first: they have waited longest for an answer."""
+def unknown_calls(
+    tenant: Tenant, *, limit: int, after: int | None = None
+) -> list[IdempotencyRecord] | None:
+    """The oldest unknown calls first (they have waited longest), ``limit`` of them after the
+    call ``after`` (keyset on (uncertain_since, id), the order of its index). None when
+    ``after`` is not an unknown call of this tenant (any more)."""
+    unknown = IdempotencyRecord.objects.filter(tenant=tenant, state=RecordState.UNKNOWN)
+    if after is not None:
+        since = unknown.filter(pk=after).values_list("uncertain_since", flat=True).first()
+        if since is None:
+            return None
+        unknown = unknown.filter(
+            Q(uncertain_since__gt=since) | Q(uncertain_since=since, pk__gt=after)
+        )
     return list(
-        IdempotencyRecord.objects.filter(tenant=tenant, state=RecordState.UNKNOWN)
-        .select_related("tool", "combination", "run")
-        .order_by("uncertain_since", "pk")[:limit]
+        unknown.select_related("tool", "combination", "run").order_by("uncertain_since", "pk")[
+            :limit
+        ]
     )
 
 

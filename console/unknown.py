@@ -26,8 +26,9 @@ from ledger.models import IdempotencyRecord, Tenant
 from ledger.services.records import Outcome, resolve_unknown
 from reconcile import services as reconcile_services
 
-#: The most calls one bulk action may touch (the queue page shows at most 200 as well).
-MAX_BULK = 200
+#: Calls per page of the queue; a bulk action takes at most one page's worth.
+PAGE = 100
+MAX_BULK = PAGE
 
 #: Actions allowed in bulk. Marking succeeded needs evidence about each call, so it is not.
 BULK_ACTIONS = {
@@ -86,13 +87,23 @@ def apply_action(record: IdempotencyRecord, action: str, note: str, actor: str) 
 
 @console_view(Role.OPERATOR)
 def unknown_calls(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    """The queue, oldest first, in keyset pages (``after=<id of the last call shown>``)."""
+    after = request.GET.get("after", "")
+    records = selectors.unknown_calls(
+        tenant, limit=PAGE + 1, after=int(after) if after.isdigit() else None
+    )
+    if records is None or (after and not after.isdigit()):
+        messages.info(request, _("That call is no longer unknown; the queue starts again."))
+        return redirect("console:unknown_calls")
     return render(
         request,
         "console/unknown.html",
         context_for(
             request,
             tenant,
-            records=selectors.unknown_calls(tenant, limit=MAX_BULK),
+            records=records[:PAGE],
+            next_after=records[PAGE - 1].pk if len(records) > PAGE else None,
+            paged=bool(after),
             reconciler=selectors.reconciler(),
             bulk_actions=BULK_ACTIONS,
         ),

@@ -122,3 +122,21 @@ def test_bulk_needs_the_operator_role_and_csrf(django_user_model, tenant, unknow
     strict.force_login(make_user(django_user_model, "op2", tenant, "operator"))
     assert strict.post("/unknown/bulk", params, secure=True).status_code == 403
     assert not AuditEvent.objects.filter(action="reconcile.lookup_requested").exists()
+
+
+def test_the_queue_is_paged_oldest_first(operator, unknowns, monkeypatch):
+    from console import unknown
+
+    monkeypatch.setattr(unknown, "PAGE", 2)
+    first = operator.get("/unknown/", secure=True)
+    assert [r.pk for r in first.context["records"]] == [r.pk for r in unknowns[:2]]
+    after = first.context["next_after"]
+    assert after == unknowns[1].pk
+    second = operator.get("/unknown/", {"after": after}, secure=True)
+    assert [r.pk for r in second.context["records"]] == [unknowns[2].pk]
+    assert second.context["next_after"] is None
+    resolve_unknown(
+        record=unknowns[1], outcome=Outcome.FAILED, actor="w", detail="gone", error={"code": "X"}
+    )
+    stale = operator.get("/unknown/", {"after": after}, secure=True, follow=True)
+    assert "no longer unknown" in stale.content.decode()
