@@ -16,6 +16,7 @@ from django.shortcuts import render
 from django.utils.translation import gettext_lazy as _
 
 from console.access import console_view
+from console.params import parse_id
 from console.roles import Role
 from console.views import context_for
 from ledger.domain import Decision, EntryStatus
@@ -184,14 +185,15 @@ def run_timeline(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
     entries = LedgerEntry.objects.filter(run=run)
     after = request.GET.get("after", "")
     if after:
+        after_id = parse_id(after)
         last = (
-            entries.filter(pk=int(after)).values_list("created_at", flat=True).first()
-            if after.isdigit()
+            entries.filter(pk=after_id).values_list("created_at", flat=True).first()
+            if after_id is not None
             else None
         )
         if last is None:
             raise Http404("No such call in this run.")
-        entries = entries.filter(Q(created_at__gt=last) | Q(created_at=last, pk__gt=int(after)))
+        entries = entries.filter(Q(created_at__gt=last) | Q(created_at=last, pk__gt=after_id))
     page = list(
         entries.select_related("tool", "record", "combination").order_by("created_at", "pk")[
             : TIMELINE_PAGE + 1

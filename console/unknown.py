@@ -18,6 +18,7 @@ from django.utils.translation import gettext_lazy
 
 from console import selectors
 from console.access import console_view
+from console.params import parse_id
 from console.roles import Role
 from console.views import context_for
 from ledger.domain import RecordState
@@ -89,10 +90,9 @@ def apply_action(record: IdempotencyRecord, action: str, note: str, actor: str) 
 def unknown_calls(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """The queue, oldest first, in keyset pages (``after=<id of the last call shown>``)."""
     after = request.GET.get("after", "")
-    records = selectors.unknown_calls(
-        tenant, limit=PAGE + 1, after=int(after) if after.isdigit() else None
-    )
-    if records is None or (after and not after.isdigit()):
+    after_id = parse_id(after)
+    records = selectors.unknown_calls(tenant, limit=PAGE + 1, after=after_id)
+    if records is None or (after and after_id is None):
         messages.info(request, _("That call is no longer unknown; the queue starts again."))
         return redirect("console:unknown_calls")
     return render(
@@ -153,9 +153,10 @@ def _selection(request: HttpRequest, tenant: Tenant) -> list[IdempotencyRecord]:
         raise InvalidInput(_("Select at least one call."))
     if len(raw) > MAX_BULK:
         raise InvalidInput(_("Select at most %(n)d calls at a time.") % {"n": MAX_BULK})
-    if not all(value.isdigit() for value in raw):
+    parsed = [parse_id(value) for value in raw]
+    if None in parsed:
         raise InvalidInput(_("The selection is malformed."))
-    ids = list(dict.fromkeys(int(value) for value in raw))
+    ids = list(dict.fromkeys(pk for pk in parsed if pk is not None))
     records = {
         r.pk: r
         for r in IdempotencyRecord.objects.filter(tenant=tenant, pk__in=ids).select_related("tool")

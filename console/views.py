@@ -21,6 +21,7 @@ from console import charts as charts_mod
 from console import claims, diffs, selectors
 from console.access import TENANT_SESSION_KEY, console_view, tenants_of
 from console.language import save_language
+from console.params import parse_id
 from console.roles import Role, has_role, roles_of
 from ledger.domain import Idempotency, ServerTrust
 from ledger.errors import InvalidInput, LedgerError
@@ -199,7 +200,8 @@ def rollback_page(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse
         .order_by("-pk")[:50]
     )
     try:
-        if restore and not restore.isdigit():
+        restore_id = parse_id(restore) if restore else None
+        if restore and restore_id is None:
             raise InvalidInput(_("Choose a combination to restore."))
         if request.method == "POST" and not reason:
             raise InvalidInput(_("A rollback needs a reason."))
@@ -209,14 +211,14 @@ def rollback_page(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse
             actor=actor,
             source="console",
             reason=reason or "preview",
-            restore_id=int(restore) if restore else None,
+            restore_id=restore_id,
             dry_run=request.method != "POST",
         )
     except LedgerError as exc:
         messages.error(request, exc.message)
         if request.method == "POST":  # back to the preview, nothing done
             preview = reverse("console:rollback", kwargs={"pk": combination.pk})
-            return redirect(f"{preview}?restore={restore}" if restore.isdigit() else preview)
+            return redirect(f"{preview}?restore={restore}" if parse_id(restore) else preview)
         if not others:
             return redirect("console:combinations")
         report = None  # e.g. no previous combination: the page asks which one to restore
@@ -283,9 +285,9 @@ def audit_log(request: HttpRequest, tenant: Tenant) -> HttpResponse:
         events = events.filter(action__startswith=filters["action"])
     if filters["outcome"] in ("success", "denied"):
         events = events.filter(outcome=filters["outcome"])
-    before = request.GET.get("before", "")
-    if before.isdigit():
-        events = events.filter(pk__lt=int(before))
+    before = parse_id(request.GET.get("before", ""))
+    if before is not None:
+        events = events.filter(pk__lt=before)
     page = list(events.order_by("-pk")[: PAGE_SIZE + 1])
     more = len(page) > PAGE_SIZE
     page = page[:PAGE_SIZE]

@@ -7,6 +7,7 @@ import os
 import threading
 from dataclasses import dataclass
 from enum import StrEnum
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -41,6 +42,14 @@ _clients: dict[int, httpx.Client] = {}
 _clients_lock = threading.Lock()
 
 
+class _NoCookies(CookieJar):
+    """A jar that keeps nothing: adapters belong to tenants, and a cookie one tenant's
+    downstream set must never be sent with another tenant's look-up."""
+
+    def __init__(self) -> None:
+        super().__init__(policy=DefaultCookiePolicy(allowed_domains=[]))
+
+
 def http_client() -> httpx.Client:
     """One pooled client per process, shared by its threads. ``httpx.get`` would build a new
     client, and with it an SSL context, for every look-up: about 35 ms of CPU each, which
@@ -50,7 +59,9 @@ def http_client() -> httpx.Client:
     client = _clients.get(pid)
     if client is None:
         with _clients_lock:
-            client = _clients.get(pid) or _clients.setdefault(pid, httpx.Client())
+            client = _clients.get(pid) or _clients.setdefault(
+                pid, httpx.Client(cookies=_NoCookies())
+            )
     return client
 
 

@@ -452,6 +452,9 @@ def start_call(*, caller: Caller, call_id: str) -> CallResult:
         raise InvalidTransition("only a call that was waiting for approval can be started")
     try:
         with transaction.atomic():
+            # The record first, then its approval: the order every settling transition takes
+            # (it locks the record, then voids open approvals), so the two cannot deadlock.
+            IdempotencyRecord.objects.select_for_update().filter(pk=record.pk).first()
             approvals.consume(record=record, entry=entry, actor=caller.identity)
             started = records.start_execution(
                 record=record, lease_owner=caller.identity, actor=caller.identity, approved=True

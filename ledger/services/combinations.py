@@ -308,15 +308,20 @@ def rollback(
 def _restore_target(
     tenant: Tenant, bad: VersionCombination, restore_id: int | None
 ) -> VersionCombination | None:
+    # A halted combination comes back only by an explicit, audited activate: a rollback never
+    # turns a fail-closed halt (by hand or by a threshold) back on.
     if restore_id is not None:
         target = VersionCombination.objects.filter(tenant=tenant, pk=restore_id).first()
         if target is None or target.pk == bad.pk:
             raise InvalidInput("restore a different combination of this tenant")
+        if target.state == State.HALTED:
+            raise InvalidInput(f"combination {target.label} is halted: activate it explicitly")
         return target
     if bad.state != State.ACTIVE and bad.state != State.HALTED:
         return None  # a canary: the active combination simply stays
-    if bad.previous_id is not None and bad.previous_id != bad.pk:
-        return bad.previous
+    previous = bad.previous if bad.previous_id not in (None, bad.pk) else None
+    if previous is not None and previous.state != State.HALTED:
+        return previous
     active = (
         VersionCombination.objects.filter(tenant=tenant, state=State.ACTIVE)
         .exclude(pk=bad.pk)
