@@ -4,8 +4,6 @@ worker would run it); ``python -m bench.cleanup`` prints one JSON line per batch
 from __future__ import annotations
 
 import json
-import sys
-import time
 
 
 def main() -> None:
@@ -14,16 +12,11 @@ def main() -> None:
     django.setup()
     from ledger.services.records import cleanup_expired_records
 
-    limit = int(sys.argv[1]) if len(sys.argv) > 1 else 10**9
-    deleted = 0
-    while deleted < limit:
-        began = time.perf_counter()
-        count = cleanup_expired_records(max_batches=1)
-        took = time.perf_counter() - began
-        if not count:
-            break
-        deleted += count
-        print(json.dumps({"deleted": count, "seconds": round(took, 4)}), flush=True)
+    def report(count: int, seconds: float) -> None:
+        print(json.dumps({"deleted": count, "seconds": round(seconds, 4)}), flush=True)
+
+    # The worker's own loop, with its pacing between batches.
+    cleanup_expired_records(max_batches=10**9, on_batch=report)
 
 
 if __name__ == "__main__":

@@ -110,3 +110,21 @@ def test_non_terminal_records_cannot_carry_an_expiry(tenant, create_order) -> No
         )
     assert cleanup_expired_records() == 0
     assert refresh(record).state == RecordState.EXECUTING
+
+
+@pytest.mark.django_db
+def test_cleanup_batches_are_paced_and_reported(tenant, create_order, settings) -> None:
+    import time
+
+    settings.LEDGER_CLEANUP_PAUSE_MS = 60
+    for i in range(5):
+        record = reserve(tenant, create_order, key=f"done-{i}").record
+        complete_execution(record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w")
+    IdempotencyRecord.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    batches: list[int] = []
+    began = time.monotonic()
+    deleted = cleanup_expired_records(
+        batch_size=2, on_batch=lambda count, _seconds: batches.append(count)
+    )
+    assert deleted == 5 and batches == [2, 2, 1]
+    assert time.monotonic() - began >= 2 * 0.06  # a pause between batches, none before the first
