@@ -1,5 +1,9 @@
 """Approvers see when someone else has an approval open (issue: "two approvers opening the same
-item see that it is taken")."""
+item see that it is taken").
+
+Opening the page (a GET) records the claim, so it works without JavaScript. That makes it
+forgeable by a cross-site GET, which is acceptable only because a claim is presence, never
+permission: deciding is a POST with CSRF, checked by ``approvals.decide``."""
 
 from __future__ import annotations
 
