@@ -97,46 +97,44 @@ def _page(rows: QuerySet[Any], form: _PagedFilter) -> tuple[list[Any], int | Non
     return page, (page[-1].pk if more and page else None)
 
 
-def search_calls(tenant: Tenant, form: CallFilter) -> tuple[list[LedgerEntry], int | None]:
+#: Each filter of the form and the lookup it applies (an empty filter applies none).
+CALL_LOOKUPS = {
+    "run": "run__run_id",
+    "call": "call_id",
+    "key": "idempotency_key",
+    "tool": "tool__name",
+    "status": "status",
+    "decision": "decision",
+    "combination": "combination_id",
+    "since": "created_at__gte",
+    "until": "created_at__lt",
+}
+RUN_LOOKUPS = {
+    "run": "run_id",
+    "status": "status",
+    "combination": "combination_id",
+    "since": "started_at__gte",
+    "until": "started_at__lt",
+}
+
+
+def _filtered(rows: QuerySet[Any], form: _PagedFilter, lookups: dict[str, str]) -> QuerySet[Any]:
     data = form.cleaned_data
+    return rows.filter(
+        **{lookup: data[name] for name, lookup in lookups.items() if data[name] not in (None, "")}
+    )
+
+
+def search_calls(tenant: Tenant, form: CallFilter) -> tuple[list[LedgerEntry], int | None]:
     entries = LedgerEntry.objects.filter(tenant=tenant).select_related(
         "run", "tool", "combination", "record"
     )
-    if data["run"]:
-        entries = entries.filter(run__run_id=data["run"])
-    if data["call"]:
-        entries = entries.filter(call_id=data["call"])
-    if data["key"]:
-        entries = entries.filter(idempotency_key=data["key"])
-    if data["tool"]:
-        entries = entries.filter(tool__name=data["tool"])
-    if data["status"]:
-        entries = entries.filter(status=data["status"])
-    if data["decision"]:
-        entries = entries.filter(decision=data["decision"])
-    if data["combination"]:
-        entries = entries.filter(combination_id=data["combination"])
-    if data["since"]:
-        entries = entries.filter(created_at__gte=data["since"])
-    if data["until"]:
-        entries = entries.filter(created_at__lt=data["until"])
-    return _page(entries, form)
+    return _page(_filtered(entries, form, CALL_LOOKUPS), form)
 
 
 def search_runs(tenant: Tenant, form: RunFilter) -> tuple[list[Run], int | None]:
-    data = form.cleaned_data
     runs = Run.objects.filter(tenant=tenant).select_related("combination")
-    if data["run"]:
-        runs = runs.filter(run_id=data["run"])
-    if data["status"]:
-        runs = runs.filter(status=data["status"])
-    if data["combination"]:
-        runs = runs.filter(combination_id=data["combination"])
-    if data["since"]:
-        runs = runs.filter(started_at__gte=data["since"])
-    if data["until"]:
-        runs = runs.filter(started_at__lt=data["until"])
-    return _page(runs, form)
+    return _page(_filtered(runs, form, RUN_LOOKUPS), form)
 
 
 def _list_page(
