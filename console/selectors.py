@@ -24,7 +24,8 @@ class Queue:
 
 
 def inbox(tenant: Tenant) -> dict[str, object]:
-    """What needs a human now, with counts and ages (four indexed queries)."""
+    """What needs a human now, with counts and ages, and whether look-ups are running (four
+    indexed queries and the scheduler's heartbeat)."""
     approvals = ApprovalRequest.objects.filter(
         tenant=tenant, state=ApprovalRequest.State.PENDING
     ).aggregate(n=Count("pk"), oldest=Min("created_at"))

@@ -350,4 +350,5 @@ def test_an_undeclared_query_parameter_is_refused(api: ApiClient, path: str) -> 
     assert api.get(path, window_minutes=30).status_code == 200
     response = api.get(path, window_minute=30)  # a typo must not silently mean the default
     assert response.status_code == 400
+    assert response.json()["code"] == "INVALID_INPUT"
     assert "window_minute" in response.json()["detail"]
