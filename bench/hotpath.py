@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -173,12 +174,18 @@ def _swap(mapping: dict[Any, Any], value: Any) -> Any:
 def raw_sql_floor(
     dsn: str, captured: Captured, clients: int, seconds: float, tag: str
 ) -> LoadResult:
-    """The same statements as one tool call, straight from psycopg, one connection a thread."""
+    """The same statements as one tool call, straight from psycopg, one connection a thread,
+    bound the way the service binds them (server-side and prepared, or client-side: the
+    database ``OPTIONS`` in settings)."""
     local = threading.local()
+    options = settings.DATABASES["default"].get("OPTIONS", {})
+    server_side = options.get("server_side_binding") is True
+    cursor_factory = psycopg.Cursor if server_side else psycopg.ClientCursor
 
     def work(client: int, iteration: int) -> dict[str, float]:
         if not hasattr(local, "conn"):
-            local.conn = psycopg.connect(dsn, autocommit=True, cursor_factory=psycopg.ClientCursor)
+            local.conn = psycopg.connect(dsn, autocommit=True, cursor_factory=cursor_factory)
+            local.conn.prepare_threshold = options.get("prepare_threshold") if server_side else None
         conn: psycopg.Connection[Any] = local.conn
         key = f"{captured.key}|{tag}-{client}-{iteration}"
         mapping: dict[Any, Any] = {

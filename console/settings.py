@@ -98,6 +98,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"]["CONN_MAX_AGE"] = positive_int(env, "DATABASE_CONN_MAX_AGE", default=60)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     DATABASES["default"].setdefault("OPTIONS", {})
+    if strict_bool(env, "DATABASE_PREPARED_STATEMENTS", default=True):
+        # Parameters bound by the server, and a statement run twice on a connection is
+        # prepared: PostgreSQL then skips parsing and planning the hot path's statements,
+        # about 40% of its CPU per request (docs/performance.md). Turn off behind a pooler
+        # in transaction mode that cannot keep prepared statements (PgBouncer < 1.21).
+        DATABASES["default"]["OPTIONS"].update(server_side_binding=True, prepare_threshold=2)
     DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="") or None}
 else:
     # SQLite serialises writers; waiting beats failing with "database is locked" under make run.

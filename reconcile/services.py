@@ -18,22 +18,30 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from ledger.decisions import WriteCheck, check_write_plan
 from ledger.domain import WRITE_CONFLICT_ESCALATION, RecordState
 from ledger.errors import InvalidInput, InvalidTransition
-from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, WritePlan
+from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tool, WritePlan
 from ledger.redaction import redact, redact_text
 from ledger.services import approvals
 from ledger.services.audit import audit
-from ledger.services.records import Outcome, resolve_unknown
+from ledger.services.records import Outcome, lock_record, resolve_locked
+from ledger.services.statements import (
+    execute_update,
+    fetch_joined,
+    insert_returning_id,
+    quote,
+    select_columns,
+)
 from reconcile.adapters import LookupOutcome, LookupResult, lookup_for
 from reconcile.filehash import PathRefused, file_sha256
 from reconcile.models import DownstreamAdapter, ReconcileAttempt, WorkspaceRoot
@@ -73,15 +81,67 @@ def due_records(*, limit: int) -> list[int]:
     return ids
 
 
-def _claim(record_id: int, now: datetime) -> bool:
-    return bool(
-        IdempotencyRecord.objects.filter(
-            Q(reconcile_claimed_until__isnull=True) | Q(reconcile_claimed_until__lt=now),
-            pk=record_id,
-            state=RecordState.UNKNOWN,
-            escalated_at__isnull=True,
-        ).update(reconcile_claimed_until=now + timedelta(seconds=settings.RECONCILE_CLAIM_SECONDS))
+Claimed = tuple[IdempotencyRecord, DownstreamAdapter | None, WritePlan | None]
+
+
+def _claim(record_id: int, now: datetime) -> Claimed | None:
+    """Claim an unknown record for one look-up, and read what the look-up needs: the record
+    with its tool, the tool's downstream adapter and the call's write plan. None when the
+    record is settled, escalated or claimed by another worker. On PostgreSQL this is one
+    statement (it runs for every look-up; docs/performance.md)."""
+    until = now + timedelta(seconds=settings.RECONCILE_CLAIM_SECONDS)
+    if connection.vendor != "postgresql":
+        return _claim_step_by_step(record_id, now, until)
+    found = fetch_joined(
+        _claim_sql(),
+        [until, record_id, RecordState.UNKNOWN.value, now],
+        (IdempotencyRecord, Tool, DownstreamAdapter, WritePlan),
     )
+    if found is None:
+        return None
+    record, tool, adapter, plan = found
+    assert isinstance(record, IdempotencyRecord) and isinstance(tool, Tool)
+    record.tool = tool
+    if adapter is not None:
+        assert isinstance(adapter, DownstreamAdapter)
+        adapter.tool = tool
+    return record, adapter, plan  # type: ignore[return-value]
+
+
+@cache
+def _claim_sql() -> str:
+    def table(model: type[models.Model]) -> str:
+        return quote(model._meta.db_table)
+
+    return (
+        f"WITH claimed AS (UPDATE {table(IdempotencyRecord)} "  # noqa: S608 - from metadata
+        "SET reconcile_claimed_until = %s WHERE id = %s AND state = %s AND escalated_at IS NULL "
+        "AND (reconcile_claimed_until IS NULL OR reconcile_claimed_until < %s) RETURNING *) "
+        f"SELECT {select_columns(IdempotencyRecord, 'r')}, {select_columns(Tool, 't')}, "
+        f"{select_columns(DownstreamAdapter, 'a')}, {select_columns(WritePlan, 'p')} "
+        f"FROM claimed r JOIN {table(Tool)} t ON t.id = r.tool_id "
+        f"LEFT JOIN LATERAL (SELECT * FROM {table(DownstreamAdapter)} "
+        "WHERE tool_id = r.tool_id ORDER BY id LIMIT 1) a ON TRUE "
+        f"LEFT JOIN LATERAL (SELECT w.* FROM {table(WritePlan)} w "
+        f"JOIN {table(LedgerEntry)} e ON e.id = w.entry_id "
+        "WHERE e.record_id = r.id ORDER BY w.id LIMIT 1) p ON TRUE"
+    )
+
+
+def _claim_step_by_step(record_id: int, now: datetime, until: datetime) -> Claimed | None:
+    """Other databases (the SQLite demo): the claim, then each read."""
+    claimed = IdempotencyRecord.objects.filter(
+        Q(reconcile_claimed_until__isnull=True) | Q(reconcile_claimed_until__lt=now),
+        pk=record_id,
+        state=RecordState.UNKNOWN,
+        escalated_at__isnull=True,
+    ).update(reconcile_claimed_until=until)
+    if not claimed:
+        return None
+    record = IdempotencyRecord.objects.select_related("tool").get(pk=record_id)
+    plan = WritePlan.objects.filter(entry__record=record).order_by("pk").first()
+    adapter = DownstreamAdapter.objects.filter(tool=record.tool).order_by("pk").first()
+    return record, adapter, plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +157,10 @@ class Finding:
 def reconcile_record(record_id: int, *, worker: str | None = None) -> str:
     """Look up one unknown record and settle it if the evidence allows. Safe to run twice."""
     worker = worker or worker_name()
-    now = timezone.now()
-    if not _claim(record_id, now):
+    claimed = _claim(record_id, timezone.now())
+    if claimed is None:
         return "skipped"  # settled, escalated, or another worker holds it
-    record = IdempotencyRecord.objects.select_related("tool", "tenant").get(pk=record_id)
-    plan = WritePlan.objects.filter(entry__record=record).order_by("pk").first()
-    adapter = DownstreamAdapter.objects.filter(tool=record.tool).first()
+    record, adapter, plan = claimed
     if plan is not None:
         finding = _check_file(record, plan)
     elif adapter is not None:
@@ -170,7 +228,7 @@ def _apply(
     now = timezone.now()
     actor = f"worker:{worker}"
     with transaction.atomic():
-        locked = IdempotencyRecord.objects.select_for_update().get(pk=record.pk)
+        locked = lock_record(record.pk)
         if locked.state != RecordState.UNKNOWN:
             return "already-settled"  # a late completion or a human got there first
         attempt_no = locked.reconcile_attempts + 1
@@ -186,7 +244,7 @@ def _apply(
         finding = Finding(
             finding.kind, finding.outcome, redact_text(finding.detail, limit=1000), finding.evidence
         )
-        ReconcileAttempt.objects.create(
+        attempt = ReconcileAttempt(
             tenant_id=locked.tenant_id,
             record=locked,
             attempt=attempt_no,
@@ -196,6 +254,7 @@ def _apply(
             evidence=finding.evidence,
             worker=worker,
         )
+        insert_returning_id(attempt)
         audit(
             tenant=locked.tenant_id,
             actor=actor,
@@ -210,7 +269,7 @@ def _apply(
             "reconcile_claimed_until": None,
         }
         result = _settle(locked, finding, adapter, plan, actor, now, attempt_no, changes)
-        IdempotencyRecord.objects.filter(pk=locked.pk).update(**changes)
+        execute_update(IdempotencyRecord, {"pk": locked.pk}, changes)
     logger.info(
         "reconcile", extra={"record": record.pk, "outcome": finding.outcome, "result": result}
     )
@@ -230,8 +289,8 @@ def _settle(
     """Apply a finding to a locked unknown record; fills ``changes`` for what stays unknown."""
     outcome = finding.outcome
     if outcome in (Attempt.FOUND, Attempt.ALREADY_APPLIED):
-        resolve_unknown(
-            record=record,
+        resolve_locked(
+            record,
             outcome=Outcome.SUCCEEDED,
             actor=actor,
             source=AuditEvent.Source.WORKER,
@@ -246,8 +305,8 @@ def _settle(
         )
         return "not-found-in-grace"
     if outcome == Attempt.NOT_FOUND:
-        resolve_unknown(
-            record=record,
+        resolve_locked(
+            record,
             outcome=Outcome.FAILED,
             actor=actor,
             source=AuditEvent.Source.WORKER,

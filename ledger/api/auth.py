@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import cache
 
 from django.http import HttpRequest
 from ninja.security import HttpBearer
@@ -33,20 +34,23 @@ def _token_with_tenant(token_hash: str) -> ApiToken | None:
     """The unrevoked token with this hash and its tenant: one indexed query, written out
     because it runs on every API request (the ORM spent more time compiling it than
     PostgreSQL spent answering; docs/performance.md)."""
-    sql = (
-        f"SELECT {select_columns(ApiToken, 'k', 'k__')}, "  # noqa: S608 - from metadata
-        f"{select_columns(Tenant, 't', 't__')} "
+    found = fetch_joined(_token_sql(), [token_hash], (ApiToken, Tenant))
+    if found is None:
+        return None
+    api_token, tenant = found
+    assert isinstance(api_token, ApiToken) and isinstance(tenant, Tenant)
+    api_token.tenant = tenant
+    return api_token
+
+
+@cache
+def _token_sql() -> str:
+    return (
+        f"SELECT {select_columns(ApiToken, 'k')}, {select_columns(Tenant, 't')} "  # noqa: S608
         f"FROM {quote(ApiToken._meta.db_table)} k "
         f"JOIN {quote(Tenant._meta.db_table)} t ON t.id = k.tenant_id "
         "WHERE k.token_hash = %s AND k.revoked_at IS NULL"
     )
-    found = fetch_joined(sql, [token_hash], {"k__": ApiToken, "t__": Tenant})
-    if found is None:
-        return None
-    api_token, tenant = found["k__"], found["t__"]
-    assert isinstance(api_token, ApiToken) and isinstance(tenant, Tenant)
-    api_token.tenant = tenant
-    return api_token
 
 
 def caller_of(request: HttpRequest) -> Caller:

@@ -7,6 +7,7 @@ from typing import Any
 from django.db import models
 
 from ledger.models import AuditEvent, Tenant
+from ledger.services.statements import insert_returning_id
 
 
 def audit(
@@ -33,7 +34,7 @@ def audit(
         outcome=outcome,
         detail=detail,
     )
-    event.save(force_insert=True)
+    insert_returning_id(event)
     return event
 
 

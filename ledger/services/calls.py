@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import jsonschema
-from django.db import connection, models, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from ledger.classification import Classification
@@ -61,7 +61,7 @@ from ledger.services.audit import audit
 from ledger.services.entries import transition_entry
 from ledger.services.records import Outcome
 from ledger.services.registry import ensure_catalogue_tool, validate_tool_name
-from ledger.services.statements import fetch_joined, quote, select_columns
+from ledger.services.statements import fetch_joined, insert_returning_id, quote, select_columns
 
 RETRY_AFTER_SECONDS = 2
 
@@ -146,26 +146,29 @@ def classify_call(tool: Tool, tool_input: dict[str, Any]) -> Classification:
 
 def _run_and_tool(tenant: Tenant, run_id: str, tool_name: str) -> tuple[Run, Tool | None]:
     """The running run (with its combination) and the registered tool, in one query."""
-    sql = (
-        f"SELECT {select_columns(Run, 'r', 'r__')}, "  # noqa: S608 - identifiers from metadata
-        f"{select_columns(VersionCombination, 'c', 'c__')}, {select_columns(Tool, 't', 't__')} "
+    found = fetch_joined(
+        _run_and_tool_sql(), [tool_name, tenant.pk, run_id], (Run, VersionCombination, Tool)
+    )
+    if found is None:
+        raise NotFound(f"no run {run_id!r}: start it first")
+    run, combination, tool = found
+    assert isinstance(run, Run)
+    run.combination = combination  # type: ignore[assignment]
+    if run.status == Run.Status.FINISHED:
+        raise RunNotRunning(f"run {run_id!r} has finished ({run.termination_reason})")
+    return run, tool  # type: ignore[return-value]
+
+
+@cache
+def _run_and_tool_sql() -> str:
+    return (
+        f"SELECT {select_columns(Run, 'r')}, {select_columns(VersionCombination, 'c')}, "  # noqa: S608
+        f"{select_columns(Tool, 't')} "
         f"FROM {quote(Run._meta.db_table)} r "
         f"LEFT JOIN {quote(VersionCombination._meta.db_table)} c ON c.id = r.combination_id "
         f"LEFT JOIN {quote(Tool._meta.db_table)} t ON t.tenant_id = r.tenant_id AND t.name = %s "
         "WHERE r.tenant_id = %s AND r.run_id = %s"
     )
-    found = fetch_joined(
-        sql, [tool_name, tenant.pk, run_id], {"r__": Run, "c__": VersionCombination, "t__": Tool}
-    )
-    if found is None:
-        raise NotFound(f"no run {run_id!r}: start it first")
-    run = found["r__"]
-    assert isinstance(run, Run)
-    run.combination = found["c__"]  # type: ignore[assignment]
-    tool = found["t__"]
-    if run.status == Run.Status.FINISHED:
-        raise RunNotRunning(f"run {run_id!r} has finished ({run.termination_reason})")
-    return run, tool  # type: ignore[return-value]
 
 
 def _tool(tenant: Tenant, name: str, actor: str, registered: Tool | None = None) -> Tool:
@@ -244,7 +247,7 @@ def _new_entry(
         )
     else:
         status = _ENTRY_STATUS_FOR[decision]
-    return LedgerEntry.objects.create(
+    entry = LedgerEntry(
         tenant=caller.tenant,
         step_id=request.step_id,
         run=run,
@@ -272,6 +275,8 @@ def _new_entry(
         finished_at=now if decision is Decision.RECORDED_RESULT else None,
         reused_record=reused_record,
     )
+    insert_returning_id(entry)  # the hot path's INSERT, without compiling an ORM query
+    return entry
 
 
 def record_call(*, caller: Caller, request: CallInput) -> CallResult:
@@ -565,39 +570,37 @@ def complete_call(
 def _entry_with_locked_record(caller: Caller, call_id: str) -> LedgerEntry:
     """The entry with its tool and run, and its record locked (``FOR UPDATE OF`` the record
     only). Raises when there is no such call or it has no record."""
-    parts: dict[str, type[models.Model]] = {
-        "e__": LedgerEntry,
-        "r__": IdempotencyRecord,
-        "t__": Tool,
-        "u__": Run,
-    }
-    # Written out: it runs on every completion, and the ORM spent more time compiling the
-    # four-table select_related than PostgreSQL spent answering it (docs/performance.md).
-    sql = (
-        f"SELECT {select_columns(LedgerEntry, 'e', 'e__')}, "  # noqa: S608 - from metadata
-        f"{select_columns(IdempotencyRecord, 'r', 'r__')}, {select_columns(Tool, 't', 't__')}, "
-        f"{select_columns(Run, 'u', 'u__')} "
-        f"FROM {quote(LedgerEntry._meta.db_table)} e "
-        f"JOIN {quote(IdempotencyRecord._meta.db_table)} r ON r.id = e.record_id "
-        f"JOIN {quote(Tool._meta.db_table)} t ON t.id = e.tool_id "
-        f"JOIN {quote(Run._meta.db_table)} u ON u.id = e.run_id "
-        "WHERE e.tenant_id = %s AND e.call_id = %s"
-        # SQLite (the demo) has no row locks: its writes are serialized anyway.
-        + (" FOR UPDATE OF r" if connection.features.has_select_for_update_of else "")
-    )
     call_field = LedgerEntry._meta.get_field("call_id")
     found = fetch_joined(
-        sql, [caller.tenant.pk, call_field.get_db_prep_value(call_id, connection)], parts
+        _entry_with_locked_record_sql(connection.features.has_select_for_update_of),
+        [caller.tenant.pk, call_field.get_db_prep_value(call_id, connection)],
+        (LedgerEntry, IdempotencyRecord, Tool, Run),
     )
     if found is None:
         _entry_for(caller, call_id)  # NotFound when there is no such call at all
         raise InvalidTransition("this call was never started, so it cannot be completed")
-    entry = found["e__"]
+    entry, record, tool, run = found
     assert isinstance(entry, LedgerEntry)
-    entry.record = found["r__"]  # type: ignore[assignment]
-    entry.tool = found["t__"]  # type: ignore[assignment]
-    entry.run = found["u__"]  # type: ignore[assignment]
+    entry.record = record  # type: ignore[assignment]
+    entry.tool = tool  # type: ignore[assignment]
+    entry.run = run  # type: ignore[assignment]
     return entry
+
+
+@cache
+def _entry_with_locked_record_sql(lock_of: bool) -> str:
+    # Written out: it runs on every completion, and the ORM spent more time compiling the
+    # four-table select_related than PostgreSQL spent answering it (docs/performance.md).
+    return (
+        f"SELECT {select_columns(LedgerEntry, 'e')}, {select_columns(IdempotencyRecord, 'r')}, "  # noqa: S608
+        f"{select_columns(Tool, 't')}, {select_columns(Run, 'u')} "
+        f"FROM {quote(LedgerEntry._meta.db_table)} e "
+        f"JOIN {quote(IdempotencyRecord._meta.db_table)} r ON r.id = e.record_id "
+        f"JOIN {quote(Tool._meta.db_table)} t ON t.id = e.tool_id "
+        f"JOIN {quote(Run._meta.db_table)} u ON u.id = e.run_id "
+        "WHERE e.tenant_id = %s AND e.call_id = %s" + (" FOR UPDATE OF r" if lock_of else "")
+        # SQLite (the demo) has no row locks: its writes are serialized anyway.
+    )
 
 
 # What a retry of a call shares with the call it retries.

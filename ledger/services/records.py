@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 from django.conf import settings
@@ -48,7 +48,14 @@ from ledger.models import (
 from ledger.redaction import RESULT_MAX_TEXT, redact_for_storage
 from ledger.services.audit import audit, audit_event
 from ledger.services.entries import entry_change, transition_entry
-from ledger.services.statements import insert_parts, quote, update_parts
+from ledger.services.statements import (
+    execute_update,
+    fetch_joined,
+    insert_parts,
+    quote,
+    select_columns,
+    update_parts,
+)
 from ledger.signals import records_became_unknown
 
 logger = logging.getLogger(__name__)
@@ -664,30 +671,80 @@ def resolve_unknown(
     """
     if outcome is Outcome.UNCERTAIN:
         raise InvalidTransition("resolving needs a known outcome")
-    target = _OUTCOME_STATE[outcome]
     with transaction.atomic():
-        locked = IdempotencyRecord.objects.select_for_update().get(pk=record.pk)
-        if locked.state != RecordState.UNKNOWN:
-            raise InvalidTransition(f"only an unknown record can be resolved; it is {locked.state}")
-        _transition(
+        locked = lock_record(record.pk)
+        resolve_locked(
             locked,
-            target,
+            outcome=outcome,
             actor=actor,
             source=source,
-            action=f"record.resolved_{target.value}",
-            now=timezone.now(),
+            result=result,
+            error=error,
             detail=detail,
-            result=redact_for_storage(result, DataClassification.INTERNAL)
-            if target is RecordState.SUCCEEDED
-            else None,
-            error=redact_for_storage(error, DataClassification.INTERNAL) if error else None,
-            # Known not to have happened: the same key may be used again safely.
-            error_retryable=target is RecordState.FAILED_FINAL,
-        )
-        LedgerEntry.objects.filter(record=locked, status=EntryStatus.UNCERTAIN).update(
-            status=_ENTRY_STATUS[outcome], finished_at=timezone.now()
         )
     return locked
+
+
+def lock_record(pk: int) -> IdempotencyRecord:
+    """The record, read ``SELECT ... FOR UPDATE`` in the caller's transaction (a precompiled
+    statement: reconciliation takes this lock for every look-up)."""
+    found = fetch_joined(
+        _lock_record_sql(connection.features.has_select_for_update), [pk], (IdempotencyRecord,)
+    )
+    if found is None:
+        raise IdempotencyRecord.DoesNotExist(f"no record {pk}")
+    record = found[0]
+    assert isinstance(record, IdempotencyRecord)
+    return record
+
+
+@cache
+def _lock_record_sql(for_update: bool) -> str:
+    return (
+        f"SELECT {select_columns(IdempotencyRecord, 'r')} "  # noqa: S608 - from metadata
+        f"FROM {quote(IdempotencyRecord._meta.db_table)} r WHERE r.id = %s"
+        + (" FOR UPDATE" if for_update else "")
+    )
+
+
+def resolve_locked(
+    locked: IdempotencyRecord,
+    *,
+    outcome: Outcome,
+    actor: str,
+    source: str,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    detail: str,
+) -> None:
+    """``resolve_unknown`` for a caller that already holds ``locked`` (read ``SELECT ... FOR
+    UPDATE`` in its open transaction), such as a reconciliation worker."""
+    if outcome is Outcome.UNCERTAIN:
+        raise InvalidTransition("resolving needs a known outcome")
+    if locked.state != RecordState.UNKNOWN:
+        raise InvalidTransition(f"only an unknown record can be resolved; it is {locked.state}")
+    target = _OUTCOME_STATE[outcome]
+    now = timezone.now()
+    _transition(
+        locked,
+        target,
+        actor=actor,
+        source=source,
+        action=f"record.resolved_{target.value}",
+        now=now,
+        detail=detail,
+        result=redact_for_storage(result, DataClassification.INTERNAL)
+        if target is RecordState.SUCCEEDED
+        else None,
+        error=redact_for_storage(error, DataClassification.INTERNAL) if error else None,
+        # Known not to have happened: the same key may be used again safely.
+        error_retryable=target is RecordState.FAILED_FINAL,
+    )
+    execute_update(
+        LedgerEntry,
+        {"record_id": locked.pk, "status": EntryStatus.UNCERTAIN},
+        {"status": _ENTRY_STATUS[outcome], "finished_at": now},
+    )
 
 
 _ENTRY_STATUS = {

@@ -2,18 +2,32 @@
 
 The hot path pays a round trip per statement, so a change and the audit event that records it
 go to PostgreSQL together, as data-modifying CTEs of one statement. The SQL is generated from the
-models' metadata and Django's own compiler (identifiers from metadata, values as parameters), so
-it follows the schema and never interpolates input.
+models' metadata (identifiers from metadata, values as parameters), so it follows the schema and
+never interpolates input. What depends only on the models (column lists, the shape of an
+UPDATE, each column's converters) is worked out once per process, not once per request: it runs
+on every tool call (docs/performance.md).
 """
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from django.db import connection, models
 from django.db.models.sql import UpdateQuery
 
 quote = connection.ops.quote_name
+
+
+@cache
+def _insert_fields(model: type[models.Model]) -> tuple[models.Field, ...]:
+    return tuple(f for f in model._meta.concrete_fields if not f.primary_key)
+
+
+def _field(model: type[models.Model], name: str) -> models.Field:
+    field = model._meta.pk if name == "pk" else model._meta.get_field(name)
+    assert isinstance(field, models.Field) and field.column, f"{model.__name__}.{name}"
+    return field
 
 
 def insert_parts(
@@ -23,14 +37,11 @@ def insert_parts(
     primary key, with ``expressions`` (column -> SQL and its parameters) replacing a field's
     value by SQL, such as a CTE's returned id."""
     expressions = expressions or {}
-    meta = instance._meta
     columns: list[str] = []
     values: list[str] = []
     params: list[Any] = []
-    for field in meta.concrete_fields:
-        if field.primary_key:
-            continue
-        column = field.column or field.name
+    for field in _insert_fields(type(instance)):
+        column = str(field.column)
         columns.append(quote(column))
         if column in expressions:
             sql, sql_params = expressions[column]
@@ -42,10 +53,70 @@ def insert_parts(
     return ", ".join(columns), ", ".join(values), params
 
 
+def insert_returning_id(instance: models.Model) -> None:
+    """INSERT ``instance`` (one statement, no ORM query compilation) and set its primary key,
+    as ``save(force_insert=True)`` would for a model without save() overrides or signals."""
+    if not connection.features.can_return_columns_from_insert:
+        instance.save(force_insert=True)
+        return
+    meta = instance._meta
+    columns, values, params = insert_parts(instance)
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({values}) "  # noqa: S608
+        f"RETURNING {quote(str(meta.pk.column))}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    assert row is not None
+    instance.pk = row[0]
+    instance._state.adding = False
+    instance._state.db = connection.alias
+
+
+def _is_plain(value: Any) -> bool:
+    return not hasattr(value, "resolve_expression")
+
+
 def update_parts(
     model: type[models.Model], where: dict[str, Any], changes: dict[str, Any]
 ) -> tuple[str, list[Any]]:
-    """``UPDATE ... SET changes WHERE where`` as Django itself would write it."""
+    """``UPDATE ... SET changes WHERE where``, as Django itself would write it. ``where`` holds
+    exact matches and ``__in`` lists; plain values take the precomputed shape of the
+    statement, anything else (an ``F()`` expression, say) goes through Django's compiler."""
+    shape = tuple((k, len(v) if k.endswith("__in") else None) for k, v in where.items())
+    plain = all(map(_is_plain, changes.values())) and all(map(_is_plain, where.values()))
+    if not plain or 0 in (size for _key, size in shape):
+        return _compiled_update(model, where, changes)
+    sql, set_fields, where_fields = _update_shape(model, shape, tuple(changes))
+    params = [
+        field.get_db_prep_save(value, connection)
+        for field, value in zip(set_fields, changes.values(), strict=True)
+    ]
+    for (key, _size), field in zip(shape, where_fields, strict=True):
+        value = where[key]
+        prep = field.get_db_prep_value
+        if key.endswith("__in"):
+            params.extend(prep(field.get_prep_value(v), connection, prepared=True) for v in value)
+        else:
+            params.append(prep(field.get_prep_value(value), connection, prepared=True))
+    return sql, params
+
+
+def execute_update(
+    model: type[models.Model], where: dict[str, Any], changes: dict[str, Any]
+) -> int:
+    """``model.objects.filter(**where).update(**changes)`` without compiling a query each
+    time (``update_parts``); returns the number of rows changed."""
+    sql, params = update_parts(model, where, changes)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+def _compiled_update(
+    model: type[models.Model], where: dict[str, Any], changes: dict[str, Any]
+) -> tuple[str, list[Any]]:
     query = UpdateQuery(model)
     query.add_q(models.Q(**where))
     query.add_update_values(changes)
@@ -53,40 +124,88 @@ def update_parts(
     return sql, list(params)
 
 
-def from_row(model: type[models.Model], row: dict[str, Any], prefix: str) -> models.Model | None:
-    """A model instance from the ``prefix``-named columns of a joined row (None when the join
-    found nothing), with each field's database converter applied as the ORM would."""
+@cache
+def _update_shape(
+    model: type[models.Model],
+    where: tuple[tuple[str, int | None], ...],
+    changes: tuple[str, ...],
+) -> tuple[str, tuple[models.Field, ...], tuple[models.Field, ...]]:
+    """The SQL of an UPDATE of ``changes`` (field names) matching ``where`` (``name`` or
+    ``name__in`` with its list's length), and the fields whose values fill its parameters."""
+    meta = model._meta
+    table = quote(meta.db_table)
+    set_fields = tuple(_field(model, name) for name in changes)
+    assignments = ", ".join(f"{quote(str(field.column))} = %s" for field in set_fields)
+    conditions: list[str] = []
+    where_fields: list[models.Field] = []
+    for key, size in where:
+        field = _field(model, key.removesuffix("__in"))
+        column = f"{table}.{quote(str(field.column))}"
+        if size is None:
+            conditions.append(f"{column} = %s")
+        else:
+            conditions.append(f"{column} IN ({', '.join(['%s'] * size)})")
+        where_fields.append(field)
+    sql = f"UPDATE {table} SET {assignments} WHERE ({' AND '.join(conditions)})"  # noqa: S608
+    return sql, set_fields, tuple(where_fields)
+
+
+@cache
+def _reader(
+    model: type[models.Model], vendor: str
+) -> tuple[list[str], int, list[tuple[int, Any, list[Any]]]]:
+    """Each concrete field's attname, the primary key's position, and (position, column,
+    converters) for each column the ORM would convert on this backend (SQLite returns datetimes
+    as text and booleans as 0/1; PostgreSQL's JSON columns are decoded by field converters)."""
+    del vendor  # part of the cache key: converters depend on the backend
     fields = model._meta.concrete_fields
-    if row.get(f"{prefix}{model._meta.pk.column}") is None:
-        return None
-    values = []
-    for field in fields:
-        value = row[f"{prefix}{field.column}"]
+    converters = []
+    for index, field in enumerate(fields):
         column = field.get_col(model._meta.db_table)
-        # The backend's converters too (SQLite returns datetimes as text, booleans as 0/1).
-        for convert in connection.ops.get_db_converters(column) + column.get_db_converters(
-            connection
-        ):
-            value = convert(value, column, connection)
-        values.append(value)
-    return model.from_db(connection.alias, [f.attname for f in fields], values)
+        functions = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+        if functions:
+            converters.append((index, column, functions))
+    attnames = [f.attname for f in fields]
+    return attnames, attnames.index(model._meta.pk.attname), converters
 
 
-def select_columns(model: type[models.Model], alias: str, prefix: str) -> str:
-    columns = [f.column or f.name for f in model._meta.concrete_fields]
-    return ", ".join(f"{alias}.{quote(c)} AS {quote(prefix + c)}" for c in columns)
+def from_row(model: type[models.Model], values: tuple[Any, ...]) -> models.Model | None:
+    """A model instance from the values of its ``select_columns`` (None when a LEFT JOIN
+    found nothing), with each field's database converter applied as the ORM would."""
+    attnames, pk_index, converters = _reader(model, connection.vendor)
+    if values[pk_index] is None:
+        return None
+    converted = list(values)
+    for index, column, functions in converters:
+        for convert in functions:
+            converted[index] = convert(converted[index], column, connection)
+    return model.from_db(connection.alias, attnames, converted)
+
+
+@cache
+def select_columns(model: type[models.Model], alias: str) -> str:
+    """Every concrete column of ``model`` under table ``alias``, in field order (the order
+    ``from_row`` reads them in)."""
+    return ", ".join(f"{alias}.{quote(str(f.column))}" for f in model._meta.concrete_fields)
 
 
 def fetch_joined(
-    sql: str, params: list[Any], parts: dict[str, type[models.Model]]
-) -> dict[str, models.Model | None] | None:
-    """Run a one-row query whose columns come from ``select_columns`` (prefix -> model) and
-    return the instance of each part, or None when there is no row."""
+    sql: str, params: list[Any], models_in_order: tuple[type[models.Model], ...]
+) -> tuple[models.Model | None, ...] | None:
+    """Run a one-row query that selects ``select_columns`` of each model in turn, and return
+    the instance of each (None for a LEFT JOIN that found nothing), or None when there is no
+    row. The row is split by position: no column names are read back."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        names = [column[0] for column in cursor.description or ()]
         found = cursor.fetchone()
     if found is None:
         return None
-    row = dict(zip(names, found, strict=True))
-    return {prefix: from_row(model, row, prefix) for prefix, model in parts.items()}
+    instances = []
+    start = 0
+    for model in models_in_order:
+        width = len(model._meta.concrete_fields)
+        instances.append(from_row(model, found[start : start + width]))
+        start += width
+    if start != len(found):
+        raise AssertionError(f"the query selected {len(found)} columns, the models {start}")
+    return tuple(instances)
