@@ -156,6 +156,10 @@ CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_TASK_IGNORE_RESULT = True
 # tasks are JSON only (ids in, strings out);
 CELERY_ACCEPT_CONTENT = ["json"]
+# Celery's Django fixup closes the database connection before and after every task unless this
+# is set; connections are instead handled per task as Django handles them per request
+# (console/celery.py), and the fixup still recycles them after this many tasks;
+CELERY_DB_REUSE_MAX = 1000
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # keep the JSON-lines logging configured below
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True  # a worker waits for the broker to come up
 # Redis redelivers an unacknowledged message after this long (a killed worker's task); it must

@@ -13,15 +13,31 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.models.sql import UpdateQuery
 
 quote = connection.ops.quote_name
 
 
+# Field classes whose value of this exact type is stored as it is (``get_db_prep_save`` hands
+# it back unchanged), so the hot path need not call it for each of some eighty values a call.
+_STORED_AS_IS: dict[type[models.Field], type] = {
+    models.CharField: str,
+    models.TextField: str,
+    models.BooleanField: bool,
+    models.IntegerField: int,
+    models.BigIntegerField: int,
+    models.PositiveIntegerField: int,
+    models.ForeignKey: int,
+}
+
+
 @cache
-def _insert_fields(model: type[models.Model]) -> tuple[models.Field, ...]:
-    return tuple(f for f in model._meta.concrete_fields if not f.primary_key)
+def _insert_fields(model: type[models.Model]) -> tuple[tuple[models.Field, type | None], ...]:
+    """Every concrete field but the primary key, with the value type it stores as it is."""
+    return tuple(
+        (f, _STORED_AS_IS.get(type(f))) for f in model._meta.concrete_fields if not f.primary_key
+    )
 
 
 def _field(model: type[models.Model], name: str) -> models.Field:
@@ -40,7 +56,8 @@ def insert_parts(
     columns: list[str] = []
     values: list[str] = []
     params: list[Any] = []
-    for field in _insert_fields(type(instance)):
+    db = connections[DEFAULT_DB_ALIAS]  # the wrapper itself: no proxy look-up per field
+    for field, as_is in _insert_fields(type(instance)):
         column = str(field.column)
         columns.append(quote(column))
         if column in expressions:
@@ -49,7 +66,11 @@ def insert_parts(
             params.extend(sql_params)
             continue
         values.append("%s")
-        params.append(field.get_db_prep_save(field.pre_save(instance, add=True), connection))
+        value = field.pre_save(instance, add=True)
+        if value is None or type(value) is as_is:
+            params.append(value)
+        else:
+            params.append(field.get_db_prep_save(value, db))
     return ", ".join(columns), ", ".join(values), params
 
 
@@ -172,14 +193,15 @@ def _reader(
 def from_row(model: type[models.Model], values: tuple[Any, ...]) -> models.Model | None:
     """A model instance from the values of its ``select_columns`` (None when a LEFT JOIN
     found nothing), with each field's database converter applied as the ORM would."""
-    attnames, pk_index, converters = _reader(model, connection.vendor)
+    db = connections[DEFAULT_DB_ALIAS]
+    attnames, pk_index, converters = _reader(model, db.vendor)
     if values[pk_index] is None:
         return None
     converted = list(values)
     for index, column, functions in converters:
         for convert in functions:
-            converted[index] = convert(converted[index], column, connection)
-    return model.from_db(connection.alias, attnames, converted)
+            converted[index] = convert(converted[index], column, db)
+    return model.from_db(DEFAULT_DB_ALIAS, attnames, converted)
 
 
 @cache

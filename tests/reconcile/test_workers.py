@@ -102,6 +102,35 @@ def test_two_workers_on_one_backlog_look_each_record_up_once(
     assert len(set(ReconcileAttempt.objects.values_list("worker", flat=True))) == 2
 
 
+def _sessions_opened() -> int:
+    """Connections ever opened to the test database (PostgreSQL's own count)."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+        row = cursor.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_worker_keeps_its_database_connection_from_one_look_up_to_the_next(
+    sandbox: SandboxServer, broker: RedisServer, tmp_path: Path
+) -> None:
+    """Celery's Django fixup would close the connection around every task: a new PostgreSQL
+    connection for every look-up (console/celery.py)."""
+    tenant, tool = _setup(sandbox)
+    with celery_worker("steady", broker.url, tmp_path):
+        before = _sessions_opened()
+        for i in range(30):
+            record = reserve(tenant, tool, key=f"steady-{i}").record
+            complete_execution(
+                record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="runtime"
+            )
+        wait_until(lambda: unknown_left() == 0, timeout=60)
+        time.sleep(1.5)  # a backend reports its statistics at most once a second
+        opened = _sessions_opened() - before
+    assert ReconcileAttempt.objects.count() == 30
+    assert opened <= 3, f"{opened} connections opened for 30 look-ups"
+
+
 def test_kill_9_mid_task_is_redelivered_with_the_same_outcome(
     sandbox: SandboxServer, broker: RedisServer, tmp_path: Path
 ) -> None:
