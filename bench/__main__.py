@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -152,7 +153,7 @@ def run(
     from django.core.management import call_command
     from django.db import connection
 
-    from bench import console_scale, contention, hotpath, loader, processes
+    from bench import console_scale, contention, cpu, hotpath, loader, processes
     from bench import reconcile_throughput as reconcile
     from bench.floor import FLOOR_TABLE_SQL
     from bench.load import merge, ms, percentile
@@ -193,13 +194,20 @@ def run(
         # path and both floors alike instead of skewing one of them.
         hots, frameworks, raws = [], [], []
         part = sizes.seconds / ROUNDS
+        meter = cpu.CpuMeter(gunicorn.pid)
         for n in range(ROUNDS):
             tag = f"{clients}-{n}"
-            hots.append(hotpath.hot_path(port, fixture.token, clients, part, f"hot{tag}"))
-            frameworks.append(hotpath.framework_floor(port, clients, part, f"fw{tag}"))
+            hot_round = partial(hotpath.hot_path, port, fixture.token, clients, part, f"hot{tag}")
+            floor_round = partial(hotpath.framework_floor, port, clients, part, f"fw{tag}")
+            hots.append(meter.measure("hot_path", hot_round))
+            frameworks.append(meter.measure("framework_floor", floor_round))
             raws.append(hotpath.raw_sql_floor(database_url, captured, clients, part, f"raw{tag}"))
         hot, framework, raw = merge(hots), merge(frameworks), merge(raws)
         row = hot.summary("calls")
+        row["cpu_ms_per_request"] = {
+            "hot_path": meter.per_request_ms("hot_path", hot.units * 2),
+            "framework_floor": meter.per_request_ms("framework_floor", framework.units),
+        }
         row["requests_per_second"] = round(hot.per_second * 2, 1)
         row["raw_calls_per_second"] = round(raw.per_second, 1)
         row["raw_p50_ms"] = ms(percentile(raw.latencies, 0.5))

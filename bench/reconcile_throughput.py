@@ -74,11 +74,15 @@ def drain(ids: list[int], timeout: float) -> tuple[float, int]:
     for record_id in ids:
         reconcile_record.delay(record_id)
     left = len(ids)
+    # The records were bulk-created with consecutive ids: a range keeps the polling query
+    # cheap, so the measurement takes little of the CPU it is measuring.
+    assert max(ids) - min(ids) + 1 == len(ids), "the records' ids are not consecutive"
+    batch = IdempotencyRecord.objects.filter(pk__gte=min(ids), pk__lte=max(ids))
     while time.monotonic() - began < timeout:
-        left = IdempotencyRecord.objects.filter(pk__in=ids, state=RecordState.UNKNOWN).count()
+        left = batch.filter(state=RecordState.UNKNOWN).count()
         if left == 0:
             break
-        time.sleep(0.1)
+        time.sleep(0.25)
     connection.close()
     return time.monotonic() - began, len(ids) - left
 

@@ -111,6 +111,11 @@ def table(results: dict[str, Any]) -> str:
             f"{row['raw_calls_per_second']:>8} {row['framework_requests_per_second']:>9} "
             f"{row['ratio_vs_raw_sql']:>7.2f} {row['ratio_vs_framework']:>6.2f}"
         )
+    lines.append("\nCPU ms per request, by process group (all share the cores):")
+    for clients, row in results["hot_path"]["by_clients"].items():
+        for kind, groups in row.get("cpu_ms_per_request", {}).items():
+            parts = ", ".join(f"{group} {value}" for group, value in groups.items())
+            lines.append(f"{clients:>7} {kind:<16} {parts}")
     statements = results["statements"]
     lines.append(
         f"\nStatements per request (token lookup included): calls {statements['calls']}, "

@@ -99,11 +99,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     DATABASES["default"].setdefault("OPTIONS", {})
     if strict_bool(env, "DATABASE_PREPARED_STATEMENTS", default=True):
-        # Parameters bound by the server, and a statement run twice on a connection is
-        # prepared: PostgreSQL then skips parsing and planning the hot path's statements,
-        # about 40% of its CPU per request (docs/performance.md). Turn off behind a pooler
-        # in transaction mode that cannot keep prepared statements (PgBouncer < 1.21).
-        DATABASES["default"]["OPTIONS"].update(server_side_binding=True, prepare_threshold=2)
+        # Parameters bound by the server, so the hot path's own statements can be prepared
+        # (ledger.services.statements.precompiled_cursor): PostgreSQL then skips parsing and
+        # planning them, about 40% of its CPU per request (docs/performance.md). Turn off
+        # behind a pooler in transaction mode that cannot keep prepared statements
+        # (PgBouncer before 1.21).
+        DATABASES["default"]["OPTIONS"]["server_side_binding"] = True
     DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="") or None}
 else:
     # SQLite serialises writers; waiting beats failing with "database is locked" under make run.

@@ -108,3 +108,19 @@ def test_a_query_that_selects_other_columns_than_its_models_is_refused(record) -
     sql = f"SELECT {select_columns(Tool, 't')}, 1 FROM ledger_tool t WHERE t.id = %s"  # noqa: S608
     with pytest.raises(AssertionError, match="columns"):
         fetch_joined(sql, [record.tool_id], (Tool,))
+
+
+def test_only_the_precompiled_statements_are_prepared(record) -> None:
+    """Prepared statements are planned once for any values: right for these unique-key
+    look-ups, wrong for the ORM's console queries (a generic plan over a million rows)."""
+    from django.db import connection
+
+    for _ in range(6):
+        assert IdempotencyRecord.objects.filter(key=record.key).count() == 1
+        execute_update(IdempotencyRecord, {"pk": record.pk}, {"duplicate_hits": 1})
+    assert connection.connection.prepare_threshold is None  # restored after each statement
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any(s.startswith('UPDATE "ledger_idempotencyrecord" SET') for s in prepared)
+    assert not any("COUNT(*)" in s for s in prepared), prepared

@@ -52,6 +52,7 @@ from ledger.services.statements import (
     execute_update,
     fetch_joined,
     insert_parts,
+    precompiled_cursor,
     quote,
     select_columns,
     update_parts,
@@ -208,7 +209,7 @@ def _transition_in_one_statement(
         ctes.append(f"entry_changed AS ({sql} AND EXISTS (SELECT 1 FROM changed) RETURNING 1)")  # noqa: S608
         params += entry_params
         entry_counted = "(SELECT count(*) FROM entry_changed)"
-    with connection.cursor() as cursor:
+    with precompiled_cursor() as cursor:
         cursor.execute(
             f"WITH {', '.join(ctes)} SELECT (SELECT count(*) FROM changed), {entry_counted}",  # noqa: S608
             params,
@@ -285,7 +286,7 @@ def _insert_if_absent(record: IdempotencyRecord, event: AuditEvent) -> bool:
         f"SELECT {audit_values} FROM inserted) "
         "SELECT id FROM inserted"
     )
-    with connection.cursor() as cursor:
+    with precompiled_cursor() as cursor:
         cursor.execute(sql, params + audit_params)
         row = cursor.fetchone()
     if row is None:

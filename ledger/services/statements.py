@@ -10,13 +10,37 @@ on every tool call (docs/performance.md).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db.backends.utils import CursorWrapper
 from django.db.models.sql import UpdateQuery
 
 quote = connection.ops.quote_name
+
+
+@contextmanager
+def precompiled_cursor() -> Iterator[CursorWrapper]:
+    """A cursor for the statements this module builds (fixed text, values as parameters):
+    with server-side binding on (``DATABASE_PREPARED_STATEMENTS``), PostgreSQL prepares each on
+    its first use on a connection and then neither parses nor plans it again. Only these: an
+    ORM query prepared with a generic plan can be far slower than one planned for its values
+    (a console page over a million rows went from 40 to 240 ms at p95), while these statements
+    look rows up by unique keys, where the generic plan is the right one."""
+    with connection.cursor() as cursor:
+        raw = connection.connection
+        if not connection.settings_dict["OPTIONS"].get("server_side_binding"):
+            yield cursor
+            return
+        previous = raw.prepare_threshold
+        raw.prepare_threshold = 0  # prepare on first use
+        try:
+            yield cursor
+        finally:
+            raw.prepare_threshold = previous
 
 
 # Field classes whose value of this exact type is stored as it is (``get_db_prep_save`` hands
@@ -86,7 +110,7 @@ def insert_returning_id(instance: models.Model) -> None:
         f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({values}) "  # noqa: S608
         f"RETURNING {quote(str(meta.pk.column))}"
     )
-    with connection.cursor() as cursor:
+    with precompiled_cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     assert row is not None
@@ -130,7 +154,7 @@ def execute_update(
     """``model.objects.filter(**where).update(**changes)`` without compiling a query each
     time (``update_parts``); returns the number of rows changed."""
     sql, params = update_parts(model, where, changes)
-    with connection.cursor() as cursor:
+    with precompiled_cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount
 
@@ -217,7 +241,7 @@ def fetch_joined(
     """Run a one-row query that selects ``select_columns`` of each model in turn, and return
     the instance of each (None for a LEFT JOIN that found nothing), or None when there is no
     row. The row is split by position: no column names are read back."""
-    with connection.cursor() as cursor:
+    with precompiled_cursor() as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchone()
     if found is None:
