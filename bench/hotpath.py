@@ -175,8 +175,9 @@ def raw_sql_floor(
     dsn: str, captured: Captured, clients: int, seconds: float, tag: str
 ) -> LoadResult:
     """The same statements as one tool call, straight from psycopg, one connection a thread,
-    bound the way the service binds them (server-side and prepared, or client-side: the
-    database ``OPTIONS`` in settings)."""
+    bound the way the service binds them: server-side and prepared on first use (as
+    ``statements.run_precompiled`` does) when ``DATABASE_PREPARED_STATEMENTS`` is on, else
+    client-side."""
     local = threading.local()
     options = settings.DATABASES["default"].get("OPTIONS", {})
     server_side = options.get("server_side_binding") is True
@@ -185,7 +186,7 @@ def raw_sql_floor(
     def work(client: int, iteration: int) -> dict[str, float]:
         if not hasattr(local, "conn"):
             local.conn = psycopg.connect(dsn, autocommit=True, cursor_factory=cursor_factory)
-            local.conn.prepare_threshold = options.get("prepare_threshold") if server_side else None
+            local.conn.prepare_threshold = 0 if server_side else None
         conn: psycopg.Connection[Any] = local.conn
         key = f"{captured.key}|{tag}-{client}-{iteration}"
         mapping: dict[Any, Any] = {

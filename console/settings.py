@@ -100,7 +100,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("OPTIONS", {})
     if strict_bool(env, "DATABASE_PREPARED_STATEMENTS", default=True):
         # Parameters bound by the server, so the hot path's own statements can be prepared
-        # (ledger.services.statements.precompiled_cursor): PostgreSQL then skips parsing and
+        # (ledger.services.statements.run_precompiled): PostgreSQL then skips parsing and
         # planning them, about 40% of its CPU per request (docs/performance.md). Turn off
         # behind a pooler in transaction mode that cannot keep prepared statements
         # (PgBouncer before 1.21).

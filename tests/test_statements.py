@@ -67,6 +67,23 @@ def test_in_lists_match_any_member_and_foreign_keys_by_id(record) -> None:
     assert refresh(record).executions == 7
 
 
+def test_null_matches_and_lookups_are_written_as_django_writes_them(record) -> None:
+    """``= NULL`` matches nothing in SQL; the ORM writes ``IS NULL``, and so must this."""
+    assert record.run_id is None
+    assert (
+        execute_update(IdempotencyRecord, {"pk": record.pk, "run_id": None}, {"executions": 5}) == 1
+    )
+    assert (
+        execute_update(
+            IdempotencyRecord,
+            {"pk__in": [record.pk, None], "executions__gte": 5},
+            {"executions": 6},
+        )
+        == 1
+    )
+    assert refresh(record).executions == 6
+
+
 def test_expressions_are_compiled_by_django(record) -> None:
     executions = refresh(record).executions
     assert (
@@ -86,6 +103,11 @@ def test_a_joined_row_comes_back_as_instances_with_converted_values(record) -> N
         after={"nested": {"list": [1, "two"]}},
     )
     assert AuditEvent.objects.get(pk=event.pk).after == {"nested": {"list": [1, "two"]}}
+    # JSON columns come back decoded only if the field converters ran.
+    execute_update(
+        IdempotencyRecord, {"pk": record.pk}, {"error": {"code": "E", "at": [1, {"x": None}]}}
+    )
+    Tool.objects.filter(pk=record.tool_id).update(descriptor={"inputSchema": {"type": "object"}})
     sql = (
         f"SELECT {select_columns(IdempotencyRecord, 'r')}, {select_columns(Tool, 't')}, "  # noqa: S608
         f"{select_columns(Run, 'u')} FROM ledger_idempotencyrecord r "
@@ -100,7 +122,11 @@ def test_a_joined_row_comes_back_as_instances_with_converted_values(record) -> N
     assert isinstance(loaded, IdempotencyRecord) and isinstance(tool, Tool)
     for field in IdempotencyRecord._meta.concrete_fields:
         assert getattr(loaded, field.attname) == getattr(expected, field.attname), field.name
-    assert tool.pk == expected.tool_id and tool.name == "create_order"
+    assert loaded.error == {"code": "E", "at": [1, {"x": None}]}
+    expected_tool = Tool.objects.get(pk=expected.tool_id)
+    for field in Tool._meta.concrete_fields:
+        assert getattr(tool, field.attname) == getattr(expected_tool, field.attname), field.name
+    assert tool.descriptor == {"inputSchema": {"type": "object"}}
     assert fetch_joined(sql, [-1], (IdempotencyRecord, Tool, Run)) is None
 
 
@@ -124,3 +150,30 @@ def test_only_the_precompiled_statements_are_prepared(record) -> None:
         prepared = [row[0] for row in cursor.fetchall()]
     assert any(s.startswith('UPDATE "ledger_idempotencyrecord" SET') for s in prepared)
     assert not any("COUNT(*)" in s for s in prepared), prepared
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_migration_that_changes_a_column_type_does_not_break_prepared_statements() -> None:
+    """A prepared statement whose result columns change type fails with "cached plan must not
+    change result type" until it is prepared again; a deploy's migration must not break every
+    open connection's token look-up until the connection is recycled."""
+    from django.db import connection
+
+    tenant = make_tenant()
+    tool = make_tool(tenant, "create_order")
+    sql = f"SELECT {select_columns(Tool, 't')} FROM ledger_tool t WHERE t.id = %s"  # noqa: S608
+    for _ in range(2):  # prepared on this connection
+        assert fetch_joined(sql, [tool.pk], (Tool,)) is not None
+    width = Tool._meta.get_field("name").max_length
+    # The migration runs elsewhere (psycopg forgets its statements when it sees an ALTER on
+    # its own connection, so that would prove nothing).
+    migration = connection.get_new_connection(connection.get_connection_params())
+    migration.autocommit = True
+    alter = "ALTER TABLE ledger_tool ALTER COLUMN name TYPE varchar({})"
+    try:
+        migration.execute(alter.format(width + 50))
+        found = fetch_joined(sql, [tool.pk], (Tool,))
+        assert found is not None and found[0].name == "create_order"  # type: ignore[union-attr]
+    finally:
+        migration.execute(alter.format(width))
+        migration.close()

@@ -52,8 +52,8 @@ from ledger.services.statements import (
     execute_update,
     fetch_joined,
     insert_parts,
-    precompiled_cursor,
     quote,
+    run_precompiled,
     select_columns,
     update_parts,
 )
@@ -209,12 +209,10 @@ def _transition_in_one_statement(
         ctes.append(f"entry_changed AS ({sql} AND EXISTS (SELECT 1 FROM changed) RETURNING 1)")  # noqa: S608
         params += entry_params
         entry_counted = "(SELECT count(*) FROM entry_changed)"
-    with precompiled_cursor() as cursor:
-        cursor.execute(
-            f"WITH {', '.join(ctes)} SELECT (SELECT count(*) FROM changed), {entry_counted}",  # noqa: S608
-            params,
-        )
-        row = cursor.fetchone()
+    row, _count = run_precompiled(
+        f"WITH {', '.join(ctes)} SELECT (SELECT count(*) FROM changed), {entry_counted}",  # noqa: S608
+        params,
+    )
     if row is None or row[0] != 1:
         raise InvalidTransition(f"record {record.pk} changed state concurrently")
     if row[1] != 1:
@@ -286,9 +284,7 @@ def _insert_if_absent(record: IdempotencyRecord, event: AuditEvent) -> bool:
         f"SELECT {audit_values} FROM inserted) "
         "SELECT id FROM inserted"
     )
-    with precompiled_cursor() as cursor:
-        cursor.execute(sql, params + audit_params)
-        row = cursor.fetchone()
+    row, _count = run_precompiled(sql, params + audit_params)
     if row is None:
         return False
     record.pk = row[0]

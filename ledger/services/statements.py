@@ -10,49 +10,66 @@ on every tool call (docs/performance.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db import DEFAULT_DB_ALIAS, NotSupportedError, connection, connections, models
 from django.db.backends.utils import CursorWrapper
 from django.db.models.sql import UpdateQuery
 
 quote = connection.ops.quote_name
 
 
-@contextmanager
-def precompiled_cursor() -> Iterator[CursorWrapper]:
-    """A cursor for the statements this module builds (fixed text, values as parameters):
-    with server-side binding on (``DATABASE_PREPARED_STATEMENTS``), PostgreSQL prepares each on
-    its first use on a connection and then neither parses nor plans it again. Only these: an
-    ORM query prepared with a generic plan can be far slower than one planned for its values
-    (a console page over a million rows went from 40 to 240 ms at p95), while these statements
-    look rows up by unique keys, where the generic plan is the right one."""
+# PostgreSQL's error for a prepared statement whose result columns changed type under it (a
+# migration altered a column): the statement must be prepared again.
+_CACHED_PLAN_CHANGED = "cached plan must not change result type"
+
+
+def run_precompiled(sql: str, params: Sequence[Any]) -> tuple[tuple[Any, ...] | None, int]:
+    """Run one of the statements this module builds (fixed text, values as parameters) and
+    return its first row (None when it returns none) and its row count.
+
+    With server-side binding on (``DATABASE_PREPARED_STATEMENTS``) PostgreSQL prepares each of
+    them on its first use on a connection and then neither parses nor plans it again. Only
+    these: an ORM query prepared with a generic plan can be far slower than one planned for
+    its values (a console page over a million rows went from 40 to 240 ms at p95), while these
+    statements look rows up by unique keys, where the generic plan is the right one. A
+    migration that changes a column's type invalidates them: outside a transaction the
+    connection's prepared statements are dropped and the statement runs once more; inside one
+    the error rolls the transaction back, and psycopg drops them with it.
+    """
     with connection.cursor() as cursor:
-        raw = connection.connection
         if not connection.settings_dict["OPTIONS"].get("server_side_binding"):
-            yield cursor
-            return
+            cursor.execute(sql, params)
+            return _first_row(cursor), cursor.rowcount
+        raw = connection.connection
         previous = raw.prepare_threshold
         raw.prepare_threshold = 0  # prepare on first use
         try:
-            yield cursor
+            try:
+                cursor.execute(sql, params)
+            except NotSupportedError as exc:
+                if connection.in_atomic_block or _CACHED_PLAN_CHANGED not in str(exc):
+                    raise
+                cursor.execute("DEALLOCATE ALL")  # psycopg forgets its prepared statements too
+                cursor.execute(sql, params)
+            return _first_row(cursor), cursor.rowcount
         finally:
             raw.prepare_threshold = previous
 
 
+def _first_row(cursor: CursorWrapper) -> tuple[Any, ...] | None:
+    return cursor.fetchone() if cursor.description else None
+
+
 # Field classes whose value of this exact type is stored as it is (``get_db_prep_save`` hands
 # it back unchanged), so the hot path need not call it for each of some eighty values a call.
+# Not integers: Django types them (int4 or int8 by field), and so must a prepared statement.
 _STORED_AS_IS: dict[type[models.Field], type] = {
     models.CharField: str,
     models.TextField: str,
     models.BooleanField: bool,
-    models.IntegerField: int,
-    models.BigIntegerField: int,
-    models.PositiveIntegerField: int,
-    models.ForeignKey: int,
 }
 
 
@@ -110,9 +127,7 @@ def insert_returning_id(instance: models.Model) -> None:
         f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({values}) "  # noqa: S608
         f"RETURNING {quote(str(meta.pk.column))}"
     )
-    with precompiled_cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row, _count = run_precompiled(sql, params)
     assert row is not None
     instance.pk = row[0]
     instance._state.adding = False
@@ -123,16 +138,32 @@ def _is_plain(value: Any) -> bool:
     return not hasattr(value, "resolve_expression")
 
 
+def _has_plain_shape(where: dict[str, Any], changes: dict[str, Any]) -> bool:
+    """Whether ``where`` and ``changes`` fit the precomputed shape: plain values, exact matches
+    on non-NULL values and non-empty ``__in`` lists without NULL. Anything else (``IS NULL``,
+    an ``F()`` expression, a subquery) is left to Django's compiler."""
+    if not all(map(_is_plain, changes.values())):
+        return False
+    for key, value in where.items():
+        if key.endswith("__in"):
+            if not isinstance(value, list | tuple | set | frozenset) or not value:
+                return False
+            if any(v is None or not _is_plain(v) for v in value):
+                return False
+        elif "__" in key.removeprefix("pk") or value is None or not _is_plain(value):
+            return False
+    return True
+
+
 def update_parts(
     model: type[models.Model], where: dict[str, Any], changes: dict[str, Any]
 ) -> tuple[str, list[Any]]:
     """``UPDATE ... SET changes WHERE where``, as Django itself would write it. ``where`` holds
     exact matches and ``__in`` lists; plain values take the precomputed shape of the
     statement, anything else (an ``F()`` expression, say) goes through Django's compiler."""
-    shape = tuple((k, len(v) if k.endswith("__in") else None) for k, v in where.items())
-    plain = all(map(_is_plain, changes.values())) and all(map(_is_plain, where.values()))
-    if not plain or 0 in (size for _key, size in shape):
+    if not _has_plain_shape(where, changes):
         return _compiled_update(model, where, changes)
+    shape = tuple((k, len(v) if k.endswith("__in") else None) for k, v in where.items())
     sql, set_fields, where_fields = _update_shape(model, shape, tuple(changes))
     params = [
         field.get_db_prep_save(value, connection)
@@ -154,9 +185,7 @@ def execute_update(
     """``model.objects.filter(**where).update(**changes)`` without compiling a query each
     time (``update_parts``); returns the number of rows changed."""
     sql, params = update_parts(model, where, changes)
-    with precompiled_cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount
+    return run_precompiled(sql, params)[1]
 
 
 def _compiled_update(
@@ -241,9 +270,7 @@ def fetch_joined(
     """Run a one-row query that selects ``select_columns`` of each model in turn, and return
     the instance of each (None for a LEFT JOIN that found nothing), or None when there is no
     row. The row is split by position: no column names are read back."""
-    with precompiled_cursor() as cursor:
-        cursor.execute(sql, params)
-        found = cursor.fetchone()
+    found, _count = run_precompiled(sql, params)
     if found is None:
         return None
     instances = []

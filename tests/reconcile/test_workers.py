@@ -127,7 +127,21 @@ def test_a_worker_keeps_its_database_connection_from_one_look_up_to_the_next(
         wait_until(lambda: unknown_left() == 0, timeout=60)
         time.sleep(1.5)  # a backend reports its statistics at most once a second
         opened = _sessions_opened() - before
-    assert ReconcileAttempt.objects.count() == 30
+        # The kept connection dies (a PostgreSQL restart, a failover): the next look-up finds
+        # it dead before relying on it, and reconnects.
+        with connections["default"].cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            assert cursor.fetchone() == (1,)  # the worker's one connection
+        for i in range(30, 35):
+            record = reserve(tenant, tool, key=f"steady-{i}").record
+            complete_execution(
+                record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="runtime"
+            )
+        wait_until(lambda: unknown_left() == 0, timeout=60)
+    assert ReconcileAttempt.objects.count() == 35
     assert opened <= 3, f"{opened} connections opened for 30 look-ups"
 
 
