@@ -225,7 +225,7 @@ _ENTRY_STATUS_FOR = {
 }
 
 
-def _new_entry(
+def _entry(
     *,
     caller: Caller,
     run: Run,
@@ -247,7 +247,7 @@ def _new_entry(
         )
     else:
         status = _ENTRY_STATUS_FOR[decision]
-    entry = LedgerEntry(
+    return LedgerEntry(
         tenant=caller.tenant,
         step_id=request.step_id,
         run=run,
@@ -275,21 +275,32 @@ def _new_entry(
         finished_at=now if decision is Decision.RECORDED_RESULT else None,
         reused_record=reused_record,
     )
-    insert_returning_id(entry)  # the hot path's INSERT, without compiling an ORM query
+
+
+def _new_entry(**kwargs: Any) -> LedgerEntry:
+    """``_entry``, saved (without compiling an ORM query: this is on the hot path)."""
+    entry = _entry(**kwargs)
+    insert_returning_id(entry)
     return entry
 
 
 def record_call(*, caller: Caller, request: CallInput) -> CallResult:
     """Record one call before it runs and decide what the runtime may do with it.
 
-    SQL cost of a new key (the common case), four statements: the token lookup (in the API's
-    auth), the run and tool lookup (one query), then in one transaction the record INSERT ...
-    ON CONFLICT with its audit INSERT (one statement) and the entry INSERT. A duplicate adds a
-    SELECT ... FOR UPDATE and an UPDATE of the counters. ``tests/api/test_statement_budget.py``
-    holds it to that.
+    SQL cost of a new key of a registered tool (the common case), three statements and no
+    transaction: the token lookup (in the API's auth), the run and tool lookup (one query),
+    and one statement that inserts the record (``ON CONFLICT DO NOTHING``), its audit event
+    and the entry (``_first_call_of_key``). Otherwise (the key exists, a first use of a
+    catalogue tool, a write plan, a halted run) the general way, in one transaction: the
+    reservation, then the entry; a duplicate adds a SELECT ... FOR UPDATE and an UPDATE of the
+    counters. ``tests/api/test_statement_budget.py`` holds it to that.
     """
     run, registered = _run_and_tool(caller.tenant, request.run_id, request.tool)
     input_hash = _fingerprint(request.input)
+    if registered is not None and request.write_plan is None and not _is_halted(run):
+        fast = _first_call_of_key(caller, run, registered, request, input_hash)
+        if fast is not None:
+            return fast
     # One transaction: a first use of a catalogue tool registers it, and an error anywhere
     # below (a bad key, say) must leave nothing behind.
     with transaction.atomic():
@@ -342,6 +353,44 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
         elif reservation.decision is Decision.APPROVAL_REQUIRED:
             _ask_for_approval(result, record, caller)
         result.observation = _observation(result, record, tool.name, reservation.next_action)
+    return result
+
+
+def _first_call_of_key(
+    caller: Caller, run: Run, tool: Tool, request: CallInput, input_hash: str
+) -> CallResult | None:
+    """The common case, a key used for the first time by a registered tool in a running run:
+    the record, its audit event and the entry in one statement, without a transaction
+    (``records.reserve_new_key``). None when the key exists (or the database cannot): the
+    caller then takes the general way, which answers from the existing record."""
+    classification = classify_call(tool, request.input)
+    key = _key(caller.tenant, run, tool, request)
+    entry = _entry(
+        caller=caller,
+        run=run,
+        tool=tool,
+        request=request,
+        classification=classification,
+        input_hash=input_hash,
+        key=key,
+        decision=Decision.EXECUTE,
+        record=None,
+    )
+    record = records.reserve_new_key(
+        tenant=caller.tenant,
+        tool=tool,
+        key=key,
+        fingerprint=input_hash,
+        replay_policy=classification.replay_policy,
+        lease_owner=caller.identity,
+        actor=caller.identity,
+        run=run,
+        entry=entry,
+    )
+    if record is None:
+        return None
+    result = CallResult(entry, Decision.EXECUTE, classification)
+    result.lease = Lease(record.fencing_token, record.lease_expires_at)  # type: ignore[arg-type]
     return result
 
 

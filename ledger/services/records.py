@@ -256,10 +256,53 @@ def _lease_until(now: datetime, lease_seconds: int | None) -> datetime:
     return now + timedelta(seconds=lease_seconds or settings.LEDGER_LEASE_SECONDS)
 
 
-def _insert_if_absent(record: IdempotencyRecord, event: AuditEvent) -> bool:
+def reserve_new_key(
+    *,
+    tenant: Tenant,
+    tool: Tool,
+    key: str,
+    fingerprint: str,
+    replay_policy: ReplayPolicy,
+    lease_owner: str,
+    actor: str,
+    run: Run,
+    entry: LedgerEntry,
+) -> IdempotencyRecord | None:
+    """The hot path's common case in one statement: take ``key`` for the first time, executing
+    at once, with its audit event and ``entry`` (the ledger entry of the call, unsaved; it is
+    saved pointing at the record). One statement is atomic by itself, so no transaction is
+    opened (no ``BEGIN``/``COMMIT`` round trips). None, writing nothing, when the key is
+    already taken, or on a database without data-modifying CTEs: the caller then goes the
+    general way (``reserve_key`` in a transaction), which answers from the existing record."""
+    if connection.vendor != "postgresql":
+        return None
+    record, event = _new_record(
+        tenant=tenant,
+        tool=tool,
+        key=key,
+        fingerprint=fingerprint,
+        replay_policy=replay_policy,
+        lease_owner=lease_owner,
+        actor=actor,
+        source=AuditEvent.Source.API,
+        now=timezone.now(),
+        run=run,
+        combination=run.combination,
+    )
+    entry.fencing_token = record.fencing_token
+    if not _insert_if_absent(record, event, entry=entry):
+        return None
+    return record
+
+
+def _insert_if_absent(
+    record: IdempotencyRecord, event: AuditEvent, *, entry: LedgerEntry | None = None
+) -> bool:
     """INSERT the record unless its (tenant, key) exists, and its audit ``event`` with it (one
-    statement: the event is written only if the record was); True when this call inserted it."""
+    statement: the event is written only if the record was); True when this call inserted it.
+    With ``entry`` (PostgreSQL only), the ledger entry too, pointing at the new record."""
     if connection.vendor != "postgresql":  # the SQLite demo: two statements
+        assert entry is None, "reserve_new_key is for PostgreSQL"
         try:
             with transaction.atomic():
                 record.save(force_insert=True)
@@ -282,17 +325,33 @@ def _insert_if_absent(record: IdempotencyRecord, event: AuditEvent) -> bool:
         f"RETURNING {quote('id')}), "
         f"audited AS (INSERT INTO {quote(AuditEvent._meta.db_table)} ({audit_columns}) "
         f"SELECT {audit_values} FROM inserted) "
-        "SELECT id FROM inserted"
     )
-    row, _count = run_precompiled(sql, params + audit_params)
+    params += audit_params
+    if entry is None:
+        sql += "SELECT id, NULL FROM inserted"
+    else:
+        entry_columns, entry_values, entry_params = insert_parts(
+            entry, expressions={"record_id": ("inserted.id", [])}
+        )
+        sql += (
+            f", entered AS (INSERT INTO {quote(LedgerEntry._meta.db_table)} ({entry_columns}) "  # noqa: S608
+            f"SELECT {entry_values} FROM inserted RETURNING id) "
+            "SELECT inserted.id, entered.id FROM inserted, entered"
+        )
+        params += entry_params
+    row, _count = run_precompiled(sql, params)
     if row is None:
         return False
     record.pk = row[0]
     record._state.adding = False
+    if entry is not None:
+        entry.pk = row[1]
+        entry.record = record
+        entry._state.adding = False
     return True
 
 
-def reserve_key(
+def _new_record(
     *,
     tenant: Tenant,
     tool: Tool,
@@ -301,20 +360,16 @@ def reserve_key(
     replay_policy: ReplayPolicy,
     lease_owner: str,
     actor: str,
-    source: str = AuditEvent.Source.API,
+    source: str,
     requires_approval: bool = False,
     run: Run | None = None,
     combination: VersionCombination | None = None,
     ttl_seconds: int | None = None,
     lease_seconds: int | None = None,
-) -> Reservation:
-    """Take ``key`` for one business action, or answer from the record that already has it.
-
-    A new key starts executing at once (lease and fencing token 1), or is only reserved when
-    the action needs an approval first. An existing key is answered by the state table of
-    DESIGN section 3; it is never executed a second time unless the replay decision allows it.
-    """
-    now = timezone.now()
+    now: datetime,
+) -> tuple[IdempotencyRecord, AuditEvent]:
+    """The unsaved record for a key taken for the first time, and its audit event: executing
+    at once (lease and fencing token 1), or only reserved when an approval comes first."""
     record = IdempotencyRecord(
         tenant=tenant,
         key=key,
@@ -341,6 +396,48 @@ def reserve_key(
         target=("idempotencyrecord", ""),  # the id is the inserted one (see _insert_if_absent)
         source=source,
         after=_snapshot(record),
+    )
+    return record, event
+
+
+def reserve_key(
+    *,
+    tenant: Tenant,
+    tool: Tool,
+    key: str,
+    fingerprint: str,
+    replay_policy: ReplayPolicy,
+    lease_owner: str,
+    actor: str,
+    source: str = AuditEvent.Source.API,
+    requires_approval: bool = False,
+    run: Run | None = None,
+    combination: VersionCombination | None = None,
+    ttl_seconds: int | None = None,
+    lease_seconds: int | None = None,
+) -> Reservation:
+    """Take ``key`` for one business action, or answer from the record that already has it.
+
+    A new key starts executing at once (lease and fencing token 1), or is only reserved when
+    the action needs an approval first. An existing key is answered by the state table of
+    DESIGN section 3; it is never executed a second time unless the replay decision allows it.
+    """
+    now = timezone.now()
+    record, event = _new_record(
+        tenant=tenant,
+        tool=tool,
+        key=key,
+        fingerprint=fingerprint,
+        replay_policy=replay_policy,
+        lease_owner=lease_owner,
+        actor=actor,
+        source=source,
+        now=now,
+        requires_approval=requires_approval,
+        run=run,
+        combination=combination,
+        ttl_seconds=ttl_seconds,
+        lease_seconds=lease_seconds,
     )
     # No savepoint of its own: inside a caller's transaction (the API's) an error here rolls
     # the whole call back anyway, and alone it is a transaction of its own.

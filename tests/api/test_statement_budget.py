@@ -1,6 +1,6 @@
-"""The hot path's SQL budget, through the real API: at most 4 statements for ``calls`` and 3
-for ``complete``, token lookup included (docs/performance.md). A behaviour bound, not a timing:
-every extra statement is a round trip on every tool call."""
+"""The hot path's SQL budget, through the real API: at most 3 statements for ``calls`` (and
+no transaction) and 3 for ``complete``, token lookup included (docs/performance.md). A
+behaviour bound, not a timing: every extra statement is a round trip on every tool call."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 
 from tests.api.conftest import ApiClient
 
-CALLS_BUDGET = 4
+CALLS_BUDGET = 3
 COMPLETE_BUDGET = 3
 
 # No test transaction around the requests: the API's own transactions are real, as in
@@ -38,6 +38,19 @@ def test_calls_stays_within_its_statement_budget(started: ApiClient) -> None:
     assert response.status_code == 200
     assert response.json()["decision"] == "execute"
     assert len(_statements(captured)) <= CALLS_BUDGET, _statements(captured)
+    # One statement writes the record, its audit event and the entry: atomic by itself.
+    sent = [q["sql"] for q in captured.captured_queries]
+    assert "BEGIN" not in sent and "COMMIT" not in sent, sent
+
+
+def test_a_duplicate_still_goes_the_transactional_way(started: ApiClient) -> None:
+    first = started.call("create_order", {"sku": "a"}, business_object_id="o-dup")
+    with CaptureQueriesContext(connection) as captured:
+        again = started.call("create_order", {"sku": "a"}, business_object_id="o-dup")
+    assert first.json()["decision"] == "execute"
+    assert again.status_code == 409 and again.json()["decision"] == "wait"
+    sent = [q["sql"] for q in captured.captured_queries]
+    assert "BEGIN" in sent and "COMMIT" in sent, sent
 
 
 def test_complete_stays_within_its_statement_budget(started: ApiClient) -> None:
