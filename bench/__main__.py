@@ -300,6 +300,8 @@ def run(
     concurrency = 8
     runs: dict[str, Any] = {"downstream_latency_ms": 50, "threads_per_worker": concurrency}
     for count, label in ((1, "one_worker"), (2, "two_workers")):
+        # Every worker is up before the first task is sent (they start one after the other),
+        # so the rate is that of all of them together.
         workers_now = [
             processes.start_worker(f"bench{count}-{i}", logdir, env, concurrency)
             for i in range(count)
@@ -307,8 +309,9 @@ def run(
         services.extend(workers_now)
         sampler.watch["worker"].extend(workers_now)
         ids = reconcile.make_unknown(fixture.tenant, rtool, sizes.reconcile_records, label)
-        took, resolved = reconcile.drain(ids, timeout=300)
-        runs[label] = reconcile.summary(count, took, resolved, len(ids))
+        enqueue_s = reconcile.enqueue(ids)
+        settled = reconcile.settle(ids, timeout=300)
+        runs[label] = reconcile.summary(count, settled, len(ids), enqueue_s)
         log(f"{label}: {runs[label]['per_minute']}/min")
         for worker in workers_now:
             worker.stop()
