@@ -94,16 +94,19 @@ def start_sandbox(logdir: Path) -> tuple[Service, str]:
 
 
 def start_worker(name: str, logdir: Path, env: dict[str, str], concurrency: int) -> Service:
-    """A reconciliation worker: one process, a thread pool (look-ups wait on the network)."""
+    """A reconciliation worker: one process, a thread pool (look-ups wait on the network), at
+    Celery's default log level as in production (the README's command): no log line per task.
+    Ready when it answers a remote-control ping."""
+    from console.celery import app
+
     args = [str(BIN / "celery"), "-A", "console", "worker", "-Q", "reconcile", "-P", "threads"]
     args += ["-c", str(concurrency), "-n", f"{name}@%h", "--without-gossip", "--without-mingle"]
-    args += ["-l", "INFO"]
     service = Service(name, args, logdir, env)
+    node = f"{name}@{socket.gethostname()}"
     deadline = time.monotonic() + 60
-    while b" ready." not in service.log.read_bytes():
+    while not app.control.ping(destination=[node], timeout=0.5):
         if service.process.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"worker {name} did not start: {service.log.read_text()[-2000:]}")
-        time.sleep(0.2)
     return service
 
 
