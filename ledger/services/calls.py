@@ -297,16 +297,18 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
     """
     run, registered = _run_and_tool(caller.tenant, request.run_id, request.tool)
     input_hash = _fingerprint(request.input)
-    if registered is not None and request.write_plan is None and not _is_halted(run):
-        fast = _first_call_of_key(caller, run, registered, request, input_hash)
-        if fast is not None:
-            return fast
+    classified = None
+    if registered is not None:  # classified once, for the one-statement way and the general one
+        classified = _classify(caller, run, registered, request)
+        if request.write_plan is None and not _is_halted(run):
+            fast = _first_call_of_key(caller, run, registered, request, input_hash, *classified)
+            if fast is not None:
+                return fast
     # One transaction: a first use of a catalogue tool registers it, and an error anywhere
     # below (a bad key, say) must leave nothing behind.
     with transaction.atomic():
         tool = _tool(caller.tenant, request.tool, caller.identity, registered)
-        classification = classify_call(tool, request.input)
-        key = _key(caller.tenant, run, tool, request)
+        classification, key = classified or _classify(caller, run, tool, request)
         new_entry = partial(
             _new_entry,
             caller=caller,
@@ -356,15 +358,26 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
     return result
 
 
+def _classify(
+    caller: Caller, run: Run, tool: Tool, request: CallInput
+) -> tuple[Classification, str]:
+    """The call's classification and its idempotency key (raises on a bad input or key)."""
+    return classify_call(tool, request.input), _key(caller.tenant, run, tool, request)
+
+
 def _first_call_of_key(
-    caller: Caller, run: Run, tool: Tool, request: CallInput, input_hash: str
+    caller: Caller,
+    run: Run,
+    tool: Tool,
+    request: CallInput,
+    input_hash: str,
+    classification: Classification,
+    key: str,
 ) -> CallResult | None:
     """The common case, a key used for the first time by a registered tool in a running run:
     the record, its audit event and the entry in one statement, without a transaction
     (``records.reserve_new_key``). None when the key exists (or the database cannot): the
     caller then takes the general way, which answers from the existing record."""
-    classification = classify_call(tool, request.input)
-    key = _key(caller.tenant, run, tool, request)
     entry = _entry(
         caller=caller,
         run=run,

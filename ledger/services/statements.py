@@ -150,7 +150,7 @@ def _has_plain_shape(where: dict[str, Any], changes: dict[str, Any]) -> bool:
                 return False
             if any(v is None or not _is_plain(v) for v in value):
                 return False
-        elif "__" in key.removeprefix("pk") or value is None or not _is_plain(value):
+        elif "__" in key or value is None or not _is_plain(value):
             return False
     return True
 
