@@ -33,12 +33,12 @@ from ledger.errors import InvalidInput, InvalidTransition
 from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tool, WritePlan
 from ledger.redaction import redact, redact_text
 from ledger.services import approvals
-from ledger.services.audit import audit
+from ledger.services.audit import audit, audit_event
 from ledger.services.records import Outcome, lock_record, resolve_locked
 from ledger.services.statements import (
     execute_update,
     fetch_joined,
-    insert_returning_id,
+    insert_all,
     quote,
     select_columns,
 )
@@ -254,8 +254,7 @@ def _apply(
             evidence=finding.evidence,
             worker=worker,
         )
-        insert_returning_id(attempt)
-        audit(
+        event = audit_event(
             tenant=locked.tenant_id,
             actor=actor,
             action="reconcile.attempt",
@@ -264,12 +263,14 @@ def _apply(
             after={"attempt": attempt_no, "outcome": finding.outcome},
             detail=finding.detail,
         )
+        insert_all(attempt, event)
         changes: dict[str, Any] = {
             "reconcile_attempts": attempt_no,
             "reconcile_claimed_until": None,
         }
         result = _settle(locked, finding, adapter, plan, actor, now, attempt_no, changes)
-        execute_update(IdempotencyRecord, {"pk": locked.pk}, changes)
+        if result not in _RESOLVED:  # a resolution wrote ``changes`` with the record's state
+            execute_update(IdempotencyRecord, {"pk": locked.pk}, changes)
     logger.info(
         "reconcile", extra={"record": record.pk, "outcome": finding.outcome, "result": result}
     )
@@ -286,7 +287,8 @@ def _settle(
     attempt_no: int,
     changes: dict[str, Any],
 ) -> str:
-    """Apply a finding to a locked unknown record; fills ``changes`` for what stays unknown."""
+    """Apply a finding to a locked unknown record: resolve it, writing ``changes`` with it, or
+    fill ``changes`` in for a record that stays unknown."""
     outcome = finding.outcome
     if outcome in (Attempt.FOUND, Attempt.ALREADY_APPLIED):
         resolve_locked(
@@ -296,6 +298,7 @@ def _settle(
             source=AuditEvent.Source.WORKER,
             detail=finding.detail,
             result={"evidence": finding.evidence, "reconciled": outcome},
+            record_changes=changes,
         )
         return "succeeded"
     if outcome == Attempt.NOT_FOUND_IN_GRACE and adapter is not None:
@@ -316,6 +319,7 @@ def _settle(
                 "message": "The downstream has no action with this key; "
                 "it is safe to retry with the same key.",
             },
+            record_changes=changes,
         )
         return "failed_final"
     if outcome == Attempt.APPLY_AGAIN and plan is not None:
@@ -355,6 +359,10 @@ def _settle(
         )
     changes["next_reconcile_at"] = now + backoff(attempt_no)
     return "retry-later"
+
+
+# What ``_settle`` answers when it resolved the record (and wrote ``changes`` with it).
+_RESOLVED = frozenset({"succeeded", "failed_final"})
 
 
 def _escalate(

@@ -10,7 +10,13 @@ from django.utils import timezone
 from ledger.domain import RecordState
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, Run, Tool
 from ledger.services.audit import audit
-from ledger.services.statements import execute_update, fetch_joined, select_columns, update_parts
+from ledger.services.statements import (
+    execute_update,
+    fetch_joined,
+    insert_all,
+    select_columns,
+    update_parts,
+)
 from tests.factories import make_tenant, make_tool, refresh, reserve
 
 pytestmark = pytest.mark.django_db
@@ -128,6 +134,43 @@ def test_a_joined_row_comes_back_as_instances_with_converted_values(record) -> N
         assert getattr(tool, field.attname) == getattr(expected_tool, field.attname), field.name
     assert tool.descriptor == {"inputSchema": {"type": "object"}}
     assert fetch_joined(sql, [-1], (IdempotencyRecord, Tool, Run)) is None
+
+
+def test_rows_inserted_together_are_each_stored_as_the_orm_stores_them(record) -> None:
+    from ledger.services.audit import audit_event
+    from reconcile.models import ReconcileAttempt
+
+    attempt = ReconcileAttempt(
+        tenant_id=record.tenant_id,
+        record=record,
+        attempt=1,
+        kind=ReconcileAttempt.Kind.DOWNSTREAM,
+        outcome=ReconcileAttempt.Outcome.FOUND,
+        detail="found",
+        evidence={"status": 200, "body": ["a", {"b": None}]},
+        worker="w1",
+    )
+    event = audit_event(
+        tenant=record.tenant_id,
+        actor="worker:w1",
+        action="reconcile.attempt",
+        target=record,
+        source=AuditEvent.Source.WORKER,
+        after={"attempt": 1},
+    )
+    insert_all(attempt, event)
+    assert attempt.pk is not None and event.pk is not None
+    assert not attempt._state.adding and not event._state.adding
+    stored = ReconcileAttempt.objects.get(pk=attempt.pk)
+    assert stored.evidence == {"status": 200, "body": ["a", {"b": None}]}
+    assert (stored.record_id, stored.attempt, stored.worker) == (record.pk, 1, "w1")
+    assert stored.created_at == attempt.created_at
+    loaded = AuditEvent.objects.get(pk=event.pk)
+    assert (loaded.action, loaded.target_id, loaded.after) == (
+        "reconcile.attempt",
+        str(record.pk),
+        {"attempt": 1},
+    )
 
 
 def test_a_query_that_selects_other_columns_than_its_models_is_refused(record) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
+from django.db.models import F, Model
 from django.utils import timezone
 
 from ledger.decisions import answer_existing_record
@@ -49,7 +49,6 @@ from ledger.redaction import RESULT_MAX_TEXT, redact_for_storage
 from ledger.services.audit import audit, audit_event
 from ledger.services.entries import entry_change, transition_entry
 from ledger.services.statements import (
-    execute_update,
     fetch_joined,
     insert_parts,
     quote,
@@ -58,6 +57,9 @@ from ledger.services.statements import (
     update_parts,
 )
 from ledger.signals import records_became_unknown
+
+# Another table's rows to update with a record's transition: (model, filter, changes).
+Also = tuple[type[Model], dict[str, Any], dict[str, Any]]
 
 logger = logging.getLogger(__name__)
 
@@ -109,13 +111,15 @@ def _transition(
     now: datetime,
     detail: str = "",
     entry: tuple[LedgerEntry, dict[str, Any]] | None = None,
+    also: Sequence[Also] = (),
     **changes: Any,
 ) -> None:
     """Move a row-locked record to ``to`` and audit it. The caller holds the transaction.
 
-    The record UPDATE, the voiding of open approvals of a settled action, the audit event and
+    The record UPDATE, the voiding of open approvals of a settled action, the audit event,
     (with ``entry``: the entry and its ``entry_change``) the status of the reporting ledger
-    entry are one SQL statement: each part runs only if the record really changed.
+    entry and the updates in ``also`` (model, filter, changes; any number of rows) are one SQL
+    statement: each part runs only if the record really changed.
     """
     current = RecordState(record.state)
     if to not in IdempotencyRecord.TRANSITIONS[current]:
@@ -153,9 +157,9 @@ def _transition(
         after=after,
     )
     if connection.vendor == "postgresql":
-        _transition_in_one_statement(record, current, to, changes, event, detail, entry)
+        _transition_in_one_statement(record, current, to, changes, event, detail, entry, also)
     else:
-        _transition_step_by_step(record, current, to, changes, event, detail, entry)
+        _transition_step_by_step(record, current, to, changes, event, detail, entry, also)
     for field, value in changes.items():
         setattr(record, field, value)
     if entry is not None:
@@ -173,6 +177,7 @@ def _transition_in_one_statement(
     event: AuditEvent,
     detail: str,
     entry: tuple[LedgerEntry, dict[str, Any]] | None,
+    also: Sequence[Also],
 ) -> None:
     """PostgreSQL: the parts of ``_transition`` as data-modifying CTEs of one statement."""
     sql, params = update_parts(
@@ -209,6 +214,10 @@ def _transition_in_one_statement(
         ctes.append(f"entry_changed AS ({sql} AND EXISTS (SELECT 1 FROM changed) RETURNING 1)")  # noqa: S608
         params += entry_params
         entry_counted = "(SELECT count(*) FROM entry_changed)"
+    for n, (model, where, model_changes) in enumerate(also):
+        sql, also_params = update_parts(model, where, model_changes)
+        ctes.append(f"also{n} AS ({sql} AND EXISTS (SELECT 1 FROM changed))")  # noqa: S608
+        params += also_params
     row, _count = run_precompiled(
         f"WITH {', '.join(ctes)} SELECT (SELECT count(*) FROM changed), {entry_counted}",  # noqa: S608
         params,
@@ -228,6 +237,7 @@ def _transition_step_by_step(
     event: AuditEvent,
     detail: str,
     entry: tuple[LedgerEntry, dict[str, Any]] | None,
+    also: Sequence[Also],
 ) -> None:
     """Other databases (the SQLite demo): the same writes, one statement each, in the
     caller's transaction."""
@@ -250,6 +260,8 @@ def _transition_step_by_step(
             raise InvalidTransition(
                 f"ledger entry {ledger_entry.call_id} changed status concurrently"
             )
+    for model, where, model_changes in also:
+        model._default_manager.filter(**where).update(**model_changes)
 
 
 def _lease_until(now: datetime, lease_seconds: int | None) -> datetime:
@@ -810,9 +822,11 @@ def resolve_locked(
     result: Any = None,
     error: dict[str, Any] | None = None,
     detail: str,
+    record_changes: dict[str, Any] | None = None,
 ) -> None:
     """``resolve_unknown`` for a caller that already holds ``locked`` (read ``SELECT ... FOR
-    UPDATE`` in its open transaction), such as a reconciliation worker."""
+    UPDATE`` in its open transaction), such as a reconciliation worker; ``record_changes``
+    (other columns of the record, such as its look-up count) are written with it."""
     if outcome is Outcome.UNCERTAIN:
         raise InvalidTransition("resolving needs a known outcome")
     if locked.state != RecordState.UNKNOWN:
@@ -833,11 +847,14 @@ def resolve_locked(
         error=redact_for_storage(error, DataClassification.INTERNAL) if error else None,
         # Known not to have happened: the same key may be used again safely.
         error_retryable=target is RecordState.FAILED_FINAL,
-    )
-    execute_update(
-        LedgerEntry,
-        {"record_id": locked.pk, "status": EntryStatus.UNCERTAIN},
-        {"status": _ENTRY_STATUS[outcome], "finished_at": now},
+        also=[
+            (
+                LedgerEntry,
+                {"record_id": locked.pk, "status": EntryStatus.UNCERTAIN},
+                {"status": _ENTRY_STATUS[outcome], "finished_at": now},
+            )
+        ],
+        **(record_changes or {}),
     )
 
 

@@ -134,6 +134,33 @@ def insert_returning_id(instance: models.Model) -> None:
     instance._state.db = connection.alias
 
 
+def insert_all(*instances: models.Model) -> None:
+    """INSERT each of ``instances`` (unrelated rows, such as a change's attempt and its audit
+    event) in one statement and set their primary keys: one round trip instead of one each.
+    One statement is atomic by itself; other databases insert them one by one."""
+    if not connection.features.can_return_columns_from_insert:
+        for instance in instances:
+            insert_returning_id(instance)
+        return
+    ctes: list[str] = []
+    params: list[Any] = []
+    for n, instance in enumerate(instances):
+        meta = instance._meta
+        columns, values, instance_params = insert_parts(instance)
+        ctes.append(
+            f"i{n} AS (INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({values}) "  # noqa: S608
+            f"RETURNING {quote(str(meta.pk.column))})"
+        )
+        params += instance_params
+    returned = ", ".join(f"(SELECT * FROM i{n})" for n in range(len(instances)))  # noqa: S608
+    row, _count = run_precompiled(f"WITH {', '.join(ctes)} SELECT {returned}", params)
+    assert row is not None
+    for instance, pk in zip(instances, row, strict=True):
+        instance.pk = pk
+        instance._state.adding = False
+        instance._state.db = connection.alias
+
+
 def _is_plain(value: Any) -> bool:
     return not hasattr(value, "resolve_expression")
 

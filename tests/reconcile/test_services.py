@@ -9,10 +9,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from ledger.domain import RecordState
-from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, WritePlan
+from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry, WritePlan
 from ledger.services.records import Outcome, complete_execution
 from reconcile.filehash import PathRefused, confined_path, file_sha256
 from reconcile.models import DownstreamAdapter, ReconcileAttempt, WorkspaceRoot
@@ -73,6 +75,36 @@ def test_found_downstream_settles_succeeded_with_evidence(
     assert "a@b.co" not in str(evidence)  # redacted
     assert _attempts(record) == ["found"]
     assert AuditEvent.objects.filter(action="reconcile.attempt", target_id=str(record.pk)).exists()
+    # The look-up's own bookkeeping is written with the resolution.
+    assert settled.reconcile_attempts == 1 and settled.reconcile_claimed_until is None
+
+
+def test_a_look_up_that_settles_costs_four_statements(
+    tenant, create_order, sandbox: SandboxServer
+) -> None:
+    """Claim (with every read), lock, the attempt with its audit event, and the transition
+    (record, entries, approvals, audit): a look-up runs for every unknown record, so an
+    extra round trip here costs every worker (docs/performance.md)."""
+    record = _unknown(tenant, create_order)
+    entry = make_entry(tenant, create_order, status="uncertain")
+    LedgerEntry.objects.filter(pk=entry.pk).update(record=record)
+    httpx.post(
+        f"{sandbox.url}/orders/objects",
+        json={"reference": "c"},
+        headers={"Idempotency-Key": record.key},
+    )
+    _adapter(tenant, create_order, sandbox)
+    with CaptureQueriesContext(connection) as captured:
+        assert reconcile_record(record.pk) == "succeeded"
+    control = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE SAVEPOINT")
+    sent = [q["sql"] for q in captured.captured_queries if not q["sql"].startswith(control)]
+    assert len(sent) == 4, sent
+    settled = refresh(record)
+    assert settled.state == RecordState.SUCCEEDED and settled.reconcile_attempts == 1
+    assert LedgerEntry.objects.get(pk=entry.pk).status == "succeeded"
+    assert (
+        AuditEvent.objects.filter(action="reconcile.attempt", target_id=str(record.pk)).count() == 1
+    )
 
 
 def test_not_found_after_grace_is_failed_final_and_safe_to_retry(
