@@ -60,7 +60,12 @@ def run_precompiled(sql: str, params: Sequence[Any]) -> tuple[tuple[Any, ...] | 
 
 
 def _first_row(cursor: CursorWrapper) -> tuple[Any, ...] | None:
-    return cursor.fetchone() if cursor.description else None
+    # psycopg's ``description`` builds a Column object per result column (a joined row has
+    # dozens) just to say whether there are any; its result's column count says the same.
+    result = getattr(cursor.cursor, "pgresult", None)
+    if result is None:  # SQLite
+        return cursor.fetchone() if cursor.description else None
+    return cursor.cursor.fetchone() if result.nfields else None
 
 
 # Field classes whose value of this exact type is stored as it is (``get_db_prep_save`` hands
