@@ -292,18 +292,21 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
     and one statement that inserts the record (``ON CONFLICT DO NOTHING``), its audit event
     and the entry (``_first_call_of_key``). Otherwise (the key exists, a first use of a
     catalogue tool, a write plan, a halted run) the general way, in one transaction: the
-    reservation, then the entry; a duplicate adds a SELECT ... FOR UPDATE and an UPDATE of the
-    counters. ``tests/api/test_statement_budget.py`` holds it to that.
+    reservation, then the entry; a duplicate (its key found taken by the one-statement way)
+    locks the record, counts the duplicate and writes its entry.
+    ``tests/api/test_statement_budget.py`` holds it to that.
     """
     run, registered = _run_and_tool(caller.tenant, request.run_id, request.tool)
     input_hash = _fingerprint(request.input)
     classified = None
+    taken = False  # the one-statement way found the key taken
     if registered is not None:  # classified once, for the one-statement way and the general one
         classified = _classify(caller, run, registered, request)
         if request.write_plan is None and not _is_halted(run):
             fast = _first_call_of_key(caller, run, registered, request, input_hash, *classified)
             if fast is not None:
                 return fast
+            taken = records.reserves_in_one_statement()
     # One transaction: a first use of a catalogue tool registers it, and an error anywhere
     # below (a bad key, say) must leave nothing behind.
     with transaction.atomic():
@@ -339,6 +342,7 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
             actor=caller.identity,
             run=run,
             combination=run.combination,
+            taken=taken,
         )
         record = reservation.record
         entry = new_entry(

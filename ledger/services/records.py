@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Model
+from django.db.models import Model
 from django.utils import timezone
 
 from ledger.decisions import answer_existing_record
@@ -268,6 +268,12 @@ def _lease_until(now: datetime, lease_seconds: int | None) -> datetime:
     return now + timedelta(seconds=lease_seconds or settings.LEDGER_LEASE_SECONDS)
 
 
+def reserves_in_one_statement() -> bool:
+    """Whether ``reserve_new_key`` can write a first call in one statement here (PostgreSQL's
+    data-modifying CTEs; not the SQLite demo)."""
+    return connection.vendor == "postgresql"
+
+
 def reserve_new_key(
     *,
     tenant: Tenant,
@@ -284,9 +290,10 @@ def reserve_new_key(
     at once, with its audit event and ``entry`` (the ledger entry of the call, unsaved; it is
     saved pointing at the record). One statement is atomic by itself, so no transaction is
     opened (no ``BEGIN``/``COMMIT`` round trips). None, writing nothing, when the key is
-    already taken, or on a database without data-modifying CTEs: the caller then goes the
-    general way (``reserve_key`` in a transaction), which answers from the existing record."""
-    if connection.vendor != "postgresql":
+    already taken, or on a database without data-modifying CTEs (``reserves_in_one_statement``):
+    the caller then goes the general way (``reserve_key`` in a transaction, told the key is
+    ``taken`` in the first case), which answers from the existing record."""
+    if not reserves_in_one_statement():
         return None
     record, event = _new_record(
         tenant=tenant,
@@ -427,46 +434,54 @@ def reserve_key(
     combination: VersionCombination | None = None,
     ttl_seconds: int | None = None,
     lease_seconds: int | None = None,
+    taken: bool = False,
 ) -> Reservation:
     """Take ``key`` for one business action, or answer from the record that already has it.
 
     A new key starts executing at once (lease and fencing token 1), or is only reserved when
     the action needs an approval first. An existing key is answered by the state table of
     DESIGN section 3; it is never executed a second time unless the replay decision allows it.
+    ``taken``: the caller has just seen the key taken (``reserve_new_key`` wrote nothing), so
+    the existing record is locked first, and a new one is inserted only if it has gone since
+    (expired and cleaned up in between).
     """
     now = timezone.now()
-    record, event = _new_record(
-        tenant=tenant,
-        tool=tool,
-        key=key,
-        fingerprint=fingerprint,
-        replay_policy=replay_policy,
-        lease_owner=lease_owner,
-        actor=actor,
-        source=source,
-        now=now,
-        requires_approval=requires_approval,
-        run=run,
-        combination=combination,
-        ttl_seconds=ttl_seconds,
-        lease_seconds=lease_seconds,
-    )
     # No savepoint of its own: inside a caller's transaction (the API's) an error here rolls
     # the whole call back anyway, and alone it is a transaction of its own.
     with transaction.atomic(savepoint=False):
-        if _insert_if_absent(record, event):
-            if requires_approval:
-                return Reservation(
-                    record,
-                    True,
-                    Decision.APPROVAL_REQUIRED,
-                    ObservationCode.APPROVAL_REQUIRED,
-                    "await_approval",
-                )
-            return Reservation(record, True, Decision.EXECUTE, None, "execute")
+        existing = _lock_by_key(tenant.pk, key) if taken else None
+        if existing is None:
+            record, event = _new_record(
+                tenant=tenant,
+                tool=tool,
+                key=key,
+                fingerprint=fingerprint,
+                replay_policy=replay_policy,
+                lease_owner=lease_owner,
+                actor=actor,
+                source=source,
+                now=now,
+                requires_approval=requires_approval,
+                run=run,
+                combination=combination,
+                ttl_seconds=ttl_seconds,
+                lease_seconds=lease_seconds,
+            )
+            if _insert_if_absent(record, event):
+                if requires_approval:
+                    return Reservation(
+                        record,
+                        True,
+                        Decision.APPROVAL_REQUIRED,
+                        ObservationCode.APPROVAL_REQUIRED,
+                        "await_approval",
+                    )
+                return Reservation(record, True, Decision.EXECUTE, None, "execute")
+            existing = _lock_by_key(tenant.pk, key)
+            if existing is None:
+                raise IdempotencyRecord.DoesNotExist(f"key {key!r} was taken, then not found")
         return _answer_existing(
-            tenant=tenant,
-            key=key,
+            existing,
             fingerprint=fingerprint,
             replay_policy=replay_policy,
             lease_owner=lease_owner,
@@ -477,10 +492,30 @@ def reserve_key(
         )
 
 
+def _lock_by_key(tenant_id: int, key: str) -> IdempotencyRecord | None:
+    """The record of ``key``, locked ``SELECT ... FOR UPDATE`` (a precompiled statement: it
+    runs for every duplicate call, the whole of a retry storm)."""
+    sql = _lock_by_key_sql(connection.features.has_select_for_update)
+    found = fetch_joined(sql, [tenant_id, key], (IdempotencyRecord,))
+    if found is None:
+        return None
+    record = found[0]
+    assert isinstance(record, IdempotencyRecord)
+    return record
+
+
+@cache
+def _lock_by_key_sql(for_update: bool) -> str:
+    return (
+        f"SELECT {select_columns(IdempotencyRecord, 'r')} "  # noqa: S608 - from metadata
+        f"FROM {quote(IdempotencyRecord._meta.db_table)} r WHERE r.tenant_id = %s AND r.key = %s"
+        + (" FOR UPDATE" if for_update else "")
+    )
+
+
 def _answer_existing(
+    existing: IdempotencyRecord,
     *,
-    tenant: Tenant,
-    key: str,
     fingerprint: str,
     replay_policy: ReplayPolicy,
     lease_owner: str,
@@ -489,7 +524,7 @@ def _answer_existing(
     source: str,
     now: datetime,
 ) -> Reservation:
-    existing = IdempotencyRecord.objects.select_for_update().get(tenant=tenant, key=key)
+    """The answer from a key's locked record (DESIGN section 3)."""
     lease = existing.lease_expires_at
     if existing.state == RecordState.EXECUTING and lease is not None and lease <= now:
         # The holder went silent: its outcome is unknown now, not failed (DESIGN section 3).
@@ -522,7 +557,7 @@ def _answer_existing(
         return Reservation(existing, False, Decision.EXECUTE, None, "execute")
     if answer.decision is Decision.CONFLICT:
         audit(
-            tenant=tenant,
+            tenant=existing.tenant_id,
             actor=actor,
             action="record.key_conflict",
             target=existing,
@@ -531,11 +566,16 @@ def _answer_existing(
             detail="Same idempotency key with a different request fingerprint.",
         )
     else:
-        IdempotencyRecord.objects.filter(pk=existing.pk).update(
-            duplicate_hits=F("duplicate_hits") + 1
-        )
+        run_precompiled(_count_duplicate_sql(), [existing.pk])
         existing.duplicate_hits += 1
     return Reservation(existing, False, answer.decision, answer.code, answer.next_action)
+
+
+@cache
+def _count_duplicate_sql() -> str:
+    table = quote(IdempotencyRecord._meta.db_table)
+    column = quote("duplicate_hits")
+    return f"UPDATE {table} SET {column} = {column} + 1 WHERE {quote('id')} = %s"  # noqa: S608
 
 
 def _begin_execution(

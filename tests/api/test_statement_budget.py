@@ -12,6 +12,7 @@ from tests.api.conftest import ApiClient
 
 CALLS_BUDGET = 3
 COMPLETE_BUDGET = 3
+DUPLICATE_BUDGET = 6
 
 # No test transaction around the requests: the API's own transactions are real, as in
 # production, so a nested block's SAVEPOINT would be counted too.
@@ -51,6 +52,11 @@ def test_a_duplicate_still_goes_the_transactional_way(started: ApiClient) -> Non
     assert again.status_code == 409 and again.json()["decision"] == "wait"
     sent = [q["sql"] for q in captured.captured_queries]
     assert "BEGIN" in sent and "COMMIT" in sent, sent
+    # Token, run and tool, the one-statement way (which finds the key taken), then the record
+    # locked, the duplicate counted and the entry written: the record is not inserted again.
+    assert len(_statements(captured)) == DUPLICATE_BUDGET, _statements(captured)
+    inserts = [s for s in sent if 'INSERT INTO "ledger_idempotencyrecord"' in s]
+    assert len(inserts) == 1, inserts
 
 
 def test_complete_stays_within_its_statement_budget(started: ApiClient) -> None:

@@ -116,6 +116,29 @@ def test_duplicate_of_succeeded_returns_the_original_result(tenant, create_order
     assert refresh(again.record).duplicate_hits == 1 and refresh(again.record).executions == 1
 
 
+@pytest.mark.parametrize("taken", [False, True])
+def test_a_duplicate_is_answered_the_same_whether_or_not_the_key_was_seen_taken(
+    tenant, create_order, taken: bool
+) -> None:
+    """``taken`` (the one-statement way found the key taken) only changes the order of the
+    look-ups: the duplicate is counted once and waits for the executing call."""
+    first = reserve(tenant, create_order)
+    again = reserve(tenant, create_order, owner="worker-2", taken=taken)
+    assert again.decision is Decision.WAIT and not again.created
+    assert again.record.pk == first.record.pk
+    stored = refresh(first.record)
+    assert (stored.duplicate_hits, stored.executions, stored.fencing_token) == (1, 1, 1)
+
+
+def test_a_key_seen_taken_but_gone_since_is_taken_anew(tenant, create_order) -> None:
+    """Between the one-statement way finding the key taken and the general way locking it,
+    the record may have expired and been cleaned up: the key is then simply new."""
+    reservation = reserve(tenant, create_order, taken=True)
+    assert reservation.created and reservation.decision is Decision.EXECUTE
+    assert IdempotencyRecord.objects.filter(tenant=tenant, key=reservation.record.key).count() == 1
+    assert refresh(reservation.record).state == RecordState.EXECUTING
+
+
 def test_duplicate_of_failed_final_returns_the_original_error(tenant, create_order) -> None:
     first = reserve(tenant, create_order)
     complete_execution(
