@@ -142,8 +142,9 @@ def insert_returning_id(instance: models.Model) -> None:
 def insert_all(*instances: models.Model) -> None:
     """INSERT each of ``instances`` (unrelated rows, such as a change's attempt and its audit
     event) in one statement and set their primary keys: one round trip instead of one each.
-    One statement is atomic by itself; other databases insert them one by one."""
-    if not connection.features.can_return_columns_from_insert:
+    One statement is atomic by itself. Data-modifying CTEs are PostgreSQL's: other databases
+    (the SQLite demo) insert them one by one."""
+    if connection.vendor != "postgresql":
         for instance in instances:
             insert_returning_id(instance)
         return
