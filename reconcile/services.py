@@ -269,7 +269,7 @@ def _apply(
             "reconcile_claimed_until": None,
         }
         result = _settle(locked, finding, adapter, plan, actor, now, attempt_no, changes)
-        if result not in _RESOLVED:  # a resolution wrote ``changes`` with the record's state
+        if locked.state == RecordState.UNKNOWN:  # not resolved: a resolution wrote ``changes``
             execute_update(IdempotencyRecord, {"pk": locked.pk}, changes)
     logger.info(
         "reconcile", extra={"record": record.pk, "outcome": finding.outcome, "result": result}
@@ -359,10 +359,6 @@ def _settle(
         )
     changes["next_reconcile_at"] = now + backoff(attempt_no)
     return "retry-later"
-
-
-# What ``_settle`` answers when it resolved the record (and wrote ``changes`` with it).
-_RESOLVED = frozenset({"succeeded", "failed_final"})
 
 
 def _escalate(

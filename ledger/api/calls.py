@@ -69,10 +69,11 @@ def call_out(
 
 
 def _respond(result: calls.CallResult) -> HttpResponse:
-    """The answer to a call, validated as ``CallOut`` and serialised by pydantic itself.
-    Returned as a response, so django-ninja does not validate the same body a second time
-    against the operation's schema (the ``response`` declared on each route, which is what the
-    OpenAPI document shows): on the hot path that was a tenth of a request's CPU."""
+    """The answer to a call, built as a validated ``CallOut`` and serialised by pydantic itself
+    (compiled), rather than dumped to Python values by django-ninja and encoded by the
+    standard library's ``json``: on the hot path that was about 5% of a request's CPU. The
+    routes still declare ``CallOut`` (the OpenAPI document); ``schemas.ApiDateTime`` keeps
+    times in the format the rest of the API writes."""
     body = call_out(
         result.entry,
         observation=result.observation,
@@ -82,7 +83,9 @@ def _respond(result: calls.CallResult) -> HttpResponse:
     )
     body.decision = result.decision
     response = HttpResponse(
-        body.model_dump_json(), status=result.http_status, content_type="application/json"
+        body.model_dump_json(),
+        status=result.http_status,
+        content_type="application/json; charset=utf-8",
     )
     if result.http_status == 409:
         # A ``wait`` tells the runtime when to ask again.

@@ -5,8 +5,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from django.core.serializers.json import DjangoJSONEncoder
 from ninja import Schema
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    StrictBool,
+    WithJsonSchema,
+)
 
 from ledger.domain import DataClassification, Decision, Idempotency, InputSource, KeyScope
 from ledger.services.registry import SERVER_NAME, TOOL_NAME
@@ -31,6 +40,22 @@ def _json_number(value: Any) -> Any:
 PositiveInt = Annotated[int, Field(ge=1, le=2**62), BeforeValidator(_json_integer)]
 JsonInt = Annotated[int, BeforeValidator(_json_integer)]
 JsonNumber = Annotated[float, BeforeValidator(_json_number)]
+
+
+def _as_api_json(value: datetime) -> str:
+    """A time as every JSON answer of the API writes it, whichever serialiser writes the answer
+    (django-ninja's encoder, or pydantic for the call answers): ISO 8601 with milliseconds,
+    ``Z`` for UTC, as Django's JSON encoder writes it."""
+    return str(DjangoJSONEncoder().default(value))
+
+
+# Output times: one format across the API (the call answers are serialised by pydantic itself,
+# which would otherwise write microseconds). Still a date-time in the OpenAPI document.
+ApiDateTime = Annotated[
+    datetime,
+    PlainSerializer(_as_api_json, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
 Identifier = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
 Sha256 = Field(pattern=r"^[0-9a-f]{64}$")
 
@@ -128,8 +153,8 @@ class RunOut(Schema):
     combination_id: int | None
     combination_label: str | None
     termination_reason: str
-    started_at: datetime
-    finished_at: datetime | None
+    started_at: ApiDateTime
+    finished_at: ApiDateTime | None
 
 
 class RunFinishIn(Strict):
@@ -159,7 +184,7 @@ class CallIn(Strict):
 
 class LeaseOut(Schema):
     fencing_token: int
-    expires_at: datetime
+    expires_at: ApiDateTime
 
 
 class RecordOut(Schema):
@@ -170,8 +195,8 @@ class RecordOut(Schema):
     duplicate_hits: int
     result: Any | None
     error: dict[str, Any] | None
-    created_at: datetime
-    updated_at: datetime
+    created_at: ApiDateTime
+    updated_at: ApiDateTime
 
 
 class CallOut(Schema):
@@ -196,7 +221,7 @@ class HeartbeatIn(Strict):
 
 
 class HeartbeatOut(Schema):
-    lease_expires_at: datetime
+    lease_expires_at: ApiDateTime
 
 
 class ErrorIn(Strict):

@@ -118,8 +118,9 @@ def _transition(
 
     The record UPDATE, the voiding of open approvals of a settled action, the audit event,
     (with ``entry``: the entry and its ``entry_change``) the status of the reporting ledger
-    entry and the updates in ``also`` (model, filter, changes; any number of rows) are one SQL
-    statement: each part runs only if the record really changed.
+    entry and the updates in ``also`` (model, non-empty filter, changes; any number of rows,
+    none of them ``entry``'s) are one SQL statement: each part runs only if the record really
+    changed.
     """
     current = RecordState(record.state)
     if to not in IdempotencyRecord.TRANSITIONS[current]:
@@ -215,6 +216,7 @@ def _transition_in_one_statement(
         params += entry_params
         entry_counted = "(SELECT count(*) FROM entry_changed)"
     for n, (model, where, model_changes) in enumerate(also):
+        assert where, "an update with a transition needs a filter"
         sql, also_params = update_parts(model, where, model_changes)
         ctes.append(f"also{n} AS ({sql} AND EXISTS (SELECT 1 FROM changed))")  # noqa: S608
         params += also_params
@@ -573,9 +575,12 @@ def _answer_existing(
 
 @cache
 def _count_duplicate_sql() -> str:
-    table = quote(IdempotencyRecord._meta.db_table)
-    column = quote("duplicate_hits")
-    return f"UPDATE {table} SET {column} = {column} + 1 WHERE {quote('id')} = %s"  # noqa: S608
+    meta = IdempotencyRecord._meta
+    column = quote(str(meta.get_field("duplicate_hits").column))
+    return (
+        f"UPDATE {quote(meta.db_table)} SET {column} = {column} + 1 "  # noqa: S608 - metadata
+        f"WHERE {quote(str(meta.pk.column))} = %s"
+    )
 
 
 def _begin_execution(

@@ -65,7 +65,7 @@ def _first_row(cursor: CursorWrapper) -> tuple[Any, ...] | None:
     result = getattr(cursor.cursor, "pgresult", None)
     if result is None:  # SQLite
         return cursor.fetchone() if cursor.description else None
-    return cursor.cursor.fetchone() if result.nfields else None
+    return cursor.fetchone() if result.nfields else None
 
 
 # Field classes whose value of this exact type is stored as it is (``get_db_prep_save`` hands

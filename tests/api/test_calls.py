@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 import pytest
 
@@ -265,6 +266,22 @@ def test_heartbeat_extends_the_lease(api: ApiClient) -> None:
     beat = api.post(f"/calls/{first['call_id']}/heartbeat", {"fencing_token": 1})
     assert beat.status_code == 200
     assert beat.json()["lease_expires_at"] >= first["lease"]["expires_at"]
+
+
+# How every JSON answer of the API writes a time: ISO 8601, milliseconds, Z for UTC.
+API_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z$")
+
+
+def test_call_answers_write_times_and_text_as_the_rest_of_the_api(api: ApiClient) -> None:
+    """The call answers are serialised by pydantic, the others by django-ninja's encoder:
+    the same time format and content type either way."""
+    run = api.start_run()
+    assert API_TIME.match(run["started_at"]), run
+    first = api.call("read_file", {"path": "données/é"})
+    assert first["Content-Type"] == "application/json; charset=utf-8"
+    assert API_TIME.match(first.json()["lease"]["expires_at"]), first.json()["lease"]
+    beat = api.post(f"/calls/{first.json()['call_id']}/heartbeat", {"fencing_token": 1})
+    assert API_TIME.match(beat.json()["lease_expires_at"]), beat.json()
 
 
 def test_record_lookup_by_key(api: ApiClient) -> None:

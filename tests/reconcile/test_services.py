@@ -114,10 +114,15 @@ def test_not_found_after_grace_is_failed_final_and_safe_to_retry(
 ) -> None:
     record = _unknown(tenant, create_order)
     _adapter(tenant, create_order, sandbox)
+    entry = make_entry(tenant, create_order, status="uncertain")
+    LedgerEntry.objects.filter(pk=entry.pk).update(record=record)
     assert reconcile_record(record.pk) == "failed_final"
     settled = refresh(record)
     assert settled.state == RecordState.FAILED_FINAL and settled.error_retryable
     assert settled.error["code"] == "NOT_EXECUTED"
+    # The look-up's bookkeeping and the call's entry are written with the resolution.
+    assert settled.reconcile_attempts == 1 and settled.reconcile_claimed_until is None
+    assert LedgerEntry.objects.get(pk=entry.pk).status == "failed"
 
 
 def test_not_found_within_grace_waits(tenant, create_order, sandbox: SandboxServer) -> None:
@@ -154,6 +159,8 @@ def test_bad_downstream_answers_leave_it_unknown_and_retry_later(
     waiting = refresh(record)
     assert waiting.state == RecordState.UNKNOWN and waiting.next_reconcile_at > timezone.now()
     assert _attempts(record) == [outcome]
+    # Still unknown: the look-up's bookkeeping is written on its own.
+    assert waiting.reconcile_attempts == 1 and waiting.reconcile_claimed_until is None
 
 
 def test_slow_downstream_times_out(tenant, create_order, sandbox: SandboxServer) -> None:
