@@ -495,24 +495,9 @@ def reserve_key(
 
 
 def _lock_by_key(tenant_id: int, key: str) -> IdempotencyRecord | None:
-    """The record of ``key``, locked ``SELECT ... FOR UPDATE`` (a precompiled statement: it
-    runs for every duplicate call, the whole of a retry storm)."""
-    sql = _lock_by_key_sql(connection.features.has_select_for_update)
-    found = fetch_joined(sql, [tenant_id, key], (IdempotencyRecord,))
-    if found is None:
-        return None
-    record = found[0]
-    assert isinstance(record, IdempotencyRecord)
-    return record
-
-
-@cache
-def _lock_by_key_sql(for_update: bool) -> str:
-    return (
-        f"SELECT {select_columns(IdempotencyRecord, 'r')} "  # noqa: S608 - from metadata
-        f"FROM {quote(IdempotencyRecord._meta.db_table)} r WHERE r.tenant_id = %s AND r.key = %s"
-        + (" FOR UPDATE" if for_update else "")
-    )
+    """The record of ``key``, locked (it runs for every duplicate call, the whole of a retry
+    storm)."""
+    return _locked_record("r.tenant_id = %s AND r.key = %s", [tenant_id, key])
 
 
 def _answer_existing(
@@ -837,24 +822,33 @@ def resolve_unknown(
 
 
 def lock_record(pk: int) -> IdempotencyRecord:
-    """The record, read ``SELECT ... FOR UPDATE`` in the caller's transaction (a precompiled
-    statement: reconciliation takes this lock for every look-up)."""
-    found = fetch_joined(
-        _lock_record_sql(connection.features.has_select_for_update), [pk], (IdempotencyRecord,)
-    )
-    if found is None:
+    """The record, read ``SELECT ... FOR UPDATE`` in the caller's transaction (reconciliation
+    takes this lock for every look-up)."""
+    record = _locked_record("r.id = %s", [pk])
+    if record is None:
         raise IdempotencyRecord.DoesNotExist(f"no record {pk}")
+    return record
+
+
+def _locked_record(where: str, params: list[Any]) -> IdempotencyRecord | None:
+    """The record matching ``where`` (fixed SQL over alias ``r``, values in ``params``), read
+    ``SELECT ... FOR UPDATE`` with a precompiled statement; None when there is none."""
+    sql = _locked_record_sql(where, connection.features.has_select_for_update)
+    found = fetch_joined(sql, params, (IdempotencyRecord,))
+    if found is None:
+        return None
     record = found[0]
     assert isinstance(record, IdempotencyRecord)
     return record
 
 
 @cache
-def _lock_record_sql(for_update: bool) -> str:
+def _locked_record_sql(where: str, for_update: bool) -> str:
     return (
         f"SELECT {select_columns(IdempotencyRecord, 'r')} "  # noqa: S608 - from metadata
-        f"FROM {quote(IdempotencyRecord._meta.db_table)} r WHERE r.id = %s"
+        f"FROM {quote(IdempotencyRecord._meta.db_table)} r WHERE {where}"
         + (" FOR UPDATE" if for_update else "")
+        # SQLite (the demo) has no row locks: its writes are serialized anyway.
     )
 
 
