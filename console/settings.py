@@ -287,9 +287,12 @@ LOGGING = {
             "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
         }
     },
+    "filters": {"protocol_conflicts": {"()": "ledger.log_filters.ProtocolConflictsAtInfo"}},
     "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json"}},
     "root": {"handlers": ["stderr"], "level": LOG_LEVEL},
     "loggers": {
+        # API 409s (wait, stale fencing token) are protocol answers: INFO, not WARNING.
+        "django.request": {"filters": ["protocol_conflicts"]},
         "django.db.backends": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},  # one line per request would drown everything else
         "httpcore": {"level": "WARNING"},

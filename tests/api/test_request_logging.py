@@ -1,0 +1,48 @@
+"""API 409s are protocol answers: logged at INFO, not as warnings (ledger.log_filters)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from tests.api.conftest import ApiClient
+
+
+def _request_log(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int]]:
+    return [
+        (r.levelname, getattr(r, "status_code", 0))
+        for r in caplog.records
+        if r.name == "django.request"
+    ]
+
+
+def _duplicate(api: ApiClient) -> None:
+    api.start_run()
+    first = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1")
+    assert first.json()["decision"] == "execute"
+    again = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1")
+    assert again.status_code == 409 and again.json()["decision"] == "wait"
+
+
+def test_a_wait_is_logged_at_info(api: ApiClient, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="django.request"):
+        _duplicate(api)
+    assert _request_log(caplog) == [("INFO", 409)]
+
+
+def test_a_wait_is_not_logged_at_the_default_warning_level(
+    api: ApiClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="django.request"):
+        _duplicate(api)
+    assert _request_log(caplog) == []
+
+
+def test_other_client_errors_are_still_warnings(
+    api: ApiClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="django.request"):
+        missing = api.get("/calls/00000000-0000-0000-0000-000000000000")
+    assert missing.status_code == 404
+    assert _request_log(caplog) == [("WARNING", 404)]
