@@ -103,7 +103,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # (ledger.services.statements.run_precompiled): PostgreSQL then skips parsing and
         # planning them, about 40% of its CPU per request (docs/performance.md). Turn off
         # behind a pooler in transaction mode that cannot keep prepared statements
-        # (PgBouncer before 1.21).
+        # (PgBouncer before 1.21, or 1.21+ without max_prepared_statements).
         DATABASES["default"]["OPTIONS"]["server_side_binding"] = True
     DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="") or None}
 else:

@@ -126,17 +126,10 @@ def insert_returning_id(instance: models.Model) -> None:
     if not connection.features.can_return_columns_from_insert:
         instance.save(force_insert=True)
         return
-    meta = instance._meta
-    columns, values, params = insert_parts(instance)
-    sql = (
-        f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({values}) "  # noqa: S608
-        f"RETURNING {quote(str(meta.pk.column))}"
-    )
+    sql, params = _insert_returning_pk(instance)
     row, _count = run_precompiled(sql, params)
     assert row is not None
-    instance.pk = row[0]
-    instance._state.adding = False
-    instance._state.db = connection.alias
+    _saved_as(instance, row[0])
 
 
 def insert_all(*instances: models.Model) -> None:
@@ -151,20 +144,32 @@ def insert_all(*instances: models.Model) -> None:
     ctes: list[str] = []
     params: list[Any] = []
     for n, instance in enumerate(instances):
-        meta = instance._meta
-        columns, values, instance_params = insert_parts(instance)
-        ctes.append(
-            f"i{n} AS (INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({values}) "  # noqa: S608
-            f"RETURNING {quote(str(meta.pk.column))})"
-        )
+        sql, instance_params = _insert_returning_pk(instance)
+        ctes.append(f"i{n} AS ({sql})")
         params += instance_params
     returned = ", ".join(f"(SELECT * FROM i{n})" for n in range(len(instances)))  # noqa: S608
     row, _count = run_precompiled(f"WITH {', '.join(ctes)} SELECT {returned}", params)
     assert row is not None
     for instance, pk in zip(instances, row, strict=True):
-        instance.pk = pk
-        instance._state.adding = False
-        instance._state.db = connection.alias
+        _saved_as(instance, pk)
+
+
+def _insert_returning_pk(instance: models.Model) -> tuple[str, list[Any]]:
+    """``INSERT ... RETURNING`` the primary key of ``instance``, and its parameters."""
+    meta = instance._meta
+    columns, values, params = insert_parts(instance)
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({values}) "  # noqa: S608
+        f"RETURNING {quote(str(meta.pk.column))}"
+    )
+    return sql, params
+
+
+def _saved_as(instance: models.Model, pk: Any) -> None:
+    """Mark ``instance`` saved under ``pk``, as the ORM does after an INSERT."""
+    instance.pk = pk
+    instance._state.adding = False
+    instance._state.db = connection.alias
 
 
 def _is_plain(value: Any) -> bool:
