@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -22,6 +23,7 @@ from django.test.utils import CaptureQueriesContext
 
 from bench.load import Http, LoadResult, run_load
 from ledger.models import ApiToken, LedgerEntry, Run, Tenant
+from ledger.services.statements import numbered
 
 TOOL = "create_order"
 RUN_ID = "bench-run"
@@ -175,13 +177,19 @@ def raw_sql_floor(
     dsn: str, captured: Captured, clients: int, seconds: float, tag: str
 ) -> LoadResult:
     """The same statements as one tool call, straight from psycopg, one connection a thread,
-    bound the way the service binds them: server-side and prepared on first use (as
-    ``statements.run_precompiled`` does) when ``DATABASE_PREPARED_STATEMENTS`` is on, else
-    client-side."""
+    bound the way the service binds them: when ``DATABASE_PREPARED_STATEMENTS`` is on, as
+    ``statements.run_precompiled`` sends them (numbered placeholders, a ``RawCursor``,
+    prepared on first use), else client-side."""
     local = threading.local()
     options = settings.DATABASES["default"].get("OPTIONS", {})
     server_side = options.get("server_side_binding") is True
-    cursor_factory = psycopg.Cursor if server_side else psycopg.ClientCursor
+    cursor_factory = psycopg.RawCursor if server_side else psycopg.ClientCursor
+    if server_side:
+        captured = dataclasses.replace(
+            captured,
+            calls=[(numbered(sql), params) for sql, params in captured.calls],
+            complete=[(numbered(sql), params) for sql, params in captured.complete],
+        )
 
     def work(client: int, iteration: int) -> dict[str, float]:
         if not hasattr(local, "conn"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from django.db.models import F
+from django.test import override_settings
 from django.utils import timezone
 
 from ledger.domain import RecordState
@@ -14,6 +15,7 @@ from ledger.services.statements import (
     execute_update,
     fetch_joined,
     insert_all,
+    numbered,
     select_columns,
     update_parts,
 )
@@ -220,3 +222,57 @@ def test_a_migration_that_changes_a_column_type_does_not_break_prepared_statemen
     finally:
         migration.execute(alter.format(width))
         migration.close()
+
+
+def test_placeholders_are_numbered_as_postgresql_writes_them() -> None:
+    assert numbered("SELECT %s, %s WHERE a LIKE 'x%%'") == "SELECT $1, $2 WHERE a LIKE 'x%'"
+    with pytest.raises(ValueError, match="only %s"):
+        numbered("SELECT %(name)s")
+
+
+def _statements_sent(run) -> list[str]:
+    from django.db import connection
+
+    sent: list[str] = []
+
+    def spy(execute, sql, params, many, context):
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(spy):
+        run()
+    return sent
+
+
+def test_precompiled_statements_are_sent_numbered_and_logged_with_their_values(record) -> None:
+    """psycopg parses a ``%s`` statement for its placeholders on every call when the statement
+    is over 4 KB or 50 parameters; the precompiled ones go numbered through a ``RawCursor``.
+    Where Django logs queries it fills the values into the text, so there they stay ``%s``."""
+    sql = f"SELECT {select_columns(Tool, 't')} FROM ledger_tool t WHERE t.id = %s"  # noqa: S608
+    found: list[object] = []
+    sent = _statements_sent(lambda: found.append(fetch_joined(sql, [record.tool_id], (Tool,))))
+    assert sent == [numbered(sql)] and "$1" in sent[0]
+    assert found[0] is not None and found[0][0].pk == record.tool_id  # type: ignore[index]
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as logged:
+        sent = _statements_sent(lambda: fetch_joined(sql, [record.tool_id], (Tool,)))
+    assert sent == [sql]
+    assert logged.captured_queries[0]["sql"].endswith(f"WHERE t.id = {record.tool_id}")
+
+
+def test_a_changed_time_zone_loads_timestamps_as_the_orm_does(record) -> None:
+    """Django sets a changed time zone on its own cursors; the precompiled statements then use
+    Django's cursor, so their timestamps load as the ORM's do."""
+    sql = f"SELECT {select_columns(Tool, 't')} FROM ledger_tool t WHERE t.id = %s"  # noqa: S608
+    with override_settings(USE_TZ=False):
+        found = fetch_joined(sql, [record.tool_id], (Tool,))
+        by_orm = Tool.objects.get(pk=record.tool_id)
+    assert found is not None and isinstance(found[0], Tool)
+    assert found[0].created_at.tzinfo is None
+    assert found[0].created_at == by_orm.created_at
+    found = fetch_joined(sql, [record.tool_id], (Tool,))
+    assert found is not None and isinstance(found[0], Tool)
+    assert found[0].created_at.tzinfo is not None

@@ -10,13 +10,17 @@ on every tool call (docs/performance.md).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from functools import cache
-from typing import Any
+from functools import cache, lru_cache
+from typing import Any, cast
 
+import psycopg
 from django.db import DEFAULT_DB_ALIAS, NotSupportedError, connection, connections, models
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.db.models.sql import UpdateQuery
+from psycopg.pq import Format
 
 quote = connection.ops.quote_name
 
@@ -24,6 +28,7 @@ quote = connection.ops.quote_name
 # PostgreSQL's error for a prepared statement whose result columns changed type under it (a
 # migration altered a column): the statement must be prepared again.
 _CACHED_PLAN_CHANGED = "cached plan must not change result type"
+_TIMESTAMPTZ_OID = psycopg.postgres.types["timestamptz"].oid
 
 
 def run_precompiled(sql: str, params: Sequence[Any]) -> tuple[tuple[Any, ...] | None, int]:
@@ -38,25 +43,75 @@ def run_precompiled(sql: str, params: Sequence[Any]) -> tuple[tuple[Any, ...] | 
     migration that changes a column's type invalidates them: outside a transaction the
     connection's prepared statements are dropped and the statement runs once more; inside one
     the error rolls the transaction back, and psycopg drops them with it.
+
+    They are sent with PostgreSQL's own numbered placeholders through a psycopg ``RawCursor``,
+    so psycopg does not parse the text for ``%s`` on every call: it caches that parsing only
+    for statements under 4 KB and 50 parameters, and the reservation has 67 (0.37 ms a call).
     """
-    with connection.cursor() as cursor:
-        if not connection.settings_dict["OPTIONS"].get("server_side_binding"):
+    db = connections[DEFAULT_DB_ALIAS]  # the wrapper itself: no proxy look-up per attribute
+    if not db.settings_dict["OPTIONS"].get("server_side_binding"):
+        with db.cursor() as cursor:
             cursor.execute(sql, params)
             return _first_row(cursor), cursor.rowcount
-        raw = connection.connection
+    cursor, sql = _precompiled_cursor(db, sql)
+    with cursor:
+        raw = db.connection
         previous = raw.prepare_threshold
         raw.prepare_threshold = 0  # prepare on first use
         try:
             try:
                 cursor.execute(sql, params)
             except NotSupportedError as exc:
-                if connection.in_atomic_block or _CACHED_PLAN_CHANGED not in str(exc):
+                if db.in_atomic_block or _CACHED_PLAN_CHANGED not in str(exc):
                     raise
                 cursor.execute("DEALLOCATE ALL")  # psycopg forgets its prepared statements too
                 cursor.execute(sql, params)
             return _first_row(cursor), cursor.rowcount
         finally:
             raw.prepare_threshold = previous
+
+
+_PLACEHOLDER = re.compile(r"%(.)", re.DOTALL)
+
+
+@lru_cache(maxsize=1024)
+def numbered(sql: str) -> str:
+    """``sql`` with psycopg's placeholders (``%s``, and ``%%`` for a percent sign) written as
+    PostgreSQL's own (``$1``, ``$2``, ...), as psycopg would send them, for a ``RawCursor``."""
+    count = 0
+
+    def number(match: re.Match[str]) -> str:
+        nonlocal count
+        if match.group(1) == "%":
+            return "%"
+        if match.group(1) != "s":
+            raise ValueError(f"only %s placeholders are supported: {match.group(0)!r} in {sql}")
+        count += 1
+        return f"${count}"
+
+    return _PLACEHOLDER.sub(number, sql)
+
+
+def _precompiled_cursor(db: BaseDatabaseWrapper, sql: str) -> tuple[CursorWrapper, str]:
+    """A cursor as ``connection.cursor()`` gives (health check, Django's error wrapping and
+    execute wrappers) over a psycopg ``RawCursor``, and ``sql`` numbered for it. Django's own
+    cursor and ``sql`` as it is where Django would do more with the text or the cursor: when
+    it logs queries (``DEBUG``, tests counting them), it fills the values into the ``%s`` text
+    for the log; when the time zone of loaded timestamps differs from the connection's (a
+    changed ``TIME_ZONE``), it sets the zone on the cursor."""
+    if db.queries_logged:
+        return db.cursor(), sql
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    raw = db.connection
+    loader = raw.adapters.get_loader(_TIMESTAMPTZ_OID, Format.TEXT)
+    if getattr(loader, "timezone", None) != db.timezone:
+        return db.cursor(), sql
+    with db.wrap_database_errors:
+        cursor = psycopg.RawCursor(raw)
+    # Wrapped as Django wraps its own (django-stubs types the argument as the wrapper).
+    return db.make_cursor(cast(Any, cursor)), numbered(sql)
 
 
 def _first_row(cursor: CursorWrapper) -> tuple[Any, ...] | None:
