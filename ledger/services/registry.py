@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ledger.classification import Classification
@@ -109,7 +109,6 @@ def register_tool(
 ) -> Tool:
     """Create or update a tool declared by the tenant's runtime, and classify it."""
     validate_tool_name(name)
-    known = catalogue_tool(name)
     with transaction.atomic():
         tool = Tool.objects.select_for_update().filter(tenant=tenant, name=name).first()
         created = tool is None
@@ -118,17 +117,7 @@ def register_tool(
         elif tool.kind == Tool.Kind.MCP:
             raise InvalidInput(f"{name!r} was imported from an MCP server; re-import it instead")
         before = None if created else _snapshot(tool)
-        tool.kind = _kind(name)
-        tool.declared_idempotency = declared_idempotency.value if declared_idempotency else ""
-        tool.description = description or (known.description if known else "")
-        tool.output_schema = output_schema
-        tool.key_scope = (key_scope or (known.key_scope if known else KeyScope.RUN)).value
-        tool.descriptor = {
-            "name": name,
-            "idempotency": tool.declared_idempotency or None,
-            "description": description,
-        }
-        _apply(tool, _classify(tool, _rules(tenant)))
+        _declare(tool, declared_idempotency, description, output_schema, key_scope)
         tool.save()
         audit(
             tenant=tenant,
@@ -142,14 +131,60 @@ def register_tool(
     return tool
 
 
+def _declare(
+    tool: Tool,
+    declared_idempotency: Idempotency | None = None,
+    description: str = "",
+    output_schema: dict[str, Any] | None = None,
+    key_scope: KeyScope | None = None,
+) -> None:
+    """Set what the runtime declares about ``tool`` (unsaved), and classify it."""
+    known = catalogue_tool(tool.name)
+    tool.kind = _kind(tool.name)
+    tool.declared_idempotency = declared_idempotency.value if declared_idempotency else ""
+    tool.description = description or (known.description if known else "")
+    tool.output_schema = output_schema
+    tool.key_scope = (key_scope or (known.key_scope if known else KeyScope.RUN)).value
+    tool.descriptor = {
+        "name": tool.name,
+        "idempotency": tool.declared_idempotency or None,
+        "description": description,
+    }
+    _apply(tool, _classify(tool, _rules(tool.tenant)))
+
+
 def ensure_catalogue_tool(*, tenant: Tenant, name: str, actor: str, source: str) -> Tool:
-    """The registry row of a catalogue or shell tool, registered on first use."""
+    """The registry row of a catalogue or shell tool, registered on first use.
+
+    Agents often use a tool for the first time all at once. The row is only ever inserted
+    here, never locked or updated: when another first use inserted it first, the insert waits
+    for that one to commit, fails, and the row it committed is used. (Locking the existing row
+    for an update, as ``register_tool`` does, deadlocked against calls that had already
+    locked their record and were checking the tool's foreign key.)"""
     tool = Tool.objects.filter(tenant=tenant, name=name).first()
     if tool is not None:
         return tool
     if not is_builtin(name):
         raise NotFound(f"unknown tool {name!r}: register it first")
-    return register_tool(tenant=tenant, name=name, actor=actor, source=source)
+    tool = Tool(tenant=tenant, name=name)
+    _declare(tool)
+    try:
+        with transaction.atomic():
+            tool.save(force_insert=True)
+            audit(
+                tenant=tenant,
+                actor=actor,
+                action="tool.registered",
+                target=tool,
+                source=source,
+                after=_snapshot(tool),
+            )
+    except IntegrityError:
+        registered = Tool.objects.filter(tenant=tenant, name=name).first()
+        if registered is None:
+            raise
+        return registered
+    return tool
 
 
 def is_builtin(name: str) -> bool:
