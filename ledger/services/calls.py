@@ -8,6 +8,7 @@ its model-facing observation. ``start_call``, ``heartbeat_call``, ``complete_cal
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache, partial
@@ -290,7 +291,10 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
     SQL cost of a new key of a registered tool (the common case), three statements and no
     transaction: the token lookup (in the API's auth), the run and tool lookup (one query),
     and one statement that inserts the record (``ON CONFLICT DO NOTHING``), its audit event
-    and the entry (``_first_call_of_key``). Otherwise (the key exists, a first use of a
+    and the entry (``_first_call_of_key``). A duplicate whose answer is ``wait`` or
+    ``recorded_result`` (a retry storm) is answered from the record that statement read, and
+    counted and entered in one more statement if the record is unchanged: four statements,
+    no transaction. Otherwise (another answer, the record changed in between, a first use of a
     catalogue tool, a write plan, a halted run) the general way, in one transaction: the
     reservation, then the entry; a duplicate (its key found taken by the one-statement way)
     locks the record, counts the duplicate and writes its entry.
@@ -380,9 +384,12 @@ def _first_call_of_key(
 ) -> CallResult | None:
     """The common case, a key used for the first time by a registered tool in a running run:
     the record, its audit event and the entry in one statement, without a transaction
-    (``records.reserve_new_key``). None when the key exists (or the database cannot): the
-    caller then takes the general way, which answers from the existing record."""
-    entry = _entry(
+    (``records.reserve_new_key``). A duplicate (the key taken) is answered from the record
+    that statement read when it can be (``_duplicate_as_seen``). None when neither could be
+    done (or the database cannot): the caller then takes the general way, which answers from
+    the locked record."""
+    entry_for = partial(
+        _entry,
         caller=caller,
         run=run,
         tool=tool,
@@ -390,10 +397,9 @@ def _first_call_of_key(
         classification=classification,
         input_hash=input_hash,
         key=key,
-        decision=Decision.EXECUTE,
-        record=None,
     )
-    record = records.reserve_new_key(
+    entry = entry_for(decision=Decision.EXECUTE, record=None)
+    first = records.reserve_new_key(
         tenant=caller.tenant,
         tool=tool,
         key=key,
@@ -404,10 +410,45 @@ def _first_call_of_key(
         run=run,
         entry=entry,
     )
-    if record is None:
+    if first.created is not None:
+        result = CallResult(entry, Decision.EXECUTE, classification)
+        record = first.created
+        result.lease = Lease(record.fencing_token, record.lease_expires_at)  # type: ignore[arg-type]
+        return result
+    if first.seen is None:
         return None
-    result = CallResult(entry, Decision.EXECUTE, classification)
-    result.lease = Lease(record.fencing_token, record.lease_expires_at)  # type: ignore[arg-type]
+    return _duplicate_as_seen(first.seen, tool, input_hash, classification, entry_for)
+
+
+def _duplicate_as_seen(
+    seen: IdempotencyRecord,
+    tool: Tool,
+    input_hash: str,
+    classification: Classification,
+    entry_for: Callable[..., LedgerEntry],
+) -> CallResult | None:
+    """A duplicate answered from its record as read, without a lock or a transaction: the
+    retry storm's ``wait`` and ``recorded_result``, counted and entered in one statement that
+    checks the record has not changed since (``records.count_duplicate_as_seen``). None for
+    an answer that needs the record's lock, or when the record changed in between."""
+    reservation = records.answer_as_seen(
+        seen,
+        fingerprint=input_hash,
+        replay_policy=classification.replay_policy,
+        now=timezone.now(),
+    )
+    if reservation is None:
+        return None
+    entry = entry_for(
+        decision=reservation.decision,
+        record=seen,
+        code=reservation.code.value if reservation.code else "",
+        reused_record=True,
+    )
+    if not records.count_duplicate_as_seen(seen, entry):
+        return None
+    result = CallResult(entry, reservation.decision, classification)
+    result.observation = _observation(result, seen, tool.name, reservation.next_action)
     return result
 
 

@@ -19,10 +19,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Model
+from django.db.models import Field, Model
 from django.utils import timezone
 
-from ledger.decisions import answer_existing_record
+from ledger.decisions import ExistingRecordAnswer, answer_existing_record
 from ledger.domain import (
     FINAL_ERROR_CODES,
     POLICY_FOR,
@@ -50,6 +50,7 @@ from ledger.services.audit import audit, audit_event
 from ledger.services.entries import entry_change, transition_entry
 from ledger.services.statements import (
     fetch_joined,
+    from_row,
     insert_parts,
     quote,
     run_precompiled,
@@ -276,6 +277,15 @@ def reserves_in_one_statement() -> bool:
     return connection.vendor == "postgresql"
 
 
+@dataclass(frozen=True, slots=True)
+class FirstCall:
+    """What ``reserve_new_key`` did: the record it created, or else the key's record as its
+    statement read it (unlocked; None when there was none it could see)."""
+
+    created: IdempotencyRecord | None
+    seen: IdempotencyRecord | None
+
+
 def reserve_new_key(
     *,
     tenant: Tenant,
@@ -287,16 +297,19 @@ def reserve_new_key(
     actor: str,
     run: Run,
     entry: LedgerEntry,
-) -> IdempotencyRecord | None:
+) -> FirstCall:
     """The hot path's common case in one statement: take ``key`` for the first time, executing
     at once, with its audit event and ``entry`` (the ledger entry of the call, unsaved; it is
     saved pointing at the record). One statement is atomic by itself, so no transaction is
-    opened (no ``BEGIN``/``COMMIT`` round trips). None, writing nothing, when the key is
-    already taken, or on a database without data-modifying CTEs (``reserves_in_one_statement``):
-    the caller then goes the general way (``reserve_key`` in a transaction, told the key is
-    ``taken`` in the first case), which answers from the existing record."""
+    opened (no ``BEGIN``/``COMMIT`` round trips).
+
+    When the key is already taken it writes nothing, and the same statement reads the key's
+    record (unlocked): a duplicate can often be answered from it (``answer_as_seen``). On a
+    database without data-modifying CTEs (``reserves_in_one_statement``) it does nothing. In
+    both cases the caller may go the general way (``reserve_key`` in a transaction, told the
+    key is ``taken`` in the first case), which answers from the locked record."""
     if not reserves_in_one_statement():
-        return None
+        return FirstCall(None, None)
     record, event = _new_record(
         tenant=tenant,
         tool=tool,
@@ -311,17 +324,18 @@ def reserve_new_key(
         combination=run.combination,
     )
     entry.fencing_token = record.fencing_token
-    if not _insert_if_absent(record, event, entry=entry):
-        return None
-    return record
+    inserted, seen = _insert_if_absent(record, event, entry=entry)
+    return FirstCall(record if inserted else None, seen)
 
 
 def _insert_if_absent(
     record: IdempotencyRecord, event: AuditEvent, *, entry: LedgerEntry | None = None
-) -> bool:
+) -> tuple[bool, IdempotencyRecord | None]:
     """INSERT the record unless its (tenant, key) exists, and its audit ``event`` with it (one
     statement: the event is written only if the record was); True when this call inserted it.
-    With ``entry`` (PostgreSQL only), the ledger entry too, pointing at the new record."""
+    With ``entry`` (PostgreSQL only), the ledger entry too, pointing at the new record, and,
+    when the key was taken, the key's record as the statement read it (None when it was
+    committed after the statement began, too late for its snapshot)."""
     if connection.vendor != "postgresql":  # the SQLite demo: two statements
         assert entry is None, "reserve_new_key is for PostgreSQL"
         try:
@@ -330,11 +344,11 @@ def _insert_if_absent(
         except IntegrityError:
             taken = IdempotencyRecord.objects.filter(tenant_id=record.tenant_id, key=record.key)
             if taken.exists():
-                return False
+                return False, None
             raise
         event.target_id = str(record.pk)
         event.save(force_insert=True)
-        return True
+        return True, None
     columns, values, params = insert_parts(record)
     audit_columns, audit_values, audit_params = insert_parts(
         event, expressions={"target_id": ("inserted.id::text", [])}
@@ -354,22 +368,29 @@ def _insert_if_absent(
         entry_columns, entry_values, entry_params = insert_parts(
             entry, expressions={"record_id": ("inserted.id", [])}
         )
+        # The key's record is read only when nothing was inserted (a one-time filter), in the
+        # statement's snapshot: the inserting CTE's own row is not visible to it.
         sql += (
             f", entered AS (INSERT INTO {quote(LedgerEntry._meta.db_table)} ({entry_columns}) "  # noqa: S608
             f"SELECT {entry_values} FROM inserted RETURNING id) "
-            "SELECT inserted.id, entered.id FROM inserted, entered"
+            "SELECT (SELECT id FROM inserted), (SELECT id FROM entered), "
+            f"{select_columns(IdempotencyRecord, 'r')} FROM (SELECT 1) AS one "
+            f"LEFT JOIN {quote(IdempotencyRecord._meta.db_table)} r "
+            "ON NOT EXISTS (SELECT 1 FROM inserted) AND r.tenant_id = %s AND r.key = %s"
         )
-        params += entry_params
+        params += [*entry_params, record.tenant_id, record.key]
     row, _count = run_precompiled(sql, params)
-    if row is None:
-        return False
+    if row is None or row[0] is None:
+        seen = from_row(IdempotencyRecord, row[2:]) if row is not None else None
+        assert seen is None or isinstance(seen, IdempotencyRecord)
+        return False, seen
     record.pk = row[0]
     record._state.adding = False
     if entry is not None:
         entry.pk = row[1]
         entry.record = record
         entry._state.adding = False
-    return True
+    return True, None
 
 
 def _new_record(
@@ -469,7 +490,8 @@ def reserve_key(
                 ttl_seconds=ttl_seconds,
                 lease_seconds=lease_seconds,
             )
-            if _insert_if_absent(record, event):
+            inserted, _seen = _insert_if_absent(record, event)
+            if inserted:
                 if requires_approval:
                     return Reservation(
                         record,
@@ -523,14 +545,7 @@ def _answer_existing(
             action="record.lease_expired",
             now=now,
         )
-    answer = answer_existing_record(
-        state=RecordState(existing.state),
-        fingerprint_matches=existing.fingerprint == fingerprint,
-        replay_policy=replay_policy,
-        awaiting_approval=existing.requires_approval,
-        error_code=(existing.error or {}).get("code"),
-        error_retryable=existing.error_retryable,
-    )
+    answer = _state_table_answer(existing, fingerprint, replay_policy)
     if answer.reexecute:
         _begin_execution(
             existing,
@@ -556,6 +571,100 @@ def _answer_existing(
         run_precompiled(_count_duplicate_sql(), [existing.pk])
         existing.duplicate_hits += 1
     return Reservation(existing, False, answer.decision, answer.code, answer.next_action)
+
+
+def _state_table_answer(
+    record: IdempotencyRecord, fingerprint: str, replay_policy: ReplayPolicy
+) -> ExistingRecordAnswer:
+    return answer_existing_record(
+        state=RecordState(record.state),
+        fingerprint_matches=record.fingerprint == fingerprint,
+        replay_policy=replay_policy,
+        awaiting_approval=record.requires_approval,
+        error_code=(record.error or {}).get("code"),
+        error_retryable=record.error_retryable,
+    )
+
+
+# The answers a duplicate may be given from its record as read without the lock: neither
+# starts an execution nor changes the record (``answer_as_seen``).
+_ANSWERED_AS_SEEN = frozenset({Decision.WAIT, Decision.RECORDED_RESULT})
+# What the state table's answer depends on: the record must still have these values when the
+# duplicate is counted (``count_duplicate_as_seen``). The fingerprint never changes.
+_ANSWER_DEPENDS_ON = (
+    "state",
+    "fencing_token",
+    "lease_expires_at",
+    "requires_approval",
+    "error_retryable",
+    "completed_at",
+)
+
+
+def answer_as_seen(
+    seen: IdempotencyRecord, *, fingerprint: str, replay_policy: ReplayPolicy, now: datetime
+) -> Reservation | None:
+    """The answer to a duplicate from its record as read without the lock (``reserve_new_key``
+    read it), when that answer neither starts an execution nor changes the record: ``wait``
+    or ``recorded_result`` (DESIGN section 3), the whole of a retry storm. None for every
+    other answer (an execution to grant, a lease gone silent, a conflict to audit, an approval
+    to ask for): those are given under the record's lock by ``reserve_key``. The answer holds
+    only if the record has not changed since: ``count_duplicate_as_seen`` checks that."""
+    lease = seen.lease_expires_at
+    if seen.state == RecordState.EXECUTING and lease is not None and lease <= now:
+        return None  # the holder went silent: the locked way marks the record unknown
+    answer = _state_table_answer(seen, fingerprint, replay_policy)
+    if answer.reexecute or answer.decision not in _ANSWERED_AS_SEEN:
+        return None
+    return Reservation(seen, False, answer.decision, answer.code, answer.next_action)
+
+
+def count_duplicate_as_seen(seen: IdempotencyRecord, entry: LedgerEntry) -> bool:
+    """Count a duplicate of ``seen`` and write its ``entry`` (unsaved) in one statement, only
+    if the record still has every value its answer depends on (``_ANSWER_DEPENDS_ON``): the
+    ``UPDATE`` re-checks them on the row it locks, so the answer given is the state table's
+    answer at that moment, as under ``reserve_key``'s lock. False, writing nothing, when the
+    record has changed or gone since it was read: the locked way answers then. PostgreSQL
+    only (``reserves_in_one_statement``)."""
+    entry_columns, entry_values, entry_params = insert_parts(
+        entry, expressions={"record_id": ("counted.id", [])}
+    )
+    params = [IdempotencyRecord._meta.pk.get_db_prep_value(seen.pk, connection)]
+    for field in _answer_fields():
+        params.append(field.get_db_prep_value(getattr(seen, field.attname), connection))
+    # Identifiers come from the models' metadata, values are parameters: nothing from input.
+    sql = (
+        f"WITH counted AS ({_count_duplicate_as_seen_sql()}) "  # noqa: S608
+        f"INSERT INTO {quote(LedgerEntry._meta.db_table)} ({entry_columns}) "
+        f"SELECT {entry_values} FROM counted RETURNING id"
+    )
+    row, _count = run_precompiled(sql, [*params, *entry_params])
+    if row is None:
+        return False
+    entry.pk = row[0]
+    entry._state.adding = False
+    seen.duplicate_hits += 1
+    return True
+
+
+@cache
+def _answer_fields() -> tuple[Field, ...]:
+    fields = [IdempotencyRecord._meta.get_field(name) for name in _ANSWER_DEPENDS_ON]
+    return tuple(f for f in fields if isinstance(f, Field))
+
+
+@cache
+def _count_duplicate_as_seen_sql() -> str:
+    meta = IdempotencyRecord._meta
+    pk = quote(str(meta.pk.column))
+    hits = quote(str(meta.get_field("duplicate_hits").column))
+    fields = _answer_fields()
+    assert len(fields) == len(_ANSWER_DEPENDS_ON)
+    unchanged = " AND ".join(f"{quote(str(f.column))} IS NOT DISTINCT FROM %s" for f in fields)
+    return (
+        f"UPDATE {quote(meta.db_table)} SET {hits} = {hits} + 1 "  # noqa: S608 - metadata
+        f"WHERE {pk} = %s AND {unchanged} RETURNING {pk} AS id"
+    )
 
 
 @cache

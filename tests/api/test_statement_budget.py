@@ -12,7 +12,7 @@ from tests.api.conftest import ApiClient
 
 CALLS_BUDGET = 3
 COMPLETE_BUDGET = 3
-DUPLICATE_BUDGET = 6
+DUPLICATE_BUDGET = 4
 
 # No test transaction around the requests: the API's own transactions are real, as in
 # production, so a nested block's SAVEPOINT would be counted too.
@@ -44,19 +44,30 @@ def test_calls_stays_within_its_statement_budget(started: ApiClient) -> None:
     assert "BEGIN" not in sent and "COMMIT" not in sent, sent
 
 
-def test_a_duplicate_still_goes_the_transactional_way(started: ApiClient) -> None:
+def test_a_duplicate_is_answered_without_a_transaction(started: ApiClient) -> None:
     first = started.call("create_order", {"sku": "a"}, business_object_id="o-dup")
     with CaptureQueriesContext(connection) as captured:
         again = started.call("create_order", {"sku": "a"}, business_object_id="o-dup")
     assert first.json()["decision"] == "execute"
     assert again.status_code == 409 and again.json()["decision"] == "wait"
     sent = [q["sql"] for q in captured.captured_queries]
-    assert "BEGIN" in sent and "COMMIT" in sent, sent
-    # Token, run and tool, the one-statement way (which finds the key taken), then the record
-    # locked, the duplicate counted and the entry written: the record is not inserted again.
+    assert "BEGIN" not in sent and "COMMIT" not in sent, sent
+    # Token, run and tool, the one-statement way (which finds the key taken and reads its
+    # record), then the duplicate counted and its entry written in one statement.
     assert len(_statements(captured)) == DUPLICATE_BUDGET, _statements(captured)
     inserts = [s for s in sent if 'INSERT INTO "ledger_idempotencyrecord"' in s]
     assert len(inserts) == 1, inserts
+
+
+def test_a_duplicate_that_needs_the_lock_goes_the_transactional_way(started: ApiClient) -> None:
+    """A conflict (same key, other input) is audited under the record's lock."""
+    started.call("create_order", {"sku": "a"}, business_object_id="o-conflict")
+    with CaptureQueriesContext(connection) as captured:
+        other = started.call("create_order", {"sku": "b"}, business_object_id="o-conflict")
+    assert other.status_code == 422 and other.json()["decision"] == "conflict"
+    sent = [q["sql"] for q in captured.captured_queries]
+    assert "BEGIN" in sent and "COMMIT" in sent, sent
+    assert any("FOR UPDATE" in s for s in sent), sent
 
 
 def test_complete_stays_within_its_statement_budget(started: ApiClient) -> None:
