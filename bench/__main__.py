@@ -301,15 +301,19 @@ def run(
     runs: dict[str, Any] = {"downstream_latency_ms": 50, "threads_per_worker": concurrency}
     for count, label in ((1, "one_worker"), (2, "two_workers")):
         # Every worker is up before the first task is sent (they start one after the other),
-        # so the rate is that of all of them together.
+        # and the backlog is queued while they are held, then released together: the rate is
+        # that of all of them together, without the producer's CPU taken from them.
         workers_now = [
             processes.start_worker(f"bench{count}-{i}", logdir, env, concurrency)
             for i in range(count)
         ]
         services.extend(workers_now)
         sampler.watch["worker"].extend(workers_now)
+        nodes = [processes.worker_node(worker) for worker in workers_now]
         ids = reconcile.make_unknown(fixture.tenant, rtool, sizes.reconcile_records, label)
+        reconcile.hold(nodes)
         enqueue_s = reconcile.enqueue(ids)
+        reconcile.release(nodes)
         settled = reconcile.settle(ids, timeout=300)
         runs[label] = reconcile.summary(count, settled, len(ids), enqueue_s)
         log(f"{label}: {runs[label]['per_minute']}/min")

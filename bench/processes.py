@@ -102,12 +102,17 @@ def start_worker(name: str, logdir: Path, env: dict[str, str], concurrency: int)
     args = [str(BIN / "celery"), "-A", "console", "worker", "-Q", "reconcile", "-P", "threads"]
     args += ["-c", str(concurrency), "-n", f"{name}@%h", "--without-gossip", "--without-mingle"]
     service = Service(name, args, logdir, env)
-    node = f"{name}@{socket.gethostname()}"
+    node = worker_node(service)
     deadline = time.monotonic() + 60
     while not app.control.ping(destination=[node], timeout=0.5):
         if service.process.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"worker {name} did not start: {service.log.read_text()[-2000:]}")
     return service
+
+
+def worker_node(service: Service) -> str:
+    """The Celery node name of a worker ``start_worker`` started (for remote control)."""
+    return f"{service.name}@{socket.gethostname()}"
 
 
 def rss_mb(pid: int) -> float:

@@ -67,6 +67,30 @@ def make_unknown(tenant: Tenant, tool: Tool, count: int, tag: str) -> list[int]:
     return [r.pk for r in IdempotencyRecord.objects.bulk_create(records, batch_size=2000)]
 
 
+QUEUE = "reconcile"
+
+
+def hold(nodes: list[str]) -> None:
+    """Stop the workers taking tasks (they stay up and connected), so that the backlog is
+    queued before any look-up runs: queueing 3,000 tasks takes seconds of CPU, which would
+    otherwise be taken from the workers being measured, more from two than from one."""
+    _control("cancel_consumer", nodes)
+
+
+def release(nodes: list[str]) -> None:
+    """Let every held worker take tasks again, together."""
+    _control("add_consumer", nodes)
+
+
+def _control(command: str, nodes: list[str]) -> None:
+    from console.celery import app
+
+    replies = getattr(app.control, command)(QUEUE, destination=nodes, reply=True, timeout=5)
+    answered = {node for reply in replies for node in reply}
+    if answered != set(nodes):
+        raise RuntimeError(f"{command}: {sorted(nodes)} asked, {sorted(answered)} answered")
+
+
 def enqueue(ids: list[int]) -> float:
     """A look-up task per record on the broker; the seconds it took."""
     from reconcile.tasks import reconcile_record
