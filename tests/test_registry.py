@@ -165,3 +165,43 @@ def test_policy_of_one_tenant_does_not_touch_another(tenant, other_tenant) -> No
     reclassify_tenant_tools(tenant=tenant, actor="carol", source="console")
     theirs.refresh_from_db()
     assert theirs.replay_policy == ReplayPolicy.AUTO
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_declarations_of_a_new_tool_all_succeed() -> None:
+    """Runtimes declaring the same new tool at once: one registers it, the others update the
+    row it committed (before, the losers of the insert failed with an IntegrityError)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+
+    from tests.factories import make_tenant
+
+    tenant = make_tenant("declare")
+    callers = 8
+    barrier = threading.Barrier(callers)
+
+    def declare(index: int) -> int:
+        try:
+            barrier.wait(timeout=30)
+            return register_tool(
+                tenant=tenant,
+                name="sync_inventory",
+                actor=f"runtime-{index}",
+                source="api",
+                declared_idempotency=Idempotency.IDEMPOTENT,
+            ).pk
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=callers) as pool:
+        ids = set(pool.map(declare, range(callers)))
+    assert len(ids) == 1 and Tool.objects.filter(tenant=tenant).count() == 1
+    actions = sorted(
+        AuditEvent.objects.filter(tenant=tenant, target_type="tool").values_list(
+            "action", flat=True
+        )
+    )
+    assert actions == ["tool.registered"] + ["tool.updated"] * (callers - 1)

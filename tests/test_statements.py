@@ -226,8 +226,9 @@ def test_a_migration_that_changes_a_column_type_does_not_break_prepared_statemen
 
 def test_placeholders_are_numbered_as_postgresql_writes_them() -> None:
     assert numbered("SELECT %s, %s WHERE a LIKE 'x%%'") == "SELECT $1, $2 WHERE a LIKE 'x%'"
-    with pytest.raises(ValueError, match="only %s"):
-        numbered("SELECT %(name)s")
+    for wrong in ("SELECT %(name)s", "SELECT 5 %"):
+        with pytest.raises(ValueError, match="only %s"):
+            numbered(wrong)
 
 
 def _statements_sent(run) -> list[str]:

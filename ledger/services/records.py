@@ -3,7 +3,8 @@
 Every state change goes through ``_transition``, which checks the allowed-transition table of
 ``IdempotencyRecord`` and writes the audit event in the same transaction. Reservation is a single
 ``INSERT ... ON CONFLICT DO NOTHING``, so it is atomic across any number of callers and web
-processes; the loser locks the existing row and is answered from it.
+processes. The loser is answered from the existing row: as its statement read it, when
+the answer changes nothing (``answer_as_seen``), else under the row's lock.
 """
 
 from __future__ import annotations
@@ -332,10 +333,10 @@ def _insert_if_absent(
     record: IdempotencyRecord, event: AuditEvent, *, entry: LedgerEntry | None = None
 ) -> tuple[bool, IdempotencyRecord | None]:
     """INSERT the record unless its (tenant, key) exists, and its audit ``event`` with it (one
-    statement: the event is written only if the record was); True when this call inserted it.
-    With ``entry`` (PostgreSQL only), the ledger entry too, pointing at the new record, and,
-    when the key was taken, the key's record as the statement read it (None when it was
-    committed after the statement began, too late for its snapshot)."""
+    statement: the event is written only if the record was). Returns whether this call
+    inserted it and, with ``entry`` (PostgreSQL only: the ledger entry, written too, pointing at
+    the new record) when the key was taken, the key's record as the statement read it (None
+    when it was committed after the statement began, too late for its snapshot)."""
     if connection.vendor != "postgresql":  # the SQLite demo: two statements
         assert entry is None, "reserve_new_key is for PostgreSQL"
         try:
@@ -378,10 +379,13 @@ def _insert_if_absent(
             f"LEFT JOIN {quote(IdempotencyRecord._meta.db_table)} r "
             "ON NOT EXISTS (SELECT 1 FROM inserted) AND r.tenant_id = %s AND r.key = %s"
         )
-        params += [*entry_params, record.tenant_id, record.key]
+        tenant_id = Tenant._meta.pk.get_db_prep_value(record.tenant_id, connection)
+        params += [*entry_params, tenant_id, record.key]
     row, _count = run_precompiled(sql, params)
-    if row is None or row[0] is None:
-        seen = from_row(IdempotencyRecord, row[2:]) if row is not None else None
+    if row is None:  # without ``entry``: nothing inserted
+        return False, None
+    if row[0] is None:  # with ``entry`` there is always a row
+        seen = from_row(IdempotencyRecord, row[2:])
         assert seen is None or isinstance(seen, IdempotencyRecord)
         return False, seen
     record.pk = row[0]
@@ -490,7 +494,7 @@ def reserve_key(
                 ttl_seconds=ttl_seconds,
                 lease_seconds=lease_seconds,
             )
-            inserted, _seen = _insert_if_absent(record, event)
+            inserted, _ = _insert_if_absent(record, event)
             if inserted:
                 if requires_approval:
                     return Reservation(
@@ -517,8 +521,8 @@ def reserve_key(
 
 
 def _lock_by_key(tenant_id: int, key: str) -> IdempotencyRecord | None:
-    """The record of ``key``, locked (it runs for every duplicate call, the whole of a retry
-    storm)."""
+    """The record of ``key``, locked: for a duplicate whose answer needs the lock, or whose
+    record changed after the one-statement way read it."""
     return _locked_record("r.tenant_id = %s AND r.key = %s", [tenant_id, key])
 
 
@@ -534,8 +538,7 @@ def _answer_existing(
     now: datetime,
 ) -> Reservation:
     """The answer from a key's locked record (DESIGN section 3)."""
-    lease = existing.lease_expires_at
-    if existing.state == RecordState.EXECUTING and lease is not None and lease <= now:
+    if _lease_lapsed(existing, now):
         # The holder went silent: its outcome is unknown now, not failed (DESIGN section 3).
         _transition(
             existing,
@@ -573,6 +576,12 @@ def _answer_existing(
     return Reservation(existing, False, answer.decision, answer.code, answer.next_action)
 
 
+def _lease_lapsed(record: IdempotencyRecord, now: datetime) -> bool:
+    """An executing record whose holder went silent: its outcome is unknown now."""
+    lease = record.lease_expires_at
+    return record.state == RecordState.EXECUTING and lease is not None and lease <= now
+
+
 def _state_table_answer(
     record: IdempotencyRecord, fingerprint: str, replay_policy: ReplayPolicy
 ) -> ExistingRecordAnswer:
@@ -590,7 +599,11 @@ def _state_table_answer(
 # starts an execution nor changes the record (``answer_as_seen``).
 _ANSWERED_AS_SEEN = frozenset({Decision.WAIT, Decision.RECORDED_RESULT})
 # What the state table's answer depends on: the record must still have these values when the
-# duplicate is counted (``count_duplicate_as_seen``). The fingerprint never changes.
+# duplicate is counted (``count_duplicate_as_seen``). State and fencing token alone would do:
+# every transition changes the state, except a replay, which takes a new fencing token, and a
+# token settles once, so the result, the error and its code cannot change without one of them.
+# The lease also moves with heartbeats; the others are cheap insurance. The fingerprint never
+# changes.
 _ANSWER_DEPENDS_ON = (
     "state",
     "fencing_token",
@@ -610,8 +623,7 @@ def answer_as_seen(
     other answer (an execution to grant, a lease gone silent, a conflict to audit, an approval
     to ask for): those are given under the record's lock by ``reserve_key``. The answer holds
     only if the record has not changed since: ``count_duplicate_as_seen`` checks that."""
-    lease = seen.lease_expires_at
-    if seen.state == RecordState.EXECUTING and lease is not None and lease <= now:
+    if _lease_lapsed(seen, now):
         return None  # the holder went silent: the locked way marks the record unknown
     answer = _state_table_answer(seen, fingerprint, replay_policy)
     if answer.reexecute or answer.decision not in _ANSWERED_AS_SEEN:
@@ -624,14 +636,16 @@ def count_duplicate_as_seen(seen: IdempotencyRecord, entry: LedgerEntry) -> bool
     if the record still has every value its answer depends on (``_ANSWER_DEPENDS_ON``): the
     ``UPDATE`` re-checks them on the row it locks, so the answer given is the state table's
     answer at that moment, as under ``reserve_key``'s lock. False, writing nothing, when the
-    record has changed or gone since it was read: the locked way answers then. PostgreSQL
-    only (``reserves_in_one_statement``)."""
+    record has changed or gone since it was read, or when its lease has lapsed by now (the
+    locked way would mark it unknown): the locked way answers then. PostgreSQL only
+    (``reserves_in_one_statement``)."""
     entry_columns, entry_values, entry_params = insert_parts(
         entry, expressions={"record_id": ("counted.id", [])}
     )
     params = [IdempotencyRecord._meta.pk.get_db_prep_value(seen.pk, connection)]
     for field in _answer_fields():
         params.append(field.get_db_prep_value(getattr(seen, field.attname), connection))
+    params += [RecordState.EXECUTING.value, timezone.now()]
     # Identifiers come from the models' metadata, values are parameters: nothing from input.
     sql = (
         f"WITH counted AS ({_count_duplicate_as_seen_sql()}) "  # noqa: S608
@@ -661,9 +675,12 @@ def _count_duplicate_as_seen_sql() -> str:
     fields = _answer_fields()
     assert len(fields) == len(_ANSWER_DEPENDS_ON)
     unchanged = " AND ".join(f"{quote(str(f.column))} IS NOT DISTINCT FROM %s" for f in fields)
+    state = quote(str(meta.get_field("state").column))
+    lease = quote(str(meta.get_field("lease_expires_at").column))
     return (
         f"UPDATE {quote(meta.db_table)} SET {hits} = {hits} + 1 "  # noqa: S608 - metadata
-        f"WHERE {pk} = %s AND {unchanged} RETURNING {pk} AS id"
+        f"WHERE {pk} = %s AND {unchanged} "
+        f"AND NOT ({state} = %s AND {lease} IS NOT NULL AND {lease} <= %s) RETURNING {pk} AS id"
     )
 
 
@@ -1080,16 +1097,19 @@ def cleanup_expired_records(
     Only ``succeeded`` and ``failed_final`` records ever have an ``expires_at`` (a database
     constraint), and the delete re-checks the state, so a record still in flight is never
     touched, even one that changed while the batch was being chosen. Batches are paced
-    (``LEDGER_CLEANUP_PAUSE_MS`` between them) so a large backlog leaves the hot path room;
-    ``on_batch(deleted, seconds)`` is told about each one.
+    (``LEDGER_CLEANUP_PAUSE_MS`` between them, and at least as long as the batch before took,
+    so on a slow or busy database cleanup still takes at most half of its backend's time) so
+    a large backlog leaves the hot path room; ``on_batch(deleted, seconds)`` is told about
+    each one.
     """
     size = batch_size or settings.LEDGER_CLEANUP_BATCH_SIZE
     pause = settings.LEDGER_CLEANUP_PAUSE_MS / 1000
     terminal = [state.value for state in TERMINAL_RECORD_STATES]
     total = 0
+    took = 0.0
     for batch in range(max_batches):
         if batch and pause:
-            time.sleep(pause)
+            time.sleep(max(pause, took))
         began = time.perf_counter()
         now = timezone.now()
         with transaction.atomic():
@@ -1114,9 +1134,10 @@ def cleanup_expired_records(
                 after={"deleted": count},
             )
         total += count
+        took = time.perf_counter() - began
         logger.info("ttl cleanup batch", extra={"deleted": count})
         if on_batch is not None:
-            on_batch(count, time.perf_counter() - began)
+            on_batch(count, took)
         if len(ids) < size:
             break
     return total

@@ -107,17 +107,43 @@ def register_tool(
     output_schema: dict[str, Any] | None = None,
     key_scope: KeyScope | None = None,
 ) -> Tool:
-    """Create or update a tool declared by the tenant's runtime, and classify it."""
+    """Create or update a tool declared by the tenant's runtime, and classify it. The row is
+    locked ``FOR NO KEY UPDATE``: calls in flight keep checking their foreign key to it
+    (``FOR KEY SHARE``) instead of queueing behind the declaration."""
     validate_tool_name(name)
+    try:
+        return _register_tool(
+            tenant, name, actor, source, declared_idempotency, description, output_schema, key_scope
+        )
+    except IntegrityError:
+        # A new name inserted by a concurrent declaration or first use since the look-up:
+        # the row is committed now (the insert waited for it), so this is an update.
+        if not Tool.objects.filter(tenant=tenant, name=name).exists():
+            raise
+        return _register_tool(
+            tenant, name, actor, source, declared_idempotency, description, output_schema, key_scope
+        )
+
+
+def _register_tool(
+    tenant: Tenant,
+    name: str,
+    actor: str,
+    source: str,
+    declared_idempotency: Idempotency | None,
+    description: str,
+    output_schema: dict[str, Any] | None,
+    key_scope: KeyScope | None,
+) -> Tool:
     with transaction.atomic():
-        tool = Tool.objects.select_for_update().filter(tenant=tenant, name=name).first()
+        tool = Tool.objects.select_for_update(no_key=True).filter(tenant=tenant, name=name).first()
         created = tool is None
         if tool is None:
             tool = Tool(tenant=tenant, name=name)
         elif tool.kind == Tool.Kind.MCP:
             raise InvalidInput(f"{name!r} was imported from an MCP server; re-import it instead")
         before = None if created else _snapshot(tool)
-        _declare(tool, declared_idempotency, description, output_schema, key_scope)
+        _declare(tool, tenant, declared_idempotency, description, output_schema, key_scope)
         tool.save()
         audit(
             tenant=tenant,
@@ -133,6 +159,7 @@ def register_tool(
 
 def _declare(
     tool: Tool,
+    tenant: Tenant,
     declared_idempotency: Idempotency | None = None,
     description: str = "",
     output_schema: dict[str, Any] | None = None,
@@ -150,7 +177,7 @@ def _declare(
         "idempotency": tool.declared_idempotency or None,
         "description": description,
     }
-    _apply(tool, _classify(tool, _rules(tool.tenant)))
+    _apply(tool, _classify(tool, _rules(tenant)))
 
 
 def ensure_catalogue_tool(*, tenant: Tenant, name: str, actor: str, source: str) -> Tool:
@@ -167,7 +194,7 @@ def ensure_catalogue_tool(*, tenant: Tenant, name: str, actor: str, source: str)
     if not is_builtin(name):
         raise NotFound(f"unknown tool {name!r}: register it first")
     tool = Tool(tenant=tenant, name=name)
-    _declare(tool)
+    _declare(tool, tenant)
     try:
         with transaction.atomic():
             tool.save(force_insert=True)

@@ -17,15 +17,12 @@ from ledger.services.records import (
     answer_as_seen,
     complete_execution,
     count_duplicate_as_seen,
+    heartbeat,
+    start_execution,
 )
-from tests.factories import make_run, make_tool, refresh, reserve
+from tests.factories import make_run, refresh, reserve
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def create_order(tenant) -> Tool:
-    return make_tool(tenant, "create_order")
 
 
 def _answer(seen: IdempotencyRecord, tool: Tool, *, params=None, now=None):
@@ -37,8 +34,14 @@ def _answer(seen: IdempotencyRecord, tool: Tool, *, params=None, now=None):
     )
 
 
-def _duplicate_entry(seen: IdempotencyRecord, tool: Tool) -> LedgerEntry:
-    """An unsaved entry of a duplicate that waits, as the hot path builds it."""
+def _duplicate_entry(
+    seen: IdempotencyRecord, tool: Tool, decision: Decision | None = None
+) -> LedgerEntry:
+    """An unsaved entry of a duplicate of ``seen``, as the hot path builds it: with the answer
+    ``seen`` gets, or ``decision``."""
+    answer = _answer(seen, tool)
+    decision = decision or (answer.decision if answer else None)
+    assert decision is not None
     return LedgerEntry(
         tenant_id=seen.tenant_id,
         step_id="step-dup",
@@ -46,18 +49,29 @@ def _duplicate_entry(seen: IdempotencyRecord, tool: Tool) -> LedgerEntry:
         tool=tool,
         input_hash=seen.fingerprint,
         input={"cart": "cart-1"},
-        status="planned",
+        status="planned" if decision is Decision.WAIT else "succeeded",
         idempotency=tool.idempotency,
         replay_policy=tool.replay_policy,
         classification_reason=tool.reason,
         classification_rule=tool.rule,
         idempotency_key=seen.key,
         record=seen,
-        decision=Decision.WAIT,
-        observation_code=ObservationCode.IN_PROGRESS.value,
+        decision=decision,
+        observation_code=answer.code.value if answer and answer.code else "",
         input_source="model",
         data_classification="internal",
         reused_record=True,
+    )
+
+
+def _fail(record: IdempotencyRecord, token: int) -> None:
+    complete_execution(
+        record=record,
+        fencing_token=token,
+        outcome=Outcome.FAILED,
+        actor="w",
+        error={"code": "UPSTREAM_5XX", "message": "try later"},
+        retryable=True,
     )
 
 
@@ -82,31 +96,64 @@ def test_a_succeeded_record_is_answered_with_its_result(tenant, create_order) ->
     assert answer.record.result == {"id": 7}
 
 
-@pytest.mark.parametrize("case", ["lease_gone_silent", "other_fingerprint", "unknown"])
-def test_answers_that_change_the_record_are_left_to_the_locked_way(
-    tenant, create_order, case: str
+def test_a_failure_that_is_not_replayed_is_answered_with_its_error(tenant, create_order) -> None:
+    record = reserve(tenant, create_order).record
+    _fail(record, 1)  # create_order is never replayed automatically
+    answer = _answer(refresh(record), create_order)
+    assert answer is not None
+    assert (answer.decision, answer.code) == (Decision.RECORDED_RESULT, ObservationCode.FAILED)
+
+
+@pytest.mark.parametrize(
+    "case", ["lease_gone_silent", "other_fingerprint", "unknown", "awaiting_approval", "replay"]
+)
+def test_answers_that_need_the_lock_are_not_given_as_seen(
+    tenant, create_order, read_file, case: str
 ) -> None:
     """A lease gone silent turns the record unknown, a conflict is audited, an unknown
-    record's answer may start a look-up or an approval: each needs the lock."""
-    record = reserve(tenant, create_order).record
-    now = None
-    params = None
+    record's answer may start a look-up or an approval, an approval is asked for, a replay
+    starts an execution: each is given only under the record's lock."""
+    tool, now, params = create_order, None, None
+    if case == "awaiting_approval":
+        record = reserve(tenant, create_order, requires_approval=True).record
+    elif case == "replay":
+        tool = read_file  # replayed automatically after a retryable failure
+        record = reserve(tenant, read_file, key="k-read").record
+        _fail(record, 1)
+    else:
+        record = reserve(tenant, create_order).record
     if case == "lease_gone_silent":
         now = refresh(record).lease_expires_at + timedelta(seconds=1)  # type: ignore[operator]
     elif case == "other_fingerprint":
         params = {"cart": "cart-1", "amount": 2}
-    else:
+    elif case == "unknown":
         complete_execution(record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
         assert refresh(record).state == RecordState.UNKNOWN
-    assert _answer(refresh(record), create_order, params=params, now=now) is None
+    assert _answer(refresh(record), tool, params=params, now=now) is None
 
 
-def test_a_duplicate_is_counted_only_while_its_record_is_as_seen(tenant, create_order) -> None:
+@pytest.mark.parametrize("change", ["completed", "heartbeat", "replayed_to_the_same_state"])
+def test_a_duplicate_is_counted_only_while_its_record_is_as_seen(
+    tenant, create_order, change: str
+) -> None:
+    """Whatever changed the record since it was read (its state, its lease, or a replay that
+    ended in the same state under a new fencing token), the stale answer is not given."""
     record = reserve(tenant, create_order).record
-    stale = refresh(record)
-    complete_execution(
-        record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w", result={"id": 7}
-    )
+    if change == "replayed_to_the_same_state":
+        _fail(record, 1)
+        stale = refresh(record)
+        # An approved replay: the record executes again under token 2, then fails the same way.
+        start_execution(record=refresh(record), lease_owner="w2", actor="ops", approved=True)
+        _fail(refresh(record), 2)
+        assert refresh(record).state == stale.state == RecordState.FAILED_FINAL
+    else:
+        stale = refresh(record)
+        if change == "completed":
+            complete_execution(
+                record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w", result={}
+            )
+        else:
+            heartbeat(record=record, fencing_token=1, lease_seconds=600)
     entries = LedgerEntry.objects.count()
 
     assert count_duplicate_as_seen(stale, _duplicate_entry(stale, create_order)) is False
@@ -117,14 +164,29 @@ def test_a_duplicate_is_counted_only_while_its_record_is_as_seen(tenant, create_
     entry = _duplicate_entry(seen, create_order)
     assert count_duplicate_as_seen(seen, entry) is True
     stored = LedgerEntry.objects.get(pk=entry.pk)
-    assert stored.record_id == record.pk and stored.decision == Decision.WAIT
+    assert stored.record_id == record.pk and stored.decision == entry.decision
     assert refresh(record).duplicate_hits == seen.duplicate_hits == 1
+
+
+def test_a_lease_that_lapsed_since_the_read_counts_nothing(tenant, create_order) -> None:
+    """Unchanged, but its holder went silent by the time the duplicate is counted: the locked
+    way marks it unknown instead of answering ``wait``."""
+    record = reserve(tenant, create_order).record
+    IdempotencyRecord.objects.filter(pk=record.pk).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    seen = refresh(record)
+    assert _answer(seen, create_order) is None  # as read now; read earlier, it was ``wait``
+    entry = _duplicate_entry(seen, create_order, Decision.WAIT)
+    assert count_duplicate_as_seen(seen, entry) is False
+    assert refresh(record).duplicate_hits == 0
 
 
 def test_a_record_gone_since_it_was_read_counts_nothing(tenant, create_order) -> None:
     """Expired and cleaned up in between: the locked way then takes the key anew."""
     seen = refresh(reserve(tenant, create_order).record)
+    entry = _duplicate_entry(seen, create_order)
     IdempotencyRecord.objects.filter(pk=seen.pk).delete()
     entries = LedgerEntry.objects.count()
-    assert count_duplicate_as_seen(seen, _duplicate_entry(seen, create_order)) is False
+    assert count_duplicate_as_seen(seen, entry) is False
     assert LedgerEntry.objects.count() == entries

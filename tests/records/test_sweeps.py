@@ -128,3 +128,25 @@ def test_cleanup_batches_are_paced_and_reported(tenant, create_order, settings) 
     )
     assert deleted == 5 and batches == [2, 2, 1]
     assert time.monotonic() - began >= 2 * 0.06  # a pause between batches, none before the first
+
+
+@pytest.mark.django_db
+def test_a_cleanup_pause_is_at_least_as_long_as_the_batch_before(
+    tenant, create_order, settings
+) -> None:
+    """On a slow or busy database a batch takes longer than the configured pause; the pause
+    then stretches to the batch's own length, so cleanup takes at most half of the time."""
+    import time
+
+    settings.LEDGER_CLEANUP_PAUSE_MS = 1
+    for i in range(3):
+        record = reserve(tenant, create_order, key=f"slow-{i}").record
+        complete_execution(record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w")
+    IdempotencyRecord.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    took: list[float] = []
+    began = time.monotonic()
+    cleanup_expired_records(batch_size=1, on_batch=lambda _count, seconds: took.append(seconds))
+    elapsed = time.monotonic() - began
+    assert len(took) == 3  # one record each; a full batch is followed by a look for more
+    pauses = sum(max(0.001, previous) for previous in took)
+    assert elapsed >= sum(took) + pauses
