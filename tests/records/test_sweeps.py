@@ -112,15 +112,20 @@ def test_non_terminal_records_cannot_carry_an_expiry(tenant, create_order) -> No
     assert refresh(record).state == RecordState.EXECUTING
 
 
+def _expired_records(tenant, tool, count: int) -> None:
+    """``count`` succeeded records, past their TTL."""
+    for i in range(count):
+        record = reserve(tenant, tool, key=f"done-{i}").record
+        complete_execution(record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w")
+    IdempotencyRecord.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+
+
 @pytest.mark.django_db
 def test_cleanup_batches_are_paced_and_reported(tenant, create_order, settings) -> None:
     import time
 
     settings.LEDGER_CLEANUP_PAUSE_MS = 60
-    for i in range(5):
-        record = reserve(tenant, create_order, key=f"done-{i}").record
-        complete_execution(record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w")
-    IdempotencyRecord.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    _expired_records(tenant, create_order, 5)
     batches: list[int] = []
     began = time.monotonic()
     deleted = cleanup_expired_records(
@@ -139,10 +144,7 @@ def test_a_cleanup_pause_is_at_least_as_long_as_the_batch_before(
     import time
 
     settings.LEDGER_CLEANUP_PAUSE_MS = 1
-    for i in range(3):
-        record = reserve(tenant, create_order, key=f"slow-{i}").record
-        complete_execution(record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w")
-    IdempotencyRecord.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    _expired_records(tenant, create_order, 3)
     took: list[float] = []
     began = time.monotonic()
     cleanup_expired_records(batch_size=1, on_batch=lambda _count, seconds: took.append(seconds))
