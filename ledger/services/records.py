@@ -20,7 +20,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Field, Model
+from django.db.models import Model
 from django.utils import timezone
 
 from ledger.decisions import ExistingRecordAnswer, answer_existing_record
@@ -53,6 +53,7 @@ from ledger.services.statements import (
     fetch_joined,
     from_row,
     insert_parts,
+    model_field,
     quote,
     run_precompiled,
     select_columns,
@@ -643,7 +644,8 @@ def count_duplicate_as_seen(seen: IdempotencyRecord, entry: LedgerEntry) -> bool
         entry, expressions={"record_id": ("counted.id", [])}
     )
     params = [IdempotencyRecord._meta.pk.get_db_prep_value(seen.pk, connection)]
-    for field in _answer_fields():
+    for name in _ANSWER_DEPENDS_ON:
+        field = model_field(IdempotencyRecord, name)
         params.append(field.get_db_prep_value(getattr(seen, field.attname), connection))
     params += [RecordState.EXECUTING.value, timezone.now()]
     # Identifiers come from the models' metadata, values are parameters: nothing from input.
@@ -662,25 +664,18 @@ def count_duplicate_as_seen(seen: IdempotencyRecord, entry: LedgerEntry) -> bool
 
 
 @cache
-def _answer_fields() -> tuple[Field, ...]:
-    fields = [IdempotencyRecord._meta.get_field(name) for name in _ANSWER_DEPENDS_ON]
-    return tuple(f for f in fields if isinstance(f, Field))
-
-
-@cache
 def _count_duplicate_as_seen_sql() -> str:
-    meta = IdempotencyRecord._meta
-    pk = quote(str(meta.pk.column))
-    hits = quote(str(meta.get_field("duplicate_hits").column))
-    fields = _answer_fields()
-    assert len(fields) == len(_ANSWER_DEPENDS_ON)
-    unchanged = " AND ".join(f"{quote(str(f.column))} IS NOT DISTINCT FROM %s" for f in fields)
-    state = quote(str(meta.get_field("state").column))
-    lease = quote(str(meta.get_field("lease_expires_at").column))
+    """``_count_duplicate_sql``, only while the record is as seen and its lease has not lapsed."""
+
+    def column(name: str) -> str:
+        return quote(str(model_field(IdempotencyRecord, name).column))
+
+    unchanged = " AND ".join(f"{column(n)} IS NOT DISTINCT FROM %s" for n in _ANSWER_DEPENDS_ON)
+    state, lease = column("state"), column("lease_expires_at")
     return (
-        f"UPDATE {quote(meta.db_table)} SET {hits} = {hits} + 1 "  # noqa: S608 - metadata
-        f"WHERE {pk} = %s AND {unchanged} "
-        f"AND NOT ({state} = %s AND {lease} IS NOT NULL AND {lease} <= %s) RETURNING {pk} AS id"
+        f"{_count_duplicate_sql()} AND {unchanged} "
+        f"AND NOT ({state} = %s AND {lease} IS NOT NULL AND {lease} <= %s) "
+        f"RETURNING {column('pk')} AS id"
     )
 
 

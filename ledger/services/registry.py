@@ -7,6 +7,7 @@ policy rules and the human override, so it can never drift from the rules that p
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -111,18 +112,25 @@ def register_tool(
     locked ``FOR NO KEY UPDATE``: calls in flight keep checking their foreign key to it
     (``FOR KEY SHARE``) instead of queueing behind the declaration."""
     validate_tool_name(name)
+    attempt = partial(
+        _register_tool,
+        tenant,
+        name,
+        actor,
+        source,
+        declared_idempotency,
+        description,
+        output_schema,
+        key_scope,
+    )
     try:
-        return _register_tool(
-            tenant, name, actor, source, declared_idempotency, description, output_schema, key_scope
-        )
+        return attempt()
     except IntegrityError:
         # A new name inserted by a concurrent declaration or first use since the look-up:
         # the row is committed now (the insert waited for it), so this is an update.
         if not Tool.objects.filter(tenant=tenant, name=name).exists():
             raise
-        return _register_tool(
-            tenant, name, actor, source, declared_idempotency, description, output_schema, key_scope
-        )
+        return attempt()
 
 
 def _register_tool(
@@ -185,9 +193,10 @@ def ensure_catalogue_tool(*, tenant: Tenant, name: str, actor: str, source: str)
 
     Agents often use a tool for the first time all at once. The row is only ever inserted
     here, never locked or updated: when another first use inserted it first, the insert waits
-    for that one to commit, fails, and the row it committed is used. (Locking the existing row
-    for an update, as ``register_tool`` does, deadlocked against calls that had already
-    locked their record and were checking the tool's foreign key.)"""
+    for that one to commit, fails, and the row it committed is used. (Going through
+    ``register_tool``, the losers got an IntegrityError, and one that found the row committed
+    locked it ``FOR UPDATE``, deadlocking against calls that held their record's lock and were
+    checking the tool's foreign key.)"""
     tool = Tool.objects.filter(tenant=tenant, name=name).first()
     if tool is not None:
         return tool

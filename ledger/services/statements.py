@@ -142,7 +142,8 @@ def _insert_fields(model: type[models.Model]) -> tuple[tuple[models.Field, type 
     )
 
 
-def _field(model: type[models.Model], name: str) -> models.Field:
+def model_field(model: type[models.Model], name: str) -> models.Field:
+    """``model``'s concrete field ``name`` (``pk`` for the primary key)."""
     field = model._meta.pk if name == "pk" else model._meta.get_field(name)
     assert isinstance(field, models.Field) and field.column, f"{model.__name__}.{name}"
     return field
@@ -302,12 +303,12 @@ def _update_shape(
     ``name__in`` with its list's length), and the fields whose values fill its parameters."""
     meta = model._meta
     table = quote(meta.db_table)
-    set_fields = tuple(_field(model, name) for name in changes)
+    set_fields = tuple(model_field(model, name) for name in changes)
     assignments = ", ".join(f"{quote(str(field.column))} = %s" for field in set_fields)
     conditions: list[str] = []
     where_fields: list[models.Field] = []
     for key, size in where:
-        field = _field(model, key.removesuffix("__in"))
+        field = model_field(model, key.removesuffix("__in"))
         column = f"{table}.{quote(str(field.column))}"
         if size is None:
             conditions.append(f"{column} = %s")
