@@ -92,12 +92,11 @@ def _control(command: str, nodes: list[str]) -> None:
 
 
 def enqueue(ids: list[int]) -> float:
-    """A look-up task per record on the broker; the seconds it took."""
-    from reconcile.tasks import reconcile_record
+    """The records' look-ups on the broker, as the sweep sends them; the seconds it took."""
+    from reconcile.tasks import send_lookups
 
     began = time.monotonic()
-    for record_id in ids:
-        reconcile_record.delay(record_id)
+    send_lookups(ids)
     return time.monotonic() - began
 
 

@@ -144,7 +144,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # every task has a named queue (a test checks it); anything unrouted would go to "maintenance";
 CELERY_TASK_DEFAULT_QUEUE = "maintenance"
 CELERY_TASK_ROUTES = {
-    "reconcile.tasks.reconcile_record": {"queue": "reconcile"},
+    "reconcile.tasks.reconcile_records": {"queue": "reconcile"},
     "reconcile.tasks.schedule_reconciliation": {"queue": "maintenance"},
     "reconcile.tasks.sweep_expired_leases": {"queue": "maintenance"},
     "reconcile.tasks.cleanup_expired": {"queue": "maintenance"},
@@ -182,6 +182,8 @@ CELERY_TASK_ALWAYS_EAGER = strict_bool(env, "CELERY_TASK_ALWAYS_EAGER", default=
 RECONCILE_BATCH_SIZE = positive_int(env, "RECONCILE_BATCH_SIZE", default=500)
 RECONCILE_BASE_DELAY_SECONDS = positive_int(env, "RECONCILE_BASE_DELAY_SECONDS", default=5)
 RECONCILE_MAX_ATTEMPTS = positive_int(env, "RECONCILE_MAX_ATTEMPTS", default=5)
+# Look-ups sent to the broker in one message, looked up one after another by one worker thread.
+RECONCILE_TASK_RECORDS = positive_int(env, "RECONCILE_TASK_RECORDS", default=10)
 # After enqueueing, a record is not enqueued again for this long (its message is in flight).
 RECONCILE_REQUEUE_SECONDS = positive_int(env, "RECONCILE_REQUEUE_SECONDS", default=60)
 # A look-up task gets a SoftTimeLimitExceeded after the soft limit (recorded as a timeout and

@@ -115,9 +115,13 @@ def _transition(
     detail: str = "",
     entry: tuple[LedgerEntry, dict[str, Any]] | None = None,
     also: Sequence[Also] = (),
+    announce: bool = True,
     **changes: Any,
 ) -> None:
     """Move a row-locked record to ``to`` and audit it. The caller holds the transaction.
+    A record that became unknown is announced for reconciliation, unless ``announce`` is off
+    and the caller announces a whole batch at once (one look-up message per
+    ``RECONCILE_TASK_RECORDS`` records, not one per record).
 
     The record UPDATE, the voiding of open approvals of a settled action, the audit event,
     (with ``entry``: the entry and its ``entry_change``) the status of the reporting ledger
@@ -169,7 +173,7 @@ def _transition(
     if entry is not None:
         for field, value in entry[1].items():
             setattr(entry[0], field, value)
-    if to is RecordState.UNKNOWN:
+    if to is RecordState.UNKNOWN and announce:
         records_became_unknown.send(sender=IdempotencyRecord, record_ids=[record.pk])
 
 
@@ -1056,7 +1060,8 @@ def expire_leases(*, batch_size: int = 500) -> list[int]:
     """Executing records whose lease lapsed become ``unknown`` (never ``reserved``).
 
     Rows locked by another sweeper or a completing caller are skipped, so several workers can
-    sweep at once. Returns the ids that became unknown, for reconciliation.
+    sweep at once. The batch is announced for reconciliation together, once it commits; returns
+    the ids that became unknown.
     """
     now = timezone.now()
     expired: list[int] = []
@@ -1074,8 +1079,11 @@ def expire_leases(*, batch_size: int = 500) -> list[int]:
                 source="worker",
                 action="record.lease_expired",
                 now=now,
+                announce=False,
             )
             expired.append(record.pk)
+        if expired:
+            records_became_unknown.send(sender=IdempotencyRecord, record_ids=expired)
     if expired:
         logger.info("lease sweep", extra={"expired": len(expired)})
     return expired

@@ -6,11 +6,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from django.db import connections
+from django.utils import timezone
 
 from agent_ledger_client import CallContext, LedgerClient
 from console.celery import app as celery_app
@@ -18,10 +21,10 @@ from ledger.domain import RecordState
 from ledger.models import ApiToken, AuditEvent, IdempotencyRecord, Tenant
 from ledger.services.records import Outcome, cleanup_expired_records, complete_execution
 from reconcile.models import DownstreamAdapter, ReconcileAttempt
-from reconcile.tasks import reconcile_record, schedule_reconciliation
+from reconcile.tasks import reconcile_records, schedule_reconciliation, sweep_expired_leases
 from sandbox.server import SandboxServer
 from tests.factories import make_tool, reserve
-from tests.processes import RedisServer, celery_worker
+from tests.processes import RedisServer, Worker, celery_worker
 from tests.sandbox_fixtures import arm
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -66,7 +69,7 @@ def test_every_task_has_a_named_queue() -> None:
     assert ours
     routes = celery_app.conf.task_routes
     assert {name: routes[name]["queue"] for name in ours} == {
-        "reconcile.tasks.reconcile_record": "reconcile",
+        "reconcile.tasks.reconcile_records": "reconcile",
         "reconcile.tasks.schedule_reconciliation": "maintenance",
         "reconcile.tasks.sweep_expired_leases": "maintenance",
         "reconcile.tasks.cleanup_expired": "maintenance",
@@ -100,6 +103,59 @@ def test_two_workers_on_one_backlog_look_each_record_up_once(
     assert set(lookups.values()) == {1} and len(lookups) == 40
     # Both workers took part: the backlog really was shared.
     assert len(set(ReconcileAttempt.objects.values_list("worker", flat=True))) == 2
+
+
+def _lapsed_leases(tenant: Tenant, tool: object, count: int) -> list[IdempotencyRecord]:
+    """Executing records whose lease has lapsed: the lease sweep makes them unknown."""
+    records = [reserve(tenant, tool, key=f"lapsed-{i}").record for i in range(count)]
+    IdempotencyRecord.objects.filter(pk__in=[r.pk for r in records]).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=5)
+    )
+    return records
+
+
+def _messages_received(worker: Worker) -> int:
+    return sum(
+        "reconcile_records[" in line and "received" in line
+        for line in worker.log.read_text().splitlines()
+    )
+
+
+def test_a_sweep_sends_its_look_ups_several_records_to_a_message(
+    sandbox: SandboxServer, broker: RedisServer, tmp_path: Path, settings: Any
+) -> None:
+    settings.RECONCILE_TASK_RECORDS = 10
+    tenant, tool = _setup(sandbox)
+    records = _lapsed_leases(tenant, tool, 25)
+    with celery_worker("batches", broker.url, tmp_path) as worker:
+        assert sweep_expired_leases() == 25  # one batch: its look-ups are sent on commit
+        wait_until(lambda: unknown_left() == 0, timeout=60)
+    assert _messages_received(worker) == 3  # 10 + 10 + 5
+    per_record = Counter(ReconcileAttempt.objects.values_list("record_id", flat=True))
+    assert per_record == {record.pk: 1 for record in records}
+    lookups = httpx.get(f"{sandbox.url}/orders/stats").json()["lookups_per_key"]
+    assert sorted(lookups) == sorted(r.key for r in records) and set(lookups.values()) == {1}
+
+
+def test_a_task_hands_the_records_past_its_time_budget_to_a_new_message(
+    sandbox: SandboxServer, broker: RedisServer, tmp_path: Path, settings: Any
+) -> None:
+    """Six look-ups of 400 ms in one message would run past a soft limit of 2 s: the task takes
+    records only while less than half of it has passed and sends the rest on, so none of them
+    times out."""
+    settings.RECONCILE_TASK_RECORDS = 6
+    tenant, tool = _setup(sandbox)
+    records = _lapsed_leases(tenant, tool, 6)
+    arm(sandbox, service="orders", operation="lookup", mode="latency", latency_ms=400, count=100)
+    soft = {"RECONCILE_TASK_SOFT_TIME_LIMIT": "2"}
+    with celery_worker("budget", broker.url, tmp_path, env=soft) as worker:
+        sweep_expired_leases()
+        wait_until(lambda: unknown_left() == 0, timeout=60)
+    assert 2 <= _messages_received(worker) < 6
+    outcomes = Counter(ReconcileAttempt.objects.values_list("outcome", flat=True))
+    assert outcomes == {"not_found": 6}
+    per_record = Counter(ReconcileAttempt.objects.values_list("record_id", flat=True))
+    assert per_record == {record.pk: 1 for record in records}
 
 
 def _sessions_opened() -> int:
@@ -315,9 +371,9 @@ def test_a_look_up_past_the_task_time_limit_is_a_timeout_tried_again(
     sandbox: SandboxServer, broker: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Time limits travel in the message, from the task as the publisher defines it.
-    monkeypatch.setattr(reconcile_record, "soft_time_limit", 2)
-    monkeypatch.setattr(reconcile_record, "time_limit", 20)
-    monkeypatch.setattr(reconcile_record, "_exec_options", None)  # Celery caches them
+    monkeypatch.setattr(reconcile_records, "soft_time_limit", 2)
+    monkeypatch.setattr(reconcile_records, "time_limit", 20)
+    monkeypatch.setattr(reconcile_records, "_exec_options", None)  # Celery caches them
     tenant, tool = _setup(sandbox)
     DownstreamAdapter.objects.filter(tool=tool).update(timeout_seconds=30)
     record = reserve(tenant, tool, key="key-slow").record

@@ -17,6 +17,7 @@ from ledger.services.records import (
     complete_execution,
     expire_leases,
 )
+from ledger.signals import records_became_unknown
 from tests.factories import make_tenant, make_tool, refresh, reserve
 
 
@@ -37,6 +38,26 @@ def test_expired_lease_becomes_unknown_never_reserved(tenant, create_order) -> N
     assert refresh(alive).state == RecordState.EXECUTING
     event = AuditEvent.objects.get(action="record.lease_expired")
     assert event.before["state"] == "executing" and event.after["state"] == "unknown"
+
+
+@pytest.mark.django_db
+def test_a_sweep_announces_its_batch_for_reconciliation_once(tenant, create_order) -> None:
+    """So that the look-ups of a batch share messages (``RECONCILE_TASK_RECORDS`` to one)."""
+    records = [reserve(tenant, create_order, key=f"k-{i}").record for i in range(3)]
+    for record in records:
+        _lapse(record)
+    announced: list[list[int]] = []
+
+    def heard(sender: object, record_ids: list[int], **kwargs: object) -> None:
+        announced.append(list(record_ids))
+
+    records_became_unknown.connect(heard, weak=False)
+    try:
+        expired = expire_leases()
+    finally:
+        records_became_unknown.disconnect(heard)
+    assert sorted(expired) == sorted(r.pk for r in records)
+    assert announced == [expired]
 
 
 @pytest.mark.django_db(transaction=True)
