@@ -248,7 +248,10 @@ def run(
         records=sizes.records,
         unknown=sizes.unknown,
     )
-    log(f"loaded in {loaded['load_seconds']} s; console pages x{sizes.page_repeat}")
+    log(
+        f"loaded in {loaded['load_seconds']} s, vacuumed in {loaded['vacuum_seconds']} s; "
+        f"console pages x{sizes.page_repeat}"
+    )
     after = console_scale.measure(client, pages, sizes.page_repeat)
     took, sql = after.pop("slowest_query")
     results["console"] = {
