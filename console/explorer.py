@@ -25,6 +25,22 @@ from ledger.models import LedgerEntry, Run, Tenant, VersionCombination
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
 TIMELINE_PAGE = 100
+# What the timeline shows of a call: only these are read (an entry, its record and its tool
+# have over 60 columns, JSON among them; building them all was most of the page's time).
+TIMELINE_FIELDS = (
+    "call_id",
+    "step_id",
+    "created_at",
+    "decision",
+    "observation_code",
+    "reused_record",
+    "status",
+    "idempotency",
+    "replay_policy",
+    "idempotency_key",
+    "tool__name",
+    "record__state",
+)
 DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
 
 
@@ -193,9 +209,9 @@ def run_timeline(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
             raise Http404("No such call in this run.")
         entries = entries.filter(Q(created_at__gt=last) | Q(created_at=last, pk__gt=after_id))
     page = list(
-        entries.select_related("tool", "record", "combination").order_by("created_at", "pk")[
-            : TIMELINE_PAGE + 1
-        ]
+        entries.select_related("tool", "record")
+        .only(*TIMELINE_FIELDS)
+        .order_by("created_at", "pk")[: TIMELINE_PAGE + 1]
     )
     more = len(page) > TIMELINE_PAGE
     page = page[:TIMELINE_PAGE]
