@@ -8,8 +8,7 @@ from __future__ import annotations
 import logging
 import time
 
-from celery import shared_task
-from celery.exceptions import SoftTimeLimitExceeded
+from celery import Task, shared_task
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -23,30 +22,38 @@ logger = logging.getLogger(__name__)
 
 
 @shared_task(
+    bind=True,
     soft_time_limit=settings.RECONCILE_TASK_SOFT_TIME_LIMIT,
     time_limit=settings.RECONCILE_TASK_TIME_LIMIT,
 )
-def reconcile_records(record_ids: list[int]) -> int:
+def reconcile_records(self: Task, record_ids: list[int]) -> int:
     """Look up unknown records one after another (downstream, or their file) and settle each if
     possible; how many were taken. Several records share a message so that a worker receives
     and acknowledges one message for several look-ups (docs/performance.md). A record is only
-    started while less than half of the soft time limit has passed; the rest go back to the
-    broker as a new message, so that a message of slow look-ups does not run into the time
-    limits."""
+    started while less than half of the message's soft time limit has passed; the rest go back
+    to the broker as a new message, so that a message of slow look-ups does not run into the
+    time limits."""
     began = time.monotonic()
-    budget = settings.RECONCILE_TASK_SOFT_TIME_LIMIT / 2
+    budget = _soft_time_limit(self) / 2
     for done, record_id in enumerate(record_ids):
         if done and time.monotonic() - began > budget:
             send_lookups(record_ids[done:])
             return done
         try:
             services.reconcile_record(record_id)
-        except SoftTimeLimitExceeded:
-            # Past the look-up itself (which records a timeout): this record's claim lapses
-            # and the sweep takes it again; the ones after it go back to the broker now.
+        except Exception:
+            # The soft time limit past the look-up itself (which records a timeout), or a
+            # database error: this record's claim lapses and the sweep takes it again; the
+            # ones after it go back to the broker now, as if each had had a message of its own.
             send_lookups(record_ids[done + 1 :])
             raise
     return len(record_ids)
+
+
+def _soft_time_limit(task: Task) -> float:
+    """The soft limit the message carries (its publisher's settings), else the task's own."""
+    carried = (task.request.timelimit or (None, None))[1]
+    return float(carried or task.soft_time_limit or settings.RECONCILE_TASK_SOFT_TIME_LIMIT)
 
 
 @shared_task(soft_time_limit=50, time_limit=60)

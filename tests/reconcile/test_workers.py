@@ -138,22 +138,29 @@ def test_a_sweep_sends_its_look_ups_several_records_to_a_message(
 
 
 def test_a_task_hands_the_records_past_its_time_budget_to_a_new_message(
-    sandbox: SandboxServer, broker: RedisServer, tmp_path: Path, settings: Any
+    sandbox: SandboxServer,
+    broker: RedisServer,
+    tmp_path: Path,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Six look-ups of 400 ms in one message would run past a soft limit of 2 s: the task takes
-    records only while less than half of it has passed and sends the rest on, so none of them
-    times out."""
-    settings.RECONCILE_TASK_RECORDS = 6
+    """Eight look-ups of 600 ms in one message would run past its soft limit of 4 s: the task
+    takes records only while less than half of it has passed and sends the rest on, so none of
+    them times out."""
+    # Time limits travel in the message, from the task as the publisher defines it.
+    monkeypatch.setattr(reconcile_records, "soft_time_limit", 4)
+    monkeypatch.setattr(reconcile_records, "time_limit", 20)
+    monkeypatch.setattr(reconcile_records, "_exec_options", None)  # Celery caches them
+    settings.RECONCILE_TASK_RECORDS = 8
     tenant, tool = _setup(sandbox)
-    records = _lapsed_leases(tenant, tool, 6)
-    arm(sandbox, service="orders", operation="lookup", mode="latency", latency_ms=400, count=100)
-    soft = {"RECONCILE_TASK_SOFT_TIME_LIMIT": "2"}
-    with celery_worker("budget", broker.url, tmp_path, env=soft) as worker:
+    records = _lapsed_leases(tenant, tool, 8)
+    arm(sandbox, service="orders", operation="lookup", mode="latency", latency_ms=600, count=100)
+    with celery_worker("budget", broker.url, tmp_path) as worker:
         sweep_expired_leases()
         wait_until(lambda: unknown_left() == 0, timeout=60)
-    assert 2 <= _messages_received(worker) < 6
+    assert 2 <= _messages_received(worker) < 8
     outcomes = Counter(ReconcileAttempt.objects.values_list("outcome", flat=True))
-    assert outcomes == {"not_found": 6}
+    assert outcomes == {"not_found": 8}
     per_record = Counter(ReconcileAttempt.objects.values_list("record_id", flat=True))
     assert per_record == {record.pk: 1 for record in records}
 
