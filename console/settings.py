@@ -182,12 +182,15 @@ CELERY_TASK_ALWAYS_EAGER = strict_bool(env, "CELERY_TASK_ALWAYS_EAGER", default=
 RECONCILE_BATCH_SIZE = positive_int(env, "RECONCILE_BATCH_SIZE", default=500)
 RECONCILE_BASE_DELAY_SECONDS = positive_int(env, "RECONCILE_BASE_DELAY_SECONDS", default=5)
 RECONCILE_MAX_ATTEMPTS = positive_int(env, "RECONCILE_MAX_ATTEMPTS", default=5)
-# Look-ups sent to the broker in one message, looked up one after another by one worker thread.
+# Look-ups sent to the broker in one message, looked up one after another by one worker thread
+# (or process).
 RECONCILE_TASK_RECORDS = positive_int(env, "RECONCILE_TASK_RECORDS", default=10)
 # After enqueueing, a record is not enqueued again for this long (its message is in flight).
 RECONCILE_REQUEUE_SECONDS = positive_int(env, "RECONCILE_REQUEUE_SECONDS", default=60)
-# A look-up task gets a SoftTimeLimitExceeded after the soft limit (recorded as a timeout and
-# tried again later) and is killed at the hard limit.
+# Limits of one look-up message (prefork workers enforce them; a thread pool does not): a
+# SoftTimeLimitExceeded after the soft limit (a look-up it cuts short is recorded as a timeout and
+# tried again later), killed at the hard limit. A message starts a look-up only in the first half
+# of its soft limit and hands the rest on (reconcile.tasks.reconcile_records).
 RECONCILE_TASK_SOFT_TIME_LIMIT = positive_int(env, "RECONCILE_TASK_SOFT_TIME_LIMIT", default=45)
 RECONCILE_TASK_TIME_LIMIT = positive_int(env, "RECONCILE_TASK_TIME_LIMIT", default=60)
 if RECONCILE_TASK_TIME_LIMIT <= RECONCILE_TASK_SOFT_TIME_LIMIT:
