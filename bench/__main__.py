@@ -37,7 +37,7 @@ class Sizes:
 
 
 QUICK = Sizes(3, (1, 8, 32), 100, 5_000, 30_000, 1_000, 5, 400, 3)
-FULL = Sizes(15, (1, 8, 32), 100, 100_000, 1_000_000, 20_000, 20, 3_000, 15)
+FULL = Sizes(15, (1, 8, 32), 100, 100_000, 1_000_000, 20_000, 20, 3_000, 30)
 
 
 def recreate_database(url: str) -> None:
@@ -263,20 +263,26 @@ def run(
     connection.close()
 
     log("cleanup: hot path before, then during the cleanup")
-    baseline = hotpath.hot_path(port, fixture.token, 8, sizes.cleanup_load_seconds, "pre-clean")
     cleaner = subprocess.Popen(
         [sys.executable, "-m", "bench.cleanup"],
         cwd=ROOT,
         env=env,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert cleaner.stdin is not None and cleaner.stdout is not None
+    if json.loads(cleaner.stdout.readline() or "{}") != {"ready": True}:
+        raise RuntimeError(f"the cleanup process did not start: exit code {cleaner.wait()}")
+    baseline = hotpath.hot_path(port, fixture.token, 8, sizes.cleanup_load_seconds, "pre-clean")
     batches: list[dict[str, Any]] = []
     reader = threading.Thread(
         target=lambda: batches.extend(json.loads(line) for line in cleaner.stdout or []),
         daemon=True,
     )
     reader.start()
+    cleaner.stdin.write("go\n")
+    cleaner.stdin.close()
     cleaning_began = time.monotonic()
     during = hotpath.hot_path(port, fixture.token, 8, sizes.cleanup_load_seconds, "in-clean")
     cleaner.wait()

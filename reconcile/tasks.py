@@ -14,7 +14,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger.services import metrics, thresholds
-from ledger.services.records import cleanup_expired_records, expire_leases
+from ledger.services.cleanup import cleanup_expired_records
+from ledger.services.records import expire_leases
 from reconcile import services
 from reconcile.models import Heartbeat
 

@@ -80,7 +80,7 @@ def ten_callers_share_a_key(ctx: DrillContext, result: DrillResult) -> None:
     response. One business object, an explainable answer for every caller, and a TTL cleanup
     running throughout deletes nothing that is still in flight."""
     from ledger.models import IdempotencyRecord
-    from ledger.services.records import cleanup_expired_records
+    from ledger.services.cleanup import cleanup_expired_records
 
     label = "concurrency"
     key_box: dict[str, str] = {}

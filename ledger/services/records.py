@@ -10,8 +10,7 @@ the answer changes nothing (``answer_as_seen``), else under the row's lock.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -1087,63 +1086,3 @@ def expire_leases(*, batch_size: int = 500) -> list[int]:
     if expired:
         logger.info("lease sweep", extra={"expired": len(expired)})
     return expired
-
-
-def cleanup_expired_records(
-    *,
-    batch_size: int | None = None,
-    max_batches: int = 100,
-    on_batch: Callable[[int, float], None] | None = None,
-) -> int:
-    """Delete terminal records past their TTL in bounded batches; returns how many.
-
-    Only ``succeeded`` and ``failed_final`` records ever have an ``expires_at`` (a database
-    constraint), and the delete re-checks the state, so a record still in flight is never
-    touched, even one that changed while the batch was being chosen. Batches are paced
-    (``LEDGER_CLEANUP_PAUSE_MS`` between them, and at least as long as the batch before took,
-    so on a slow or busy database cleanup still takes at most half of its backend's time) so
-    a large backlog leaves the hot path room; ``on_batch(deleted, seconds)`` is told about
-    each one.
-    """
-    size = batch_size or settings.LEDGER_CLEANUP_BATCH_SIZE
-    pause = settings.LEDGER_CLEANUP_PAUSE_MS / 1000
-    terminal = [state.value for state in TERMINAL_RECORD_STATES]
-    total = 0
-    took = 0.0
-    for batch in range(max_batches):
-        if batch and pause:
-            time.sleep(max(pause, took))
-        began = time.perf_counter()
-        now = timezone.now()
-        with transaction.atomic():
-            ids = list(
-                IdempotencyRecord.objects.select_for_update(skip_locked=True)
-                .filter(state__in=terminal, expires_at__lte=now)
-                .order_by("expires_at")
-                .values_list("pk", flat=True)[:size]
-            )
-            if not ids:
-                break
-            # Django's delete reads the rows it deletes: only their ids (0.04 s of CPU a batch
-            # of 500 instead of 0.08 s; the entries they leave are updated in SQL either way).
-            doomed = IdempotencyRecord.objects.filter(
-                pk__in=ids, state__in=terminal, expires_at__lte=now
-            ).only("pk")
-            _deleted, by_model = doomed.delete()
-            count = by_model.get(IdempotencyRecord._meta.label, 0)
-            audit(
-                tenant=None,
-                actor="system",
-                action="records.cleaned_up",
-                target=("idempotencyrecord", f"{min(ids)}-{max(ids)}"),
-                source="worker",
-                after={"deleted": count},
-            )
-        total += count
-        took = time.perf_counter() - began
-        logger.info("ttl cleanup batch", extra={"deleted": count})
-        if on_batch is not None:
-            on_batch(count, took)
-        if len(ids) < size:
-            break
-    return total

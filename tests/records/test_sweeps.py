@@ -6,19 +6,19 @@ import threading
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connections
 from django.utils import timezone
 
+from console.models import ApprovalClaim
 from ledger.domain import RecordState
-from ledger.models import AuditEvent, IdempotencyRecord
-from ledger.services.records import (
-    Outcome,
-    cleanup_expired_records,
-    complete_execution,
-    expire_leases,
-)
+from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry
+from ledger.services import cleanup
+from ledger.services.cleanup import cleanup_expired_records
+from ledger.services.records import Outcome, complete_execution, expire_leases
 from ledger.signals import records_became_unknown
-from tests.factories import make_tenant, make_tool, refresh, reserve
+from reconcile.models import ReconcileAttempt
+from tests.factories import make_entry, make_tenant, make_tool, refresh, reserve
 
 
 def _lapse(record: IdempotencyRecord) -> None:
@@ -86,8 +86,19 @@ def test_two_concurrent_sweepers_expire_each_record_exactly_once() -> None:
     assert AuditEvent.objects.filter(action="record.lease_expired").count() == 40
 
 
+@pytest.fixture(params=["one_statement", "django"])
+def cleanup_path(request, monkeypatch) -> str:
+    """Both ways a batch is deleted, on the same database: PostgreSQL's one statement, and
+    Django's delete (what the embedded SQLite default runs)."""
+    if request.param == "django":
+        monkeypatch.setattr(cleanup, "_delete_batch", cleanup._delete_batch_with_django)
+    return str(request.param)
+
+
 @pytest.mark.django_db
-def test_cleanup_deletes_only_expired_terminal_records_in_batches(tenant, create_order) -> None:
+def test_cleanup_deletes_only_expired_terminal_records_in_batches(
+    tenant, create_order, cleanup_path
+) -> None:
     def finished(key: str, outcome: Outcome, *, expired: bool) -> IdempotencyRecord:
         record = reserve(tenant, create_order, key=key).record
         complete_execution(
@@ -118,6 +129,61 @@ def test_cleanup_deletes_only_expired_terminal_records_in_batches(tenant, create
     assert {fresh.pk, unknown.pk, executing.pk, reserved.pk} <= set(
         IdempotencyRecord.objects.values_list("pk", flat=True)
     )
+
+
+def _with_dependents(tenant, tool, key: str) -> IdempotencyRecord:
+    """A succeeded record with what points at it: its ledger entry, an approval (with an
+    approver's claim on it) and a reconciliation attempt."""
+    record = reserve(tenant, tool, key=key).record
+    complete_execution(record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w")
+    entry = make_entry(tenant, tool, status="succeeded")
+    LedgerEntry.objects.filter(pk=entry.pk).update(record=record)
+    approval = ApprovalRequest.objects.create(
+        tenant=tenant,
+        record=record,
+        entry=entry,
+        action_hash="0" * 64,
+        state=ApprovalRequest.State.CONSUMED,
+        requested_by="agent",
+        expires_at=timezone.now(),
+    )
+    approver = get_user_model().objects.create_user(username=f"approver-{key}")
+    ApprovalClaim.objects.create(approval=approval, user=approver, claimed_at=timezone.now())
+    ReconcileAttempt.objects.create(
+        tenant=tenant,
+        record=record,
+        attempt=1,
+        kind=ReconcileAttempt.Kind.DOWNSTREAM,
+        outcome=ReconcileAttempt.Outcome.FOUND,
+        worker="w",
+    )
+    return record
+
+
+@pytest.mark.django_db
+def test_cleanup_keeps_the_ledger_and_drops_what_only_served_the_record(
+    tenant, create_order, cleanup_path
+) -> None:
+    """Entries are the ledger: they stay, unlinked. A record's approvals and reconciliation
+    attempts go with it. Nothing of a record that has not expired is touched."""
+    doomed = _with_dependents(tenant, create_order, "doomed")
+    kept = _with_dependents(tenant, create_order, "kept")
+    IdempotencyRecord.objects.filter(pk=doomed.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    entries = LedgerEntry.objects.count()
+
+    assert cleanup_expired_records() == 1
+
+    assert not IdempotencyRecord.objects.filter(pk=doomed.pk).exists()
+    assert LedgerEntry.objects.count() == entries
+    assert set(LedgerEntry.objects.values_list("record_id", flat=True)) == {None, kept.pk}
+    assert set(ApprovalRequest.objects.values_list("record_id", flat=True)) == {kept.pk}
+    assert set(ReconcileAttempt.objects.values_list("record_id", flat=True)) == {kept.pk}
+    assert set(ApprovalClaim.objects.values_list("approval__record_id", flat=True)) == {kept.pk}
+    event = AuditEvent.objects.get(action="records.cleaned_up")
+    assert event.after == {"deleted": 1}
+    assert event.target_id == f"{doomed.pk}-{doomed.pk}"
 
 
 @pytest.mark.django_db
@@ -157,11 +223,12 @@ def test_cleanup_batches_are_paced_and_reported(tenant, create_order, settings) 
 
 
 @pytest.mark.django_db
-def test_a_cleanup_pause_is_at_least_as_long_as_the_batch_before(
+def test_a_cleanup_pause_is_at_least_twice_as_long_as_the_batch_before(
     tenant, create_order, settings
 ) -> None:
     """On a slow or busy database a batch takes longer than the configured pause; the pause
-    then stretches to the batch's own length, so cleanup takes at most half of the time."""
+    then stretches to twice the batch's own length, so cleanup takes at most a third of the
+    time."""
     import time
 
     settings.LEDGER_CLEANUP_PAUSE_MS = 1
@@ -171,5 +238,6 @@ def test_a_cleanup_pause_is_at_least_as_long_as_the_batch_before(
     cleanup_expired_records(batch_size=1, on_batch=lambda _count, seconds: took.append(seconds))
     elapsed = time.monotonic() - began
     assert len(took) == 3  # one record each; a full batch is followed by a look for more
-    pauses = sum(max(0.001, previous) for previous in took)
+    pauses = sum(max(0.001, cleanup.PAUSE_PER_BATCH_SECOND * previous) for previous in took)
+    assert cleanup.PAUSE_PER_BATCH_SECOND == 2
     assert elapsed >= sum(took) + pauses
