@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 from django.db import connection
+from django.test import override_settings
 from hypothesis import settings as hypothesis_settings
 
 from tests.factories import make_tenant, make_tool
@@ -18,6 +20,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             "The test suite needs PostgreSQL: run it with `make test` (or set DATABASE_URL).",
             returncode=2,
         )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fast_password_hashing() -> Iterator[None]:
+    """Django's production hasher (PBKDF2, 1,000,000 iterations) takes a third of a second a
+    password on a small machine, and the console tests create users by the hundred; none of
+    them tests hashing. Django's own advice for test suites."""
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

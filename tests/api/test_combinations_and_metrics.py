@@ -56,9 +56,11 @@ def test_canary_share_is_honoured_within_tolerance(tenant) -> None:
     combinations.set_canary(
         tenant=tenant, combination_id=canary.pk, share_bp=1_500, actor="a", source="api"
     )
-    picks = Counter(pick_combination(tenant, f"run-{i}").pk for i in range(10_000))
-    assert abs(picks[canary.pk] / 10_000 - 0.15) < 0.02
-    assert picks[stable.pk] + picks[canary.pk] == 10_000
+    # Each pick reads the tenant's combinations; the hash's spread over many more run ids is
+    # test_canary_buckets_are_stable_and_uniform's. Run ids are fixed, so the count is too.
+    picks = Counter(pick_combination(tenant, f"run-{i}").pk for i in range(2_000))
+    assert abs(picks[canary.pk] / 2_000 - 0.15) < 0.02
+    assert picks[stable.pk] + picks[canary.pk] == 2_000
     assert pick_combination(tenant, "run-42") == pick_combination(tenant, "run-42")
 
 
