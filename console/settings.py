@@ -212,7 +212,8 @@ LEDGER_APPROVAL_EXPIRY_SECONDS = positive_int(
 )
 # Request bodies larger than this are refused (413) before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = positive_int(env, "LEDGER_MAX_BODY_BYTES", default=1024 * 1024)
-# Between cleanup batches, so deleting a large backlog leaves the hot path CPU (make bench).
+# Between cleanup batches (and at least twice the batch before's length), so deleting a large
+# backlog leaves the hot path CPU (ledger/services/cleanup.py, make bench).
 LEDGER_CLEANUP_PAUSE_MS = positive_int(env, "LEDGER_CLEANUP_PAUSE_MS", default=100, maximum=10_000)
 LEDGER_CLEANUP_BATCH_SIZE = positive_int(
     env, "LEDGER_CLEANUP_BATCH_SIZE", default=500, maximum=100_000
