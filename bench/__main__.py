@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import platform
+import select
 import signal
 import subprocess
 import sys
@@ -271,22 +272,29 @@ def run(
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert cleaner.stdin is not None and cleaner.stdout is not None
-    if json.loads(cleaner.stdout.readline() or "{}") != {"ready": True}:
-        raise RuntimeError(f"the cleanup process did not start: exit code {cleaner.wait()}")
-    baseline = hotpath.hot_path(port, fixture.token, 8, sizes.cleanup_load_seconds, "pre-clean")
     batches: list[dict[str, Any]] = []
-    reader = threading.Thread(
-        target=lambda: batches.extend(json.loads(line) for line in cleaner.stdout or []),
-        daemon=True,
-    )
-    reader.start()
-    cleaner.stdin.write("go\n")
-    cleaner.stdin.close()
-    cleaning_began = time.monotonic()
-    during = hotpath.hot_path(port, fixture.token, 8, sizes.cleanup_load_seconds, "in-clean")
-    cleaner.wait()
-    reader.join(10)
+    try:
+        assert cleaner.stdin is not None and cleaner.stdout is not None
+        ready, _, _ = select.select([cleaner.stdout], [], [], 120)
+        if not ready or json.loads(cleaner.stdout.readline() or "{}") != {"ready": True}:
+            raise RuntimeError("the cleanup process did not start")
+        baseline = hotpath.hot_path(port, fixture.token, 8, sizes.cleanup_load_seconds, "pre-clean")
+        reader = threading.Thread(
+            target=lambda: batches.extend(json.loads(line) for line in cleaner.stdout or []),
+            daemon=True,
+        )
+        reader.start()
+        cleaner.stdin.write("go\n")
+        cleaner.stdin.close()
+        cleaning_began = time.monotonic()
+        during = hotpath.hot_path(port, fixture.token, 8, sizes.cleanup_load_seconds, "in-clean")
+        if cleaner.wait() != 0:
+            raise RuntimeError(f"the cleanup process failed with exit code {cleaner.returncode}")
+        reader.join(10)
+    finally:
+        if cleaner.poll() is None:
+            cleaner.kill()
+            cleaner.wait()
     seconds = [b["seconds"] for b in batches]
     p99_before, p99_during = (
         percentile(baseline.latencies, 0.99),

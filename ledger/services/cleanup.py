@@ -1,14 +1,15 @@
 """TTL cleanup: terminal records past their ``expires_at`` are deleted in paced batches.
 
 Only ``succeeded`` and ``failed_final`` records ever have an ``expires_at`` (a database
-constraint), and a batch locks the rows it deletes, so a record still in flight is never
-touched. What points at a record is handled as its foreign key's ``on_delete`` says: the ledger
-entries stay (the ledger is the history) with the record unlinked; approvals and reconciliation
-attempts, which only served the record, go with it.
+constraint) and a batch is chosen by state, so a record still in flight is never touched; the
+batch's rows are locked (skipping rows another cleaner holds) so none changes while it is
+deleted. What points at a record is handled as its foreign key's ``on_delete`` says: the ledger
+entries stay (the ledger is the history) with the record unlinked; approvals (with their
+claims) and reconciliation attempts, which only served the record, go with it.
 
-On PostgreSQL a batch is one statement (``_batch_statement``): Django's delete would read the
-batch's ids, then send a statement for each kind of dependent row with every id as a parameter,
-and its Python side cost as much CPU as PostgreSQL's (docs/performance.md, seventh round).
+On PostgreSQL the locked batch is deleted in one statement (``_batch_statement``): Django's
+delete would send a statement for each kind of dependent row with every id as a parameter, and
+its Python side cost as much CPU as PostgreSQL's (docs/performance.md, seventh round).
 Elsewhere (the embedded SQLite default) it is Django's delete.
 """
 
@@ -19,11 +20,13 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, models, transaction
+from django.db.models.deletion import get_candidate_relations_to_delete
+from django.db.models.fields.reverse_related import ForeignObjectRel
 from django.db.models.options import Options
 from django.utils import timezone
 
@@ -36,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 # A batch is followed by a pause at least this many times its own length, so on a slow or busy
 # database cleanup takes at most a third of its backend's time and leaves the rest to the hot path.
-PAUSE_PER_BATCH_SECOND = 2
+PAUSE_TO_BATCH_RATIO = 2
 
 
 def cleanup_expired_records(
@@ -48,7 +51,7 @@ def cleanup_expired_records(
     """Delete terminal records past their TTL in bounded batches; returns how many.
 
     Batches are paced: ``LEDGER_CLEANUP_PAUSE_MS`` between them, and at least
-    ``PAUSE_PER_BATCH_SECOND`` times as long as the batch before took. ``on_batch(deleted,
+    ``PAUSE_TO_BATCH_RATIO`` times as long as the batch before took. ``on_batch(deleted,
     seconds)`` is told about each one.
     """
     size = batch_size or settings.LEDGER_CLEANUP_BATCH_SIZE
@@ -57,18 +60,25 @@ def cleanup_expired_records(
     total = 0
     took = 0.0
     for batch in range(max_batches):
-        if batch and pause:
-            time.sleep(max(pause, PAUSE_PER_BATCH_SECOND * took))
+        if batch:
+            time.sleep(max(pause, PAUSE_TO_BATCH_RATIO * took))
         began = time.perf_counter()
+        now = timezone.now()
         with transaction.atomic():
-            count, lowest, highest = _delete_batch(states, timezone.now(), size)
-            if not count:
+            ids = list(
+                IdempotencyRecord.objects.select_for_update(skip_locked=True)
+                .filter(state__in=states, expires_at__lte=now)
+                .order_by("expires_at")
+                .values_list("pk", flat=True)[:size]
+            )
+            if not ids:
                 break
+            count = _delete_locked(ids, states, now)
             audit(
                 tenant=None,
                 actor="system",
                 action="records.cleaned_up",
-                target=("idempotencyrecord", f"{lowest}-{highest}"),
+                target=("idempotencyrecord", f"{min(ids)}-{max(ids)}"),
                 source="worker",
                 after={"deleted": count},
             )
@@ -77,86 +87,91 @@ def cleanup_expired_records(
         logger.info("ttl cleanup batch", extra={"deleted": count})
         if on_batch is not None:
             on_batch(count, took)
-        if count < size:
+        if len(ids) < size:
             break
     return total
 
 
-def _delete_batch(states: list[str], now: datetime, size: int) -> tuple[int, int, int]:
-    """Delete up to ``size`` expired records, oldest expiry first, skipping rows another cleaner
-    holds; returns how many, and the lowest and highest id among them."""
+def _delete_locked(ids: list[int], states: list[str], now: datetime) -> int:
+    """Delete the batch ``ids``, locked by this transaction; returns how many were deleted."""
     if connection.vendor == "postgresql":
-        return _delete_batch_in_one_statement(states, now, size)
-    return _delete_batch_with_django(states, now, size)
+        return _delete_in_one_statement(ids)
+    return _delete_with_django(ids, states, now)
 
 
-def _delete_batch_in_one_statement(
-    states: list[str], now: datetime, size: int
-) -> tuple[int, int, int]:
+def _delete_in_one_statement(ids: list[int]) -> int:
+    # A statement of its own, after the lock: its snapshot holds every row that points at the
+    # batch, and no new one can commit until this transaction ends (its foreign key check
+    # waits on the lock). Locking in the same statement would leave a gap: a row committed
+    # while the lock was awaited is outside the statement's snapshot, and the deferred
+    # foreign key check would then fail the whole batch at commit.
     with connection.cursor() as cursor:
-        cursor.execute(_batch_statement(), [states, now, size])
-        count, lowest, highest = cursor.fetchone()
-    return count, lowest or 0, highest or 0
+        cursor.execute(_batch_statement(), [ids])
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
 
 
-def _delete_batch_with_django(states: list[str], now: datetime, size: int) -> tuple[int, int, int]:
-    ids = list(
-        IdempotencyRecord.objects.select_for_update(skip_locked=True)
-        .filter(state__in=states, expires_at__lte=now)
-        .order_by("expires_at")
-        .values_list("pk", flat=True)[:size]
-    )
-    if not ids:
-        return 0, 0, 0
+def _delete_with_django(ids: list[int], states: list[str], now: datetime) -> int:
     # The state is checked again: without row locks (SQLite) a record may have changed since.
     doomed = IdempotencyRecord.objects.filter(pk__in=ids, state__in=states, expires_at__lte=now)
     _deleted, by_model = doomed.only("pk").delete()
-    return by_model.get(IdempotencyRecord._meta.label, 0), min(ids), max(ids)
+    return by_model.get(IdempotencyRecord._meta.label, 0)
 
 
 @cache
 def _batch_statement() -> str:
-    """One batch as data-modifying CTEs: lock the batch, apply the ``on_delete`` of every
-    foreign key that points at it (and, for rows that cascade, at them), delete it. Built from
-    the models' metadata (identifiers only; values are parameters), so it follows the schema."""
+    """The locked batch (its ids, one array parameter) deleted as data-modifying CTEs: the
+    ``on_delete`` of every foreign key pointing at it, and at the rows that cascade from it,
+    then the records. Built from the models' metadata (identifiers only; values are
+    parameters), so it follows the schema."""
     meta = IdempotencyRecord._meta
-    table = quote(meta.db_table)
-    pk, state, expires_at = (
-        quote(str(model_field(IdempotencyRecord, name).column))
-        for name in ("pk", "state", "expires_at")
-    )
-    doomed = (
-        f"doomed AS (SELECT {pk} FROM {table} WHERE {state} = ANY(%s) AND {expires_at} <= %s"  # noqa: S608
-        f" ORDER BY {expires_at} LIMIT %s FOR UPDATE SKIP LOCKED)"
-    )
-    parts = [doomed, *_on_delete(meta, "doomed", (meta.label,))]
+    pk_field = model_field(IdempotencyRecord, "pk")
+    table, pk = quote(meta.db_table), quote(str(pk_field.column))
+    doomed = f"doomed AS (SELECT unnest(%s::{pk_field.rel_db_type(connection)}[]) AS {pk})"
+    parts = [doomed, *_on_delete(meta, "doomed", {meta.label})]
     deleted = f"DELETE FROM {table} WHERE {pk} IN (SELECT {pk} FROM doomed) RETURNING {pk}"  # noqa: S608
     parts.append(f"deleted AS ({deleted})")
-    return f"WITH {', '.join(parts)} SELECT count(*), min({pk}), max({pk}) FROM deleted"  # noqa: S608
+    return f"WITH {', '.join(parts)} SELECT count(*) FROM deleted"  # noqa: S608
 
 
-def _on_delete(meta: Options[Any], rows: str, path: tuple[str, ...]) -> list[str]:
+def _on_delete(meta: Options[Any], rows: str, seen: set[str]) -> list[str]:
     """CTEs that do what ``on_delete`` says to the rows pointing at those of ``meta`` whose
-    primary keys the CTE ``rows`` returns. A relation this cannot do in SQL is an error here,
-    on the first batch, rather than a row left behind."""
+    primary keys the CTE ``rows`` returns: every relation Django's delete would follow. One
+    this cannot do in SQL is an error here, on the first batch, rather than a row left behind
+    or a batch that fails at commit."""
+    if any(hasattr(field, "bulk_related_objects") for field in meta.private_fields):
+        raise _cannot(f"{meta.label} has a generic relation")
     key = quote(str(model_field(meta.model, "pk").column))
     parts = []
-    for n, relation in enumerate(meta.related_objects):
+    for n, candidate in enumerate(get_candidate_relations_to_delete(meta)):
+        relation = cast(ForeignObjectRel, candidate)
         dependent = relation.related_model._meta
         step, table = f"{rows}_{n}", quote(dependent.db_table)
         column = quote(str(relation.field.column))
         where = f"WHERE {column} IN (SELECT {key} FROM {rows})"  # noqa: S608
-        handled = relation.field.target_field.primary_key and dependent.label not in path
-        if handled and relation.on_delete is models.SET_NULL:
+        if not relation.field.target_field.primary_key:
+            raise _cannot(f"{relation.field} points at a column other than the primary key")
+        if relation.on_delete is models.DO_NOTHING:
+            continue
+        if dependent.label in seen:
+            # PostgreSQL applies one change to a row per statement: a row reached twice could
+            # be updated by one path and not deleted by the other.
+            raise _cannot(f"{dependent.label} is reached twice (again through {relation.field})")
+        seen.add(dependent.label)
+        if relation.on_delete is models.SET_NULL:
             parts.append(f"{step} AS (UPDATE {table} SET {column} = NULL {where})")  # noqa: S608
-        elif handled and relation.on_delete is models.CASCADE:
+        elif relation.on_delete is models.CASCADE:
             returning = quote(str(model_field(dependent.model, "pk").column))
             parts.append(f"{step} AS (DELETE FROM {table} {where} RETURNING {returning})")  # noqa: S608
-            parts += _on_delete(dependent, step, (*path, dependent.label))
+            parts += _on_delete(dependent, step, seen)
         else:
-            action = getattr(relation.on_delete, "__name__", "a many-to-many delete")
-            raise ImproperlyConfigured(
-                f"TTL cleanup cannot apply {action} of {relation.field} in SQL: handle it in "
-                "ledger.services.cleanup._on_delete"
-            )
+            action = getattr(relation.on_delete, "__name__", repr(relation.on_delete))
+            raise _cannot(f"{relation.field} is on_delete={action}")
     return parts
+
+
+def _cannot(reason: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(
+        f"TTL cleanup cannot delete idempotency records in one statement: {reason}. Handle it "
+        "in ledger.services.cleanup._on_delete."
+    )

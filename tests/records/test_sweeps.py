@@ -91,7 +91,7 @@ def cleanup_path(request, monkeypatch) -> str:
     """Both ways a batch is deleted, on the same database: PostgreSQL's one statement, and
     Django's delete (what the embedded SQLite default runs)."""
     if request.param == "django":
-        monkeypatch.setattr(cleanup, "_delete_batch", cleanup._delete_batch_with_django)
+        monkeypatch.setattr(cleanup, "_delete_locked", cleanup._delete_with_django)
     return str(request.param)
 
 
@@ -131,7 +131,7 @@ def test_cleanup_deletes_only_expired_terminal_records_in_batches(
     )
 
 
-def _with_dependents(tenant, tool, key: str) -> IdempotencyRecord:
+def _with_dependents(tenant, tool, key: str) -> tuple[IdempotencyRecord, ApprovalRequest]:
     """A succeeded record with what points at it: its ledger entry, an approval (with an
     approver's claim on it) and a reconciliation attempt."""
     record = reserve(tenant, tool, key=key).record
@@ -157,7 +157,7 @@ def _with_dependents(tenant, tool, key: str) -> IdempotencyRecord:
         outcome=ReconcileAttempt.Outcome.FOUND,
         worker="w",
     )
-    return record
+    return record, approval
 
 
 @pytest.mark.django_db
@@ -166,8 +166,8 @@ def test_cleanup_keeps_the_ledger_and_drops_what_only_served_the_record(
 ) -> None:
     """Entries are the ledger: they stay, unlinked. A record's approvals and reconciliation
     attempts go with it. Nothing of a record that has not expired is touched."""
-    doomed = _with_dependents(tenant, create_order, "doomed")
-    kept = _with_dependents(tenant, create_order, "kept")
+    doomed, _ = _with_dependents(tenant, create_order, "doomed")
+    kept, kept_approval = _with_dependents(tenant, create_order, "kept")
     IdempotencyRecord.objects.filter(pk=doomed.pk).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
@@ -180,10 +180,22 @@ def test_cleanup_keeps_the_ledger_and_drops_what_only_served_the_record(
     assert set(LedgerEntry.objects.values_list("record_id", flat=True)) == {None, kept.pk}
     assert set(ApprovalRequest.objects.values_list("record_id", flat=True)) == {kept.pk}
     assert set(ReconcileAttempt.objects.values_list("record_id", flat=True)) == {kept.pk}
-    assert set(ApprovalClaim.objects.values_list("approval__record_id", flat=True)) == {kept.pk}
+    assert set(ApprovalClaim.objects.values_list("approval_id", flat=True)) == {kept_approval.pk}
     event = AuditEvent.objects.get(action="records.cleaned_up")
     assert event.after == {"deleted": 1}
     assert event.target_id == f"{doomed.pk}-{doomed.pk}"
+
+
+def test_a_relation_cleanup_cannot_follow_in_sql_is_an_error_not_a_row_left_behind() -> None:
+    """The one-statement delete follows every relation Django's delete would; one it cannot
+    express (here the PROTECT of an approval's decider, were users cleaned up) is refused
+    when the statement is built, naming the field."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    with pytest.raises(
+        ImproperlyConfigured, match=r"ApprovalRequest.decided_by is on_delete=PROTECT"
+    ):
+        cleanup._on_delete(get_user_model()._meta, "doomed", set())
 
 
 @pytest.mark.django_db
@@ -238,6 +250,5 @@ def test_a_cleanup_pause_is_at_least_twice_as_long_as_the_batch_before(
     cleanup_expired_records(batch_size=1, on_batch=lambda _count, seconds: took.append(seconds))
     elapsed = time.monotonic() - began
     assert len(took) == 3  # one record each; a full batch is followed by a look for more
-    pauses = sum(max(0.001, cleanup.PAUSE_PER_BATCH_SECOND * previous) for previous in took)
-    assert cleanup.PAUSE_PER_BATCH_SECOND == 2
+    pauses = sum(max(0.001, 2 * previous) for previous in took)
     assert elapsed >= sum(took) + pauses
