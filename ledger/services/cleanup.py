@@ -149,10 +149,10 @@ def _on_delete(meta: Options[Any], rows: str, seen: set[str]) -> list[str]:
         step, table = f"{rows}_{n}", quote(dependent.db_table)
         column = quote(str(relation.field.column))
         where = f"WHERE {column} IN (SELECT {key} FROM {rows})"  # noqa: S608
-        if not relation.field.target_field.primary_key:
-            raise _cannot(f"{relation.field} points at a column other than the primary key")
         if relation.on_delete is models.DO_NOTHING:
             continue
+        if not relation.field.target_field.primary_key:
+            raise _cannot(f"{relation.field} points at a column other than the primary key")
         if dependent.label in seen:
             # PostgreSQL applies one change to a row per statement: a row reached twice could
             # be updated by one path and not deleted by the other.
