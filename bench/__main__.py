@@ -15,10 +15,13 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import psycopg
+
+if TYPE_CHECKING:
+    from bench.processes import Service
 
 ROOT = Path(__file__).resolve().parents[1]
 ROUNDS = 3  # per load level, alternating hot path, framework floor and raw floor
@@ -124,7 +127,9 @@ def main() -> None:
     services: list[processes.Service] = [redis]
     sampler = processes.MemorySampler()
     try:
-        results = run(sizes, args.quick, database_url, redis_url, env, logdir, services, sampler)
+        results = run(
+            sizes, args.quick, database_url, redis, redis_url, env, logdir, services, sampler
+        )
     finally:
         sampler.stop()
         for service in reversed(services):
@@ -142,6 +147,7 @@ def run(
     sizes: Sizes,
     quick: bool,
     database_url: str,
+    redis: Service,
     redis_url: str,
     env: dict[str, str],
     logdir: Path,
@@ -198,7 +204,7 @@ def run(
         # path and both floors alike instead of skewing one of them.
         hots, frameworks, raws = [], [], []
         part = sizes.seconds / ROUNDS
-        meter = cpu.CpuMeter(gunicorn.pid)
+        meter = cpu.CpuMeter(cpu.web_groups(gunicorn.pid))
         for n in range(ROUNDS):
             tag = f"{clients}-{n}"
             hot_round = partial(hotpath.hot_path, port, fixture.token, clients, part, f"hot{tag}")
@@ -209,8 +215,8 @@ def run(
         hot, framework, raw = merge(hots), merge(frameworks), merge(raws)
         row = hot.summary("calls")
         row["cpu_ms_per_request"] = {
-            "hot_path": meter.per_request_ms("hot_path", hot.units * 2),
-            "framework_floor": meter.per_request_ms("framework_floor", framework.units),
+            "hot_path": meter.per_unit_ms("hot_path", hot.units * 2),
+            "framework_floor": meter.per_unit_ms("framework_floor", framework.units),
         }
         row["requests_per_second"] = round(hot.per_second * 2, 1)
         row["raw_calls_per_second"] = round(raw.per_second, 1)
@@ -333,9 +339,12 @@ def run(
         ids = reconcile.make_unknown(fixture.tenant, rtool, sizes.reconcile_records, label)
         reconcile.hold(nodes)
         enqueue_s = reconcile.enqueue(ids)
+        # Where a look-up's CPU goes: the workers, and what they share the cores with.
+        meter = cpu.CpuMeter(reconcile.cpu_groups(workers_now, redis, sandbox))
         reconcile.release(nodes)
-        settled = reconcile.settle(ids, timeout=300)
+        settled = meter.measure("look-ups", partial(reconcile.settle, ids, timeout=300))
         runs[label] = reconcile.summary(count, settled, len(ids), enqueue_s)
+        runs[label]["cpu_ms_per_lookup"] = meter.per_unit_ms("look-ups", settled["resolved"])
         log(f"{label}: {runs[label]['per_minute']}/min")
         for worker in workers_now:
             worker.stop()

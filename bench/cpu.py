@@ -37,19 +37,36 @@ def postgres_pids() -> list[int]:
     return pids
 
 
-class CpuMeter:
-    """Adds up, per kind of load, the CPU each group spent while that load ran."""
+def tree(pid: int) -> list[int]:
+    """A process and its descendants (a gunicorn arbiter and its workers)."""
+    pids = [pid]
+    for child in children(pid):
+        pids += tree(child)
+    return pids
 
-    def __init__(self, web_pid: int) -> None:
-        self.web_pid = web_pid
+
+Pids = Callable[[], list[int]]
+
+
+def web_groups(web_pid: int) -> dict[str, Pids]:
+    """The hot path's groups: gunicorn, PostgreSQL and this process (the load generator)."""
+    return {
+        "web": lambda: tree(web_pid),
+        "postgres": postgres_pids,
+        "load_generator": lambda: [os.getpid()],
+    }
+
+
+class CpuMeter:
+    """Adds up, per kind of load, the CPU each group of processes spent while that load ran.
+    A group's pids are read at each snapshot, so processes started in between are counted."""
+
+    def __init__(self, groups: dict[str, Pids]) -> None:
+        self.groups = groups
         self.spent: dict[str, dict[str, float]] = {}
 
     def _snapshot(self) -> dict[str, float]:
-        return {
-            "web": sum(cpu_seconds(p) for p in [self.web_pid, *children(self.web_pid)]),
-            "postgres": sum(cpu_seconds(p) for p in postgres_pids()),
-            "load_generator": cpu_seconds(os.getpid()),
-        }
+        return {name: sum(cpu_seconds(p) for p in pids()) for name, pids in self.groups.items()}
 
     def measure(self, kind: str, run: Callable[[], T]) -> T:
         before = self._snapshot()
@@ -61,8 +78,9 @@ class CpuMeter:
             totals[group] = totals.get(group, 0.0) + max(0.0, value - before[group])
         return result
 
-    def per_request_ms(self, kind: str, requests: int) -> dict[str, float]:
+    def per_unit_ms(self, kind: str, units: int) -> dict[str, float]:
+        """Milliseconds of CPU per request (or per look-up), by group, and their total."""
         totals = self.spent.get(kind, {})
-        out = {g: round(v / requests * 1000, 2) for g, v in totals.items()} if requests else {}
+        out = {g: round(v / units * 1000, 2) for g, v in totals.items()} if units else {}
         out["total"] = round(sum(out.values()), 2)
         return out

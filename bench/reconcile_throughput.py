@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -10,6 +11,8 @@ import httpx
 from django.db import connection
 from django.db.models import Max, Min
 
+from bench import cpu
+from bench.processes import Service
 from ledger.domain import RecordState
 from ledger.models import IdempotencyRecord, Tenant, Tool
 from ledger.services.registry import ensure_catalogue_tool
@@ -45,6 +48,18 @@ def setup(tenant: Tenant, sandbox_url: str) -> Tool:
         timeout_seconds=5,
     )
     return tool
+
+
+def cpu_groups(workers: list[Service], redis: Service, sandbox: Service) -> dict[str, cpu.Pids]:
+    """The processes a look-up costs CPU in. The sandbox stands in for a downstream that in
+    production runs elsewhere; the bench process only polls the records (four times a second)."""
+    return {
+        "workers": lambda: [pid for worker in workers for pid in cpu.tree(worker.pid)],
+        "postgres": cpu.postgres_pids,
+        "redis": lambda: cpu.tree(redis.pid),
+        "sandbox": lambda: cpu.tree(sandbox.pid),
+        "bench": lambda: [os.getpid()],
+    }
 
 
 def make_unknown(tenant: Tenant, tool: Tool, count: int, tag: str) -> list[int]:

@@ -133,6 +133,10 @@ def table(results: dict[str, Any]) -> str:
     for name in ("reconcile", "cleanup", "memory"):
         if name in results:
             lines.append(f"{name.capitalize()}: {results[name]}")
+    for label, row in results.get("reconcile", {}).items():
+        if isinstance(row, dict) and "cpu_ms_per_lookup" in row:
+            parts = ", ".join(f"{g} {v}" for g, v in row["cpu_ms_per_lookup"].items())
+            lines.append(f"  CPU ms per look-up, {label.replace('_', ' ')}: {parts}")
     if "console" in results:
         lines.append("\nConsole at scale " + str(results["console"]["sizes"]) + ":")
         lines.append(f"{'page':<16} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8} {'small':>6}")
