@@ -184,11 +184,15 @@ def run(
     hotpath.capture_statements(fixture.token, "warm-up")  # first use registers the tool
     hotpath.bump_sequences()
     counts, captured = hotpath.capture_statements(fixture.token, "capture")
+    hotpath.verify_replay(database_url, captured)
     results["statements"] = counts
     connection.close()
 
+    statements_file = logdir / "statements.pickle"
+    hotpath.save(captured, statements_file)
+    web_env = {**env, "BENCH_SQL_FLOOR_STATEMENTS": str(statements_file)}
     workers = 2 * (os.cpu_count() or 1) + 1
-    gunicorn, port = processes.start_gunicorn(logdir, env, workers)
+    gunicorn, port = processes.start_gunicorn(logdir, web_env, workers)
     services.append(gunicorn)
     sampler.watch["web"].append(gunicorn)
     sampler.start()
@@ -197,26 +201,31 @@ def run(
     log("warm-up")
     hotpath.hot_path(port, fixture.token, 8, 1.0, "warm")
     hotpath.framework_floor(port, 8, 1.0, "warm")
+    hotpath.django_sql_floor(port, 8, 1.0, "warm")
     by_clients: dict[str, Any] = {}
     for clients in sizes.levels:
         log(f"hot path and floors at {clients} client(s)")
         # Interleaved rounds, so a burst of load from elsewhere on the machine hits the hot
-        # path and both floors alike instead of skewing one of them.
-        hots, frameworks, raws = [], [], []
+        # path and the floors alike instead of skewing one of them.
+        hots, frameworks, raws, django_sqls = [], [], [], []
         part = sizes.seconds / ROUNDS
         meter = cpu.CpuMeter(cpu.web_groups(gunicorn.pid))
         for n in range(ROUNDS):
             tag = f"{clients}-{n}"
             hot_round = partial(hotpath.hot_path, port, fixture.token, clients, part, f"hot{tag}")
             floor_round = partial(hotpath.framework_floor, port, clients, part, f"fw{tag}")
+            sql_round = partial(hotpath.django_sql_floor, port, clients, part, f"sql{tag}")
             hots.append(meter.measure("hot_path", hot_round))
             frameworks.append(meter.measure("framework_floor", floor_round))
+            django_sqls.append(meter.measure("django_sql_floor", sql_round))
             raws.append(hotpath.raw_sql_floor(database_url, captured, clients, part, f"raw{tag}"))
         hot, framework, raw = merge(hots), merge(frameworks), merge(raws)
+        django_sql = merge(django_sqls)
         row = hot.summary("calls")
         row["cpu_ms_per_request"] = {
             "hot_path": meter.per_unit_ms("hot_path", hot.units * 2),
             "framework_floor": meter.per_unit_ms("framework_floor", framework.units),
+            "django_sql_floor": meter.per_unit_ms("django_sql_floor", django_sql.units * 2),
         }
         row["requests_per_second"] = round(hot.per_second * 2, 1)
         row["raw_calls_per_second"] = round(raw.per_second, 1)
@@ -224,11 +233,17 @@ def run(
         row["raw_p99_ms"] = ms(percentile(raw.latencies, 0.99))
         row["framework_requests_per_second"] = round(framework.per_second, 1)
         row["framework_p99_ms"] = ms(percentile(framework.latencies, 0.99))
+        row["django_sql_requests_per_second"] = round(django_sql.per_second * 2, 1)
         row["ratio_vs_raw_sql"] = round(hot.per_second / raw.per_second, 3) if raw.units else 0
         row["ratio_vs_framework"] = (
             round(hot.per_second * 2 / framework.per_second, 3) if framework.units else 0
         )
+        # The ceiling of ratio_vs_framework for any Django view sending these statements.
+        row["django_sql_ratio_vs_framework"] = (
+            round(django_sql.per_second * 2 / framework.per_second, 3) if framework.units else 0
+        )
         row["raw_errors"], row["framework_errors"] = raw.errors, framework.errors
+        row["django_sql_errors"] = django_sql.errors
         by_clients[str(clients)] = row
     results["hot_path"] = {"seconds_per_level": sizes.seconds, "by_clients": by_clients}
 

@@ -1,11 +1,29 @@
-"""The framework floor: the least a Django request through the same server can cost with one
-INSERT. Served only by ``bench.urls``."""
+"""The floors beneath the hot path, served only by ``bench.urls``:
+
+- the framework floor: the least a Django request through the same server can cost with one
+  INSERT;
+- the Django SQL floor: the very statements of one ``calls`` and one ``complete`` (captured from
+  a real request by the bench, ``BENCH_SQL_FLOOR_STATEMENTS``), sent from views through the same
+  server, with nothing else: no authentication in Python, no validation, no model instances, no
+  django-ninja. What any Django implementation sending these statements could at best reach.
+"""
 
 from __future__ import annotations
 
-from django.db import connection
+import json
+import os
+import pickle
+from contextlib import nullcontext
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from django.db import connection, transaction
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
+
+from bench.hotpath import Captured, binds_server_side, replay
 
 FLOOR_TABLE_SQL = (
     "CREATE TABLE IF NOT EXISTS bench_floor ("
@@ -21,3 +39,43 @@ def floor_view(request: HttpRequest) -> JsonResponse:
         cursor.execute("INSERT INTO bench_floor (key) VALUES (%s) RETURNING id", [key])
         row = cursor.fetchone()
     return JsonResponse({"id": row[0] if row else None})
+
+
+@cache
+def _captured() -> Captured:
+    data = Path(os.environ["BENCH_SQL_FLOOR_STATEMENTS"]).read_bytes()
+    captured: Captured = pickle.loads(data)  # noqa: S301 - written by this bench run for it
+    return captured.bound_for(binds_server_side())
+
+
+def _send(statements: list[tuple[str, Any]], mapping: dict[Any, Any], atomic: bool) -> None:
+    """The statements as the service sends them: in a transaction only if it used one, bound
+    server-side and prepared on first use when it binds so (``run_precompiled``)."""
+    connection.ensure_connection()
+    raw = connection.connection
+    server_side = binds_server_side()
+    previous = raw.prepare_threshold
+    raw.prepare_threshold = 0 if server_side else None
+    try:
+        with transaction.atomic() if atomic else nullcontext():
+            factory = psycopg.RawCursor if server_side else psycopg.ClientCursor
+            with factory(raw) as cursor:
+                replay(cursor, statements, mapping)
+    finally:
+        raw.prepare_threshold = previous
+
+
+@csrf_exempt
+def sql_floor_calls(request: HttpRequest) -> JsonResponse:
+    captured = _captured()
+    mapping = captured.fresh(json.loads(request.body))
+    _send(captured.calls, mapping, captured.calls_atomic)
+    return JsonResponse(captured.handoff(mapping))
+
+
+@csrf_exempt
+def sql_floor_complete(request: HttpRequest) -> JsonResponse:
+    captured = _captured()
+    mapping = captured.resume(json.loads(request.body))
+    _send(captured.complete, mapping, captured.complete_atomic)
+    return JsonResponse({"completed": True})

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 import threading
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -99,6 +101,50 @@ class Captured:
     call_id: uuid.UUID
     record_id: int
     entry_id: int
+    calls_atomic: bool  # whether the service sent the request's statements in a transaction
+    complete_atomic: bool
+
+    def fresh(self, suffix: str) -> dict[Any, Any]:
+        """What to swap in one replayed tool call: a new key and call id; the record's and
+        entry's new ids are added as the replay's INSERTs return them."""
+        return {
+            self.key: f"{self.key}|{suffix}",
+            self.call_id: uuid.uuid4(),
+            "old_record": self.record_id,
+            "old_entry": self.entry_id,
+        }
+
+    def handoff(self, mapping: dict[Any, Any]) -> dict[str, Any]:
+        """What ``complete`` needs of a replayed ``calls`` (JSON, for the Django SQL floor)."""
+        return {
+            "key": mapping[self.key],
+            "call_id": str(mapping[self.call_id]),
+            "record": mapping[self.record_id],
+            "entry": mapping[self.entry_id],
+        }
+
+    def resume(self, handoff: dict[str, Any]) -> dict[Any, Any]:
+        """The mapping of a replayed ``calls``, from its ``handoff``."""
+        return {
+            "old_record": self.record_id,
+            "old_entry": self.entry_id,
+            self.key: handoff["key"],
+            self.call_id: uuid.UUID(handoff["call_id"]),
+            self.record_id: handoff["record"],
+            str(self.record_id): str(handoff["record"]),
+            self.entry_id: handoff["entry"],
+        }
+
+    def bound_for(self, server_side: bool) -> Captured:
+        """The statements as ``statements.run_precompiled`` sends them: numbered placeholders
+        for a ``RawCursor`` when binding server-side, else as Django wrote them."""
+        if not server_side:
+            return self
+        return dataclasses.replace(
+            self,
+            calls=[(numbered(sql), params) for sql, params in self.calls],
+            complete=[(numbered(sql), params) for sql, params in self.complete],
+        )
 
 
 def capture_statements(token: str, key: str) -> tuple[dict[str, Any], Captured]:
@@ -145,25 +191,33 @@ def capture_statements(token: str, key: str) -> tuple[dict[str, Any], Captured]:
         uuid.UUID(body["call_id"]),
         entry.record_id,
         entry.pk,
+        calls_atomic=any(q["sql"] in control for q in calls_q.captured_queries),
+        complete_atomic=any(q["sql"] in control for q in complete_q.captured_queries),
     )
     return counts, captured
 
 
-def _replay(
+def replay(
     cursor: psycopg.Cursor[Any], statements: list[tuple[str, Any]], mapping: dict[Any, Any]
 ) -> None:
+    """Send captured statements with the identifiers in ``mapping`` swapped in."""
     for sql, params in statements:
         values = [_swap(mapping, p) for p in params or ()]
         cursor.execute(sql, values)
-        if "RETURNING" in sql and cursor.description:
+        inserts = [old for table, old in NEW_IDS if f'INTO "{table}"' in sql]
+        if "RETURNING" in sql and inserts and cursor.description:
             row = cursor.fetchone()
-            if row is None:
-                continue
-            if 'INTO "ledger_idempotencyrecord"' in sql:
-                mapping[mapping["old_record"]] = row[0]
-                mapping[str(mapping["old_record"])] = str(row[0])
-            elif 'INTO "ledger_ledgerentry"' in sql:
-                mapping[mapping["old_entry"]] = row[0]
+            # The new ids come first, in NEW_IDS's order (``calls`` inserts the record and
+            # its entry in one statement and returns both): swapped in from here on.
+            for position, old in enumerate(inserts):
+                if row is not None and row[position] is not None:
+                    mapping[mapping[old]] = row[position]
+                    mapping[str(mapping[old])] = str(row[position])
+
+
+# The tables a tool call inserts into whose new ids later statements use, and where the
+# mapping keeps the captured id.
+NEW_IDS = (("ledger_idempotencyrecord", "old_record"), ("ledger_ledgerentry", "old_entry"))
 
 
 def _swap(mapping: dict[Any, Any], value: Any) -> Any:
@@ -181,37 +235,87 @@ def raw_sql_floor(
     ``statements.run_precompiled`` sends them (numbered placeholders, a ``RawCursor``,
     prepared on first use), else client-side."""
     local = threading.local()
-    options = settings.DATABASES["default"].get("OPTIONS", {})
-    server_side = options.get("server_side_binding") is True
-    cursor_factory = psycopg.RawCursor if server_side else psycopg.ClientCursor
-    if server_side:
-        captured = dataclasses.replace(
-            captured,
-            calls=[(numbered(sql), params) for sql, params in captured.calls],
-            complete=[(numbered(sql), params) for sql, params in captured.complete],
-        )
+    server_side = binds_server_side()
+    captured = captured.bound_for(server_side)
 
     def work(client: int, iteration: int) -> dict[str, float]:
         if not hasattr(local, "conn"):
-            local.conn = psycopg.connect(dsn, autocommit=True, cursor_factory=cursor_factory)
-            local.conn.prepare_threshold = 0 if server_side else None
-        conn: psycopg.Connection[Any] = local.conn
-        key = f"{captured.key}|{tag}-{client}-{iteration}"
-        mapping: dict[Any, Any] = {
-            captured.key: key,
-            captured.call_id: uuid.uuid4(),
-            "old_record": captured.record_id,
-            "old_entry": captured.entry_id,
-        }
-        began = time.perf_counter()
-        with conn.transaction(), conn.cursor() as cursor:
-            _replay(cursor, captured.calls, mapping)
-        middle = time.perf_counter()
-        with conn.transaction(), conn.cursor() as cursor:
-            _replay(cursor, captured.complete, mapping)
-        return {"calls": middle - began, "complete": time.perf_counter() - middle}
+            local.conn = _connect(dsn, server_side)
+        return _replay_tool_call(
+            local.conn, captured, captured.fresh(f"{tag}-{client}-{iteration}")
+        )
 
     return run_load(clients, seconds, work)
+
+
+def _connect(dsn: str, server_side: bool) -> psycopg.Connection[Any]:
+    cursor_factory = psycopg.RawCursor if server_side else psycopg.ClientCursor
+    conn = psycopg.connect(dsn, autocommit=True, cursor_factory=cursor_factory)
+    conn.prepare_threshold = 0 if server_side else None
+    return conn
+
+
+def _replay_tool_call(
+    conn: psycopg.Connection[Any], captured: Captured, mapping: dict[Any, Any]
+) -> dict[str, float]:
+    """One tool call's statements, a transaction for each request; each request's seconds."""
+    began = time.perf_counter()
+    with conn.transaction(), conn.cursor() as cursor:
+        replay(cursor, captured.calls, mapping)
+    middle = time.perf_counter()
+    with conn.transaction(), conn.cursor() as cursor:
+        replay(cursor, captured.complete, mapping)
+    return {"calls": middle - began, "complete": time.perf_counter() - middle}
+
+
+def verify_replay(dsn: str, captured: Captured) -> None:
+    """A replayed tool call must leave its own record and entry as the real one left its: a
+    floor that skipped a write (an id not swapped in) would be cheaper than the hot path."""
+    server_side = binds_server_side()
+    mapping = captured.fresh(f"verify-{uuid.uuid4()}")
+    with _connect(dsn, server_side) as conn:
+        _replay_tool_call(conn, captured.bound_for(server_side), mapping)
+    real = LedgerEntry.objects.select_related("record").get(pk=captured.entry_id)
+    replayed = LedgerEntry.objects.select_related("record").get(call_id=mapping[captured.call_id])
+    assert replayed.record is not None and real.record is not None
+    seen = (replayed.pk, replayed.status, replayed.record.pk, replayed.record.state)
+    expected = (
+        mapping[captured.entry_id],
+        real.status,
+        mapping[captured.record_id],
+        real.record.state,
+    )
+    if seen != expected:
+        raise RuntimeError(f"a replayed tool call left {seen}, not {expected}")
+
+
+def binds_server_side() -> bool:
+    """Whether the service binds parameters server-side (``DATABASE_PREPARED_STATEMENTS``)."""
+    return settings.DATABASES["default"].get("OPTIONS", {}).get("server_side_binding") is True
+
+
+def django_sql_floor(port: int, clients: int, seconds: float, tag: str) -> LoadResult:
+    """The captured statements of a tool call sent by ``bench.floor`` views through the same
+    gunicorn and Django stack: two requests, as the hot path makes, with nothing else."""
+    http = Http(port)
+
+    def work(client: int, iteration: int) -> dict[str, float]:
+        status, body, calls_took = http.post(
+            "/bench/sql-floor/calls", f"{tag}-{client}-{iteration}"
+        )
+        if status != 200:
+            raise RuntimeError(f"SQL floor calls answered {status}: {body}")
+        status, done, complete_took = http.post("/bench/sql-floor/complete", body)
+        if status != 200:
+            raise RuntimeError(f"SQL floor complete answered {status}: {done}")
+        return {"calls": calls_took, "complete": complete_took}
+
+    return run_load(clients, seconds, work)
+
+
+def save(captured: Captured, path: Path) -> None:
+    """Hand the captured statements to the bench's server (the Django SQL floor's views)."""
+    path.write_bytes(pickle.dumps(captured))
 
 
 def bump_sequences() -> None:
