@@ -162,6 +162,7 @@ def run(
 
     from bench import console_scale, contention, cpu, hotpath, loader, processes
     from bench import reconcile_throughput as reconcile
+    from bench.autovacuum import AutovacuumStandIn
     from bench.floor import FLOOR_TABLE_SQL
     from bench.load import merge, ms, percentile
     from console.startup import freeze_loaded_objects
@@ -203,49 +204,60 @@ def run(
     hotpath.framework_floor(port, 8, 1.0, "warm")
     hotpath.django_sql_floor(port, 8, 1.0, "warm")
     by_clients: dict[str, Any] = {}
-    for clients in sizes.levels:
-        log(f"hot path and floors at {clients} client(s)")
-        # Interleaved rounds, so a burst of load from elsewhere on the machine hits the hot
-        # path and the floors alike instead of skewing one of them.
-        hots, frameworks, raws, django_sqls = [], [], [], []
-        part = sizes.seconds / ROUNDS
-        meter = cpu.CpuMeter(cpu.web_groups(gunicorn.pid))
-        for n in range(ROUNDS):
-            tag = f"{clients}-{n}"
-            hot_round = partial(hotpath.hot_path, port, fixture.token, clients, part, f"hot{tag}")
-            floor_round = partial(hotpath.framework_floor, port, clients, part, f"fw{tag}")
-            sql_round = partial(hotpath.django_sql_floor, port, clients, part, f"sql{tag}")
-            hots.append(meter.measure("hot_path", hot_round))
-            frameworks.append(meter.measure("framework_floor", floor_round))
-            django_sqls.append(meter.measure("django_sql_floor", sql_round))
-            raws.append(hotpath.raw_sql_floor(database_url, captured, clients, part, f"raw{tag}"))
-        hot, framework, raw = merge(hots), merge(frameworks), merge(raws)
-        django_sql = merge(django_sqls)
-        row = hot.summary("calls")
-        row["cpu_ms_per_request"] = {
-            "hot_path": meter.per_unit_ms("hot_path", hot.units * 2),
-            "framework_floor": meter.per_unit_ms("framework_floor", framework.units),
-            "django_sql_floor": meter.per_unit_ms("django_sql_floor", django_sql.units * 2),
-        }
-        row["requests_per_second"] = round(hot.per_second * 2, 1)
-        row["raw_calls_per_second"] = round(raw.per_second, 1)
-        row["raw_p50_ms"] = ms(percentile(raw.latencies, 0.5))
-        row["raw_p99_ms"] = ms(percentile(raw.latencies, 0.99))
-        row["framework_requests_per_second"] = round(framework.per_second, 1)
-        row["framework_p99_ms"] = ms(percentile(framework.latencies, 0.99))
-        row["django_sql_requests_per_second"] = round(django_sql.per_second * 2, 1)
-        row["ratio_vs_raw_sql"] = round(hot.per_second / raw.per_second, 3) if raw.units else 0
-        row["ratio_vs_framework"] = (
-            round(hot.per_second * 2 / framework.per_second, 3) if framework.units else 0
-        )
-        # The ceiling of ratio_vs_framework for any Django view sending these statements.
-        row["django_sql_ratio_vs_framework"] = (
-            round(django_sql.per_second * 2 / framework.per_second, 3) if framework.units else 0
-        )
-        row["raw_errors"], row["framework_errors"] = raw.errors, framework.errors
-        row["django_sql_errors"] = django_sql.errors
-        by_clients[str(clients)] = row
-    results["hot_path"] = {"seconds_per_level": sizes.seconds, "by_clients": by_clients}
+    # Where the server runs without autovacuum, a stand-in does its work (bench.autovacuum).
+    standin = AutovacuumStandIn(database_url)
+    with standin:
+        for clients in sizes.levels:
+            log(f"hot path and floors at {clients} client(s)")
+            # Interleaved rounds, so a burst of load from elsewhere on the machine hits the hot
+            # path and the floors alike instead of skewing one of them.
+            hots, frameworks, raws, django_sqls = [], [], [], []
+            part = sizes.seconds / ROUNDS
+            meter = cpu.CpuMeter(cpu.web_groups(gunicorn.pid))
+            for n in range(ROUNDS):
+                tag = f"{clients}-{n}"
+                hot_round = partial(
+                    hotpath.hot_path, port, fixture.token, clients, part, f"hot{tag}"
+                )
+                floor_round = partial(hotpath.framework_floor, port, clients, part, f"fw{tag}")
+                sql_round = partial(hotpath.django_sql_floor, port, clients, part, f"sql{tag}")
+                hots.append(meter.measure("hot_path", hot_round))
+                frameworks.append(meter.measure("framework_floor", floor_round))
+                django_sqls.append(meter.measure("django_sql_floor", sql_round))
+                raws.append(
+                    hotpath.raw_sql_floor(database_url, captured, clients, part, f"raw{tag}")
+                )
+            hot, framework, raw = merge(hots), merge(frameworks), merge(raws)
+            django_sql = merge(django_sqls)
+            row = hot.summary("calls")
+            row["cpu_ms_per_request"] = {
+                "hot_path": meter.per_unit_ms("hot_path", hot.units * 2),
+                "framework_floor": meter.per_unit_ms("framework_floor", framework.units),
+                "django_sql_floor": meter.per_unit_ms("django_sql_floor", django_sql.units * 2),
+            }
+            row["requests_per_second"] = round(hot.per_second * 2, 1)
+            row["raw_calls_per_second"] = round(raw.per_second, 1)
+            row["raw_p50_ms"] = ms(percentile(raw.latencies, 0.5))
+            row["raw_p99_ms"] = ms(percentile(raw.latencies, 0.99))
+            row["framework_requests_per_second"] = round(framework.per_second, 1)
+            row["framework_p99_ms"] = ms(percentile(framework.latencies, 0.99))
+            row["django_sql_requests_per_second"] = round(django_sql.per_second * 2, 1)
+            row["ratio_vs_raw_sql"] = round(hot.per_second / raw.per_second, 3) if raw.units else 0
+            row["ratio_vs_framework"] = (
+                round(hot.per_second * 2 / framework.per_second, 3) if framework.units else 0
+            )
+            # The ceiling of ratio_vs_framework for any Django view sending these statements.
+            row["django_sql_ratio_vs_framework"] = (
+                round(django_sql.per_second * 2 / framework.per_second, 3) if framework.units else 0
+            )
+            row["raw_errors"], row["framework_errors"] = raw.errors, framework.errors
+            row["django_sql_errors"] = django_sql.errors
+            by_clients[str(clients)] = row
+    results["hot_path"] = {
+        "seconds_per_level": sizes.seconds,
+        "by_clients": by_clients,
+        "autovacuum": standin.summary(),
+    }
 
     log(f"contention: {sizes.callers} callers on one key")
     single_p99 = by_clients[str(sizes.levels[0])]["calls_p99_ms"]

@@ -59,23 +59,27 @@ def web_groups(web_pid: int) -> dict[str, Pids]:
 
 class CpuMeter:
     """Adds up, per kind of load, the CPU each group of processes spent while that load ran.
-    A group's pids are read at each snapshot, so processes started in between are counted."""
+    A group's pids are read at each snapshot and compared pid by pid: a process started in
+    between counts from zero, and one that exits in between (a connection of the previous
+    load's closing) neither counts nor takes its earlier CPU off the group's total."""
 
     def __init__(self, groups: dict[str, Pids]) -> None:
         self.groups = groups
         self.spent: dict[str, dict[str, float]] = {}
 
-    def _snapshot(self) -> dict[str, float]:
-        return {name: sum(cpu_seconds(p) for p in pids()) for name, pids in self.groups.items()}
+    def _snapshot(self) -> dict[str, dict[int, float]]:
+        return {name: {p: cpu_seconds(p) for p in pids()} for name, pids in self.groups.items()}
 
     def measure(self, kind: str, run: Callable[[], T]) -> T:
         before = self._snapshot()
         result = run()
         after = self._snapshot()
         totals = self.spent.setdefault(kind, {})
-        for group, value in after.items():
-            # A backend that exits during the run takes its CPU with it: never negative.
-            totals[group] = totals.get(group, 0.0) + max(0.0, value - before[group])
+        for group, now in after.items():
+            then = before[group]
+            # An exited process reads as 0 (cpu_seconds): only pids alive at the end count.
+            spent = sum(cpu - then.get(pid, 0.0) for pid, cpu in now.items() if cpu)
+            totals[group] = totals.get(group, 0.0) + max(0.0, spent)
         return result
 
     def per_unit_ms(self, kind: str, units: int) -> dict[str, float]:

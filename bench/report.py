@@ -118,6 +118,12 @@ def table(results: dict[str, Any]) -> str:
         "(sql: the Django SQL floor, the hot path's statements sent by a bare Django view; "
         "'sql vs fw' bounds 'vs fw')"
     )
+    standin = results["hot_path"].get("autovacuum", {})
+    if standin.get("server_runs_autovacuum") is False:
+        lines.append(
+            f"(the server runs without autovacuum: a stand-in ran VACUUM (ANALYZE) "
+            f"{standin['passes']} time(s), {standin['seconds']} s in all, bench.autovacuum)"
+        )
     lines.append("\nCPU ms per request, by process group (all share the cores):")
     for clients, row in results["hot_path"]["by_clients"].items():
         for kind, groups in row.get("cpu_ms_per_request", {}).items():
