@@ -49,8 +49,10 @@ def _captured() -> Captured:
 
 
 def _send(statements: list[tuple[str, Any]], mapping: dict[Any, Any], atomic: bool) -> None:
-    """The statements as the service sends them: in a transaction only if it used one, bound
-    server-side and prepared on first use when it binds so (``run_precompiled``)."""
+    """The statements as the service sends them (``run_precompiled``): after the connection's
+    health check, in a transaction only if it used one, bound server-side and prepared on
+    first use when it binds so."""
+    connection.close_if_health_check_failed()
     connection.ensure_connection()
     raw = connection.connection
     server_side = binds_server_side()
