@@ -1,5 +1,5 @@
-# Agent Ledger. `make run` for a local demo (SQLite, no Redis), `make test` for the full suite
-# against real PostgreSQL and Redis. See README.md.
+# Agent Ledger. `make run` for a local demo (embedded PostgreSQL, no Redis), `make test` for the
+# full suite against real PostgreSQL and Redis. See README.md.
 
 PYTHON ?= python3
 VENV := .venv
@@ -8,15 +8,20 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-# The test suite talks to real services; override these to point elsewhere.
+# The test suite talks to real services; override these to point elsewhere. Without a server at
+# TEST_DATABASE_URL the tests use an embedded PostgreSQL (scripts/test-database-url).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_ledger
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
-TEST_ENV := DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) \
+# The runner holds a transaction open around a test while it waits on the processes it started,
+# so the idle timeouts that production sets are off for the suite.
+TEST_ENV = DATABASE_URL=$$(TEST_DATABASE_URL=$(TEST_DATABASE_URL) PY=$(PY) scripts/test-database-url) \
+	CELERY_BROKER_URL=$(TEST_BROKER_URL) \
+	DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS=0 DATABASE_IDLE_SESSION_TIMEOUT_MS=0 \
 	SECRET_KEY=test-only-secret-key-not-for-production-use-0123456789abcdef \
 	DEBUG=false SECURE_SSL_REDIRECT=false ALLOWED_HOSTS=testserver,localhost,127.0.0.1 \
 	DJANGO_ALLOW_ASYNC_UNSAFE=true STATIC_MANIFEST=false
 
-.PHONY: install run worker test lint format services clean messages drill bench
+.PHONY: install run stop worker test lint format services clean messages drill bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,13 +39,18 @@ run: install
 	@echo "Agent Ledger: http://$(HOST):$(PORT)/  (demo accounts are listed in README.md)"
 	DEBUG=true $(PY) manage.py runserver $(HOST):$(PORT)
 
+# Stops the embedded PostgreSQL that `make run` started (it outlives the web server on purpose:
+# `make worker` and management commands share it).
+stop:
+	$(PY) -m console.embedded stop
+
 # A reconciliation worker with the periodic sweeps (beat) for the embedded default; run it
 # beside `make run`. In production run workers and one beat per README "Scale out".
 worker: install
 	DEBUG=true $(VENV)/bin/celery -A console worker -B -Q reconcile,maintenance -c 2 -l INFO
 
 services:
-	@TEST_DATABASE_URL=$(TEST_DATABASE_URL) TEST_BROKER_URL=$(TEST_BROKER_URL) \
+	@TEST_DATABASE_URL=$(TEST_DATABASE_URL) TEST_BROKER_URL=$(TEST_BROKER_URL) PY=$(PY) \
 		scripts/ensure-services.sh
 
 test: install services
@@ -61,7 +71,7 @@ drill: install services
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	DEBUG=true $(VENV)/bin/mypy .
+	DEBUG=true DATABASE_URL=postgres://lint@127.0.0.1/lint $(VENV)/bin/mypy .
 
 format: install
 	$(VENV)/bin/ruff format .
@@ -71,8 +81,8 @@ format: install
 # Translate any new empty msgstr, then run it again; commit both the .po and the .mo.
 MESSAGE_IGNORES := $(foreach d,.venv staticfiles var tests drill bench test-artifacts sandbox agent_ledger_client,--ignore '$(d)/*')
 messages: install
-	DEBUG=true $(PY) manage.py makemessages -l zh_Hans --no-location $(MESSAGE_IGNORES)
-	DEBUG=true $(PY) manage.py compilemessages $(MESSAGE_IGNORES)
+	DEBUG=true DATABASE_URL=postgres://messages@127.0.0.1/messages $(PY) manage.py makemessages -l zh_Hans --no-location $(MESSAGE_IGNORES)
+	DEBUG=true DATABASE_URL=postgres://messages@127.0.0.1/messages $(PY) manage.py compilemessages $(MESSAGE_IGNORES)
 
 clean:
 	rm -rf $(VENV) var staticfiles .pytest_cache .mypy_cache .ruff_cache .hypothesis

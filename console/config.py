@@ -43,6 +43,20 @@ def positive_int(env: environ.Env, name: str, *, default: int, maximum: int | No
     return value
 
 
+def non_negative_int(env: environ.Env, name: str, *, default: int) -> int:
+    """Read a whole number that is zero or more (zero switches the limit it sets off)."""
+    raw = env.str(name, default="")
+    if raw == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number.") from None
+    if value < 0:
+        raise ImproperlyConfigured(f"{name}={raw!r} must not be negative.")
+    return value
+
+
 def url_with_scheme(env: environ.Env, name: str, *, default: str, schemes: set[str]) -> str:
     """Read a URL whose scheme is one of ``schemes``."""
     value = env.str(name, default=default).strip()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.views import defaults
 
-from ledger.api.problems import problem
+from ledger.problems import problem
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:

@@ -1,18 +1,20 @@
 """Django settings for Agent Ledger.
 
-Everything comes from the environment (see ``.env.example``). With nothing set, the embedded
-default is used: SQLite under ``var/`` and kombu's filesystem broker, for ``make run`` only.
+Everything comes from the environment (see ``.env.example``). With nothing set and ``DEBUG`` on,
+the embedded default is used: an embedded PostgreSQL under ``var/pg`` and kombu's filesystem
+broker, for ``make run`` only.
 Production (``DEBUG`` off) is secure by default and ``manage.py check --deploy`` is clean.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import unquote
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from console.config import positive_int, strict_bool, url_with_scheme
+from console.config import non_negative_int, positive_int, strict_bool, url_with_scheme
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -53,7 +55,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "ledger.middleware.BodySizeLimitMiddleware",
+    "ledger.middleware.ApiRequestMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -64,6 +66,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "ledger.middleware.StoreTroubleMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -86,34 +89,58 @@ TEMPLATES = [
 ]
 
 # --- Database -----------------------------------------------------------------------------
-EMBEDDED_DATABASE_URL = f"sqlite:///{VAR_DIR / 'agent_ledger.sqlite3'}"
-DATABASE_URL = url_with_scheme(
-    env,
-    "DATABASE_URL",
-    default=EMBEDDED_DATABASE_URL,
-    schemes={"postgres", "postgresql", "pgsql", "sqlite"},
-)
-DATABASES = {"default": env.db_url_config(DATABASE_URL)}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    DATABASES["default"]["CONN_MAX_AGE"] = positive_int(env, "DATABASE_CONN_MAX_AGE", default=60)
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-    DATABASES["default"].setdefault("OPTIONS", {})
-    if strict_bool(env, "DATABASE_PREPARED_STATEMENTS", default=True):
-        # Parameters bound by the server, so the hot path's own statements can be prepared
-        # (ledger.services.statements.run_precompiled): PostgreSQL then skips parsing and
-        # planning them, about 40% of its CPU per request (docs/performance.md). Turn off
-        # behind a pooler in transaction mode that cannot keep prepared statements
-        # (PgBouncer before 1.21, or 1.21+ without max_prepared_statements).
-        DATABASES["default"]["OPTIONS"]["server_side_binding"] = True
-    DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="") or None}
+# PostgreSQL only. Without DATABASE_URL, DEBUG uses the embedded server under var/pg
+# (console/embedded.py), started on first use and shared by every local process.
+EMBEDDED_PGDATA = Path(env.str("EMBEDDED_PGDATA", default=str(VAR_DIR / "pg")))
+if env.str("DATABASE_URL", default=""):
+    DATABASE_URL = url_with_scheme(
+        env, "DATABASE_URL", default="", schemes={"postgres", "postgresql", "pgsql"}
+    )
+    DATABASES = {"default": env.db_url_config(DATABASE_URL)}
+    # A Unix socket's folder as the host, percent-encoded (the embedded server's URL).
+    DATABASES["default"]["HOST"] = unquote(DATABASES["default"].get("HOST") or "")
+elif DEBUG:
+    from console import embedded
+
+    DATABASES = {"default": embedded.database_settings(EMBEDDED_PGDATA)}
 else:
-    # SQLite serialises writers; waiting beats failing with "database is locked" under make run.
-    DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+    raise ImproperlyConfigured("DATABASE_URL must be set when DEBUG is off (a postgres:// URL).")
+DATABASES["default"]["CONN_MAX_AGE"] = positive_int(env, "DATABASE_CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DATABASES["default"].setdefault("OPTIONS", {})
+if strict_bool(env, "DATABASE_PREPARED_STATEMENTS", default=True):
+    # Parameters bound by the server, so the hot path's own statements can be prepared
+    # (ledger.services.statements.run_precompiled): PostgreSQL then skips parsing and
+    # planning them, about 40% of its CPU per request (docs/performance.md). Turn off
+    # behind a pooler in transaction mode that cannot keep prepared statements
+    # (PgBouncer before 1.21, or 1.21+ without max_prepared_statements).
+    DATABASES["default"]["OPTIONS"]["server_side_binding"] = True
+# Bounded waits, set on every connection (0 switches one off). A request that cannot get a
+# row lock in time is answered (503 with Retry-After) instead of holding a worker process;
+# a statement or an idle open transaction past its limit is cut off rather than blocking
+# others; a process idle for long gives its connection back, so slots go to those working.
+DATABASE_TIMEOUTS_MS = {
+    # Longer than any hot-path statement waits on another's short transaction.
+    "lock_timeout": non_negative_int(env, "DATABASE_LOCK_TIMEOUT_MS", default=2_000),
+    # Longest single statement: a cleanup batch or a console page at scale takes well under.
+    "statement_timeout": non_negative_int(env, "DATABASE_STATEMENT_TIMEOUT_MS", default=15_000),
+    # A process that stalls inside a transaction releases its locks after this.
+    "idle_in_transaction_session_timeout": non_negative_int(
+        env, "DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS", default=30_000
+    ),
+    # A process idle this long (no request, no task) gives its connection back.
+    "idle_session_timeout": non_negative_int(
+        env, "DATABASE_IDLE_SESSION_TIMEOUT_MS", default=120_000
+    ),
+}
+if strict_bool(env, "DATABASE_TIMEOUTS_AT_CONNECT", default=True):
+    # As libpq start-up options: no extra round trip. Behind a pooler that refuses start-up
+    # options (PgBouncer), turn this off and set them on the role (docs/runbook.md).
+    DATABASES["default"]["OPTIONS"]["options"] = " ".join(
+        f"-c {name}={value}" for name, value in DATABASE_TIMEOUTS_MS.items()
+    )
+DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="") or None}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
-    # The embedded SQLite default cannot enforce the metric buckets' NULLS NOT DISTINCT
-    # constraint; PostgreSQL, the production database, does.
-    SILENCED_SYSTEM_CHECKS = ["models.W047"]
 
 # --- Celery -------------------------------------------------------------------------------
 BROKER_DIR = VAR_DIR / "broker"
@@ -293,12 +320,12 @@ LOGGING = {
             "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
         }
     },
-    "filters": {"protocol_conflicts": {"()": "ledger.log_filters.ProtocolConflictsAtInfo"}},
+    "filters": {"api_client_errors": {"()": "ledger.log_filters.ApiClientErrorsAtInfo"}},
     "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json"}},
     "root": {"handlers": ["stderr"], "level": LOG_LEVEL},
     "loggers": {
-        # API 409s (wait, stale fencing token) are protocol answers: INFO, not WARNING.
-        "django.request": {"filters": ["protocol_conflicts"]},
+        # API 4xx answers are the caller's (INFO), logged without the query string.
+        "django.request": {"filters": ["api_client_errors"]},
         "django.db.backends": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},  # one line per request would drown everything else
         "httpcore": {"level": "WARNING"},

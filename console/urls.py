@@ -3,13 +3,13 @@ from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 
-from console import explorer, unknown, views
+from console import explorer, readiness, unknown, views
 from ledger.api import api
 from ledger.prometheus import metrics_view
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
-    """Liveness probe for load balancers; touches nothing."""
+    """Liveness probe: the process answers; touches nothing (``/readyz`` checks what it needs)."""
     return JsonResponse({"status": "ok"})
 
 
@@ -41,6 +41,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("healthz", healthz, name="healthz"),
+    path("readyz", readiness.readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),
     path("login/", auth_views.LoginView.as_view(template_name="console/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

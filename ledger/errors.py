@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class LedgerError(Exception):
     code = "LEDGER_ERROR"
     http_status = 400
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, extra: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        # More members of the problem document (the record's state, the model's observation).
+        self.extra: dict[str, Any] = extra or {}
 
 
 class InvalidTransition(LedgerError):
@@ -23,6 +27,20 @@ class StaleFencingToken(LedgerError):
     """A caller holding an old fencing token tried to act on a record someone else now owns."""
 
     code = "STALE_FENCING_TOKEN"
+    http_status = 409
+
+
+class RecordSettled(LedgerError):
+    """A report for a record whose outcome was already found otherwise (a look-up, a human)."""
+
+    code = "RECORD_SETTLED"
+    http_status = 409
+
+
+class ResultConflict(LedgerError):
+    """A second report of one call with a different result: the recorded result stands."""
+
+    code = "RESULT_CONFLICT"
     http_status = 409
 
 

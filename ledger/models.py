@@ -289,8 +289,9 @@ class IdempotencyRecord(models.Model):
         RecordState.UNKNOWN: frozenset(
             {RecordState.SUCCEEDED, RecordState.FAILED_FINAL, RecordState.EXECUTING}
         ),
-        # A retryable failure may be replayed under the same key; a final one never.
-        RecordState.FAILED_FINAL: frozenset({RecordState.EXECUTING}),
+        # A retryable failure may be replayed under the same key; a final one never. A report
+        # from the current holder that it ran after all makes the outcome unknown again.
+        RecordState.FAILED_FINAL: frozenset({RecordState.EXECUTING, RecordState.UNKNOWN}),
         RecordState.SUCCEEDED: frozenset(),
     }
 

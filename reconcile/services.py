@@ -23,9 +23,9 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import connection, models, transaction
+from django.db import models, transaction
 from django.db.models import Q
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from ledger.decisions import WriteCheck, check_write_plan
 from ledger.domain import WRITE_CONFLICT_ESCALATION, RecordState
@@ -36,6 +36,7 @@ from ledger.services import approvals
 from ledger.services.audit import audit, audit_event
 from ledger.services.records import Outcome, lock_record, resolve_locked
 from ledger.services.statements import (
+    DB_NOW,
     execute_update,
     fetch_joined,
     insert_all,
@@ -61,12 +62,12 @@ def backoff(attempts: int) -> timedelta:
 
 def due_records(*, limit: int) -> list[int]:
     """Unknown records that are due for a look-up; pushes their next time out so the next
-    sweep does not enqueue them again while this round is in the queue."""
-    now = timezone.now()
+    sweep does not enqueue them again while this round is in the queue. Due by the
+    database's clock."""
     due = (
         Q(state=RecordState.UNKNOWN, escalated_at__isnull=True)
-        & (Q(next_reconcile_at__isnull=True) | Q(next_reconcile_at__lte=now))
-        & (Q(reconcile_claimed_until__isnull=True) | Q(reconcile_claimed_until__lt=now))
+        & (Q(next_reconcile_at__isnull=True) | Q(next_reconcile_at__lte=Now()))
+        & (Q(reconcile_claimed_until__isnull=True) | Q(reconcile_claimed_until__lt=Now()))
     )
     with transaction.atomic():
         ids = list(
@@ -76,7 +77,7 @@ def due_records(*, limit: int) -> list[int]:
             .values_list("pk", flat=True)[:limit]
         )
         IdempotencyRecord.objects.filter(pk__in=ids).update(
-            next_reconcile_at=now + timedelta(seconds=settings.RECONCILE_REQUEUE_SECONDS)
+            next_reconcile_at=Now() + timedelta(seconds=settings.RECONCILE_REQUEUE_SECONDS)
         )
     return ids
 
@@ -84,17 +85,14 @@ def due_records(*, limit: int) -> list[int]:
 Claimed = tuple[IdempotencyRecord, DownstreamAdapter | None, WritePlan | None]
 
 
-def _claim(record_id: int, now: datetime) -> Claimed | None:
+def _claim(record_id: int) -> Claimed | None:
     """Claim an unknown record for one look-up, and read what the look-up needs: the record
     with its tool, the tool's downstream adapter and the call's write plan. None when the
-    record is settled, escalated or claimed by another worker. On PostgreSQL this is one
-    statement (it runs for every look-up; docs/performance.md)."""
-    until = now + timedelta(seconds=settings.RECONCILE_CLAIM_SECONDS)
-    if connection.vendor != "postgresql":
-        return _claim_step_by_step(record_id, now, until)
+    record is settled, escalated or claimed by another worker. One statement (it runs for every
+    look-up; docs/performance.md), the claim judged and set by the database's clock."""
     found = fetch_joined(
         _claim_sql(),
-        [until, record_id, RecordState.UNKNOWN.value, now],
+        [float(settings.RECONCILE_CLAIM_SECONDS), record_id, RecordState.UNKNOWN.value],
         (IdempotencyRecord, Tool, DownstreamAdapter, WritePlan),
     )
     if found is None:
@@ -105,7 +103,7 @@ def _claim(record_id: int, now: datetime) -> Claimed | None:
     if adapter is not None:
         assert isinstance(adapter, DownstreamAdapter)
         adapter.tool = tool
-    return record, adapter, plan  # type: ignore[return-value]
+    return record, adapter, plan
 
 
 @cache
@@ -115,8 +113,10 @@ def _claim_sql() -> str:
 
     return (
         f"WITH claimed AS (UPDATE {table(IdempotencyRecord)} "  # noqa: S608 - from metadata
-        "SET reconcile_claimed_until = %s WHERE id = %s AND state = %s AND escalated_at IS NULL "
-        "AND (reconcile_claimed_until IS NULL OR reconcile_claimed_until < %s) RETURNING *) "
+        f"SET reconcile_claimed_until = {DB_NOW} + make_interval(secs => %s::float8) "
+        "WHERE id = %s AND state = %s AND escalated_at IS NULL "
+        f"AND (reconcile_claimed_until IS NULL OR reconcile_claimed_until < {DB_NOW}) "
+        "RETURNING *) "
         f"SELECT {select_columns(IdempotencyRecord, 'r')}, {select_columns(Tool, 't')}, "
         f"{select_columns(DownstreamAdapter, 'a')}, {select_columns(WritePlan, 'p')} "
         f"FROM claimed r JOIN {table(Tool)} t ON t.id = r.tool_id "
@@ -126,22 +126,6 @@ def _claim_sql() -> str:
         f"JOIN {table(LedgerEntry)} e ON e.id = w.entry_id "
         "WHERE e.record_id = r.id ORDER BY w.id LIMIT 1) p ON TRUE"
     )
-
-
-def _claim_step_by_step(record_id: int, now: datetime, until: datetime) -> Claimed | None:
-    """Other databases (the SQLite demo): the claim, then each read."""
-    claimed = IdempotencyRecord.objects.filter(
-        Q(reconcile_claimed_until__isnull=True) | Q(reconcile_claimed_until__lt=now),
-        pk=record_id,
-        state=RecordState.UNKNOWN,
-        escalated_at__isnull=True,
-    ).update(reconcile_claimed_until=until)
-    if not claimed:
-        return None
-    record = IdempotencyRecord.objects.select_related("tool").get(pk=record_id)
-    plan = WritePlan.objects.filter(entry__record=record).order_by("pk").first()
-    adapter = DownstreamAdapter.objects.filter(tool=record.tool).order_by("pk").first()
-    return record, adapter, plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +141,7 @@ class Finding:
 def reconcile_record(record_id: int, *, worker: str | None = None) -> str:
     """Look up one unknown record and settle it if the evidence allows. Safe to run twice."""
     worker = worker or worker_name()
-    claimed = _claim(record_id, timezone.now())
+    claimed = _claim(record_id)
     if claimed is None:
         return "skipped"  # settled, escalated, or another worker holds it
     record, adapter, plan = claimed
@@ -225,10 +209,9 @@ def _apply(
     plan: WritePlan | None,
     worker: str,
 ) -> str:
-    now = timezone.now()
     actor = f"worker:{worker}"
     with transaction.atomic():
-        locked = lock_record(record.pk)
+        locked, now = lock_record(record.pk)
         if locked.state != RecordState.UNKNOWN:
             return "already-settled"  # a late completion or a human got there first
         attempt_no = locked.reconcile_attempts + 1
@@ -293,6 +276,7 @@ def _settle(
     if outcome in (Attempt.FOUND, Attempt.ALREADY_APPLIED):
         resolve_locked(
             record,
+            now=now,
             outcome=Outcome.SUCCEEDED,
             actor=actor,
             source=AuditEvent.Source.WORKER,
@@ -310,6 +294,7 @@ def _settle(
     if outcome == Attempt.NOT_FOUND:
         resolve_locked(
             record,
+            now=now,
             outcome=Outcome.FAILED,
             actor=actor,
             source=AuditEvent.Source.WORKER,
@@ -402,7 +387,7 @@ def escalate(*, record: IdempotencyRecord, actor: str, reason: str) -> None:
         raise InvalidInput("escalating needs a reason")
     with transaction.atomic():
         updated = IdempotencyRecord.objects.filter(pk=record.pk, state=RecordState.UNKNOWN).update(
-            escalated_at=timezone.now(), escalation_reason=reason.strip()
+            escalated_at=Now(), escalation_reason=reason.strip()
         )
         if not updated:
             raise InvalidTransition("only a call whose outcome is unknown can be escalated")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from io import StringIO
 
 import pytest
@@ -36,20 +37,24 @@ def test_demo_agent_produces_every_kind_of_decision(django_user_model) -> None:
     assert "nothing to do" in again.getvalue()
 
 
-def test_the_make_run_demo_works_on_the_embedded_sqlite_default(tmp_path) -> None:
-    """`make run` uses SQLite, not PostgreSQL: the hot path's PostgreSQL-only statements must
-    have a portable path. Runs the same commands as `make run`, in a fresh SQLite file."""
+def test_the_make_run_demo_works_on_the_embedded_postgresql(tmp_path) -> None:
+    """`make run` needs no database server: with DEBUG on and no DATABASE_URL it starts the
+    embedded PostgreSQL. Runs the same commands as `make run` on a fresh embedded server."""
     import os
     import subprocess
     import sys
 
+    from console import embedded
+
+    pgdata = tmp_path / "pg"
     env = {
         **os.environ,
         "DEBUG": "true",
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
+        "EMBEDDED_PGDATA": str(pgdata),
         "CELERY_BROKER_URL": "memory://",
     }
-    env.pop("DJANGO_SETTINGS_MODULE", None)
+    for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL"):
+        env.pop(name, None)
 
     def manage(*args: str) -> str:
         done = subprocess.run(
@@ -63,12 +68,19 @@ def test_the_make_run_demo_works_on_the_embedded_sqlite_default(tmp_path) -> Non
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
+    try:
+        _make_run_demo(manage)
+    finally:
+        embedded.stop(pgdata)
+
+
+def _make_run_demo(manage: Callable[..., str]) -> None:
     manage("migrate", "--noinput")
     manage("seed_demo")
     out = manage("demo_agent", "--runs", "2")
     assert "(max 1 per key)" in out and "(max 2" not in out
     assert "nothing to do" in manage("demo_agent", "--if-empty")
-    # `make worker` beside it: a look-up's claim, lock and writes have a portable path too.
+    # `make worker` beside it: look-ups claim, lock and settle on the embedded server too.
     looked_up = manage(
         "shell",
         "-c",

@@ -9,15 +9,41 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import DatabaseError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
+from ledger import deadline
 from ledger.api.auth import TokenAuth
 from ledger.api.parser import StrictJSONParser
-from ledger.api.problems import PROBLEM_CONTENT_TYPE, problem
 from ledger.errors import LedgerError
+from ledger.middleware import store_unavailable
+from ledger.problems import PROBLEM_CONTENT_TYPE, problem
 from ledger.services.runs import RunHalted
+
+TEXT_PATTERN = "^[^\\u0000-\\u001f\\u007f]*$"
+_TIMEOUT_PARAMETER = {
+    "name": deadline.HEADER,
+    "in": "header",
+    "required": False,
+    "description": "How many milliseconds the caller will still wait for this answer; no "
+    "action is reserved for a caller past it (503 DEADLINE_EXCEEDED).",
+    "schema": {"type": "integer", "minimum": 0, "maximum": 999_999_999},
+}
+# Answers any operation can give: bad text in the path, query or headers; store trouble.
+_EVERY_OPERATION = {
+    "400": "Malformed request (nothing changed)",
+    "503": "The ledger's database is unavailable or busy; retry after Retry-After",
+}
+
+
+def _text_only(schema: dict[str, Any]) -> None:
+    """Give every string in a parameter's schema the pattern the middleware enforces."""
+    if schema.get("type") == "string":
+        schema.setdefault("pattern", TEXT_PATTERN)
+    for option in schema.get("anyOf", []) + schema.get("oneOf", []):
+        _text_only(option)
 
 
 class LedgerAPI(NinjaAPI):
@@ -26,6 +52,23 @@ class LedgerAPI(NinjaAPI):
         schema = super().get_openapi_schema(*args, **kwargs)
         for operations in schema.get("paths", {}).values():
             for operation in operations.values():
+                # Paths, queries and headers are text without control characters, or 400
+                # (ledger.middleware); a caller's deadline is the one header read here.
+                for parameter in operation.get("parameters", []):
+                    _text_only(parameter.get("schema", {}))
+                operation.setdefault("parameters", []).append(_TIMEOUT_PARAMETER)
+                for status, description in _EVERY_OPERATION.items():
+                    operation["responses"].setdefault(
+                        status,
+                        {
+                            "description": description,
+                            "content": {
+                                PROBLEM_CONTENT_TYPE: {
+                                    "schema": {"$ref": "#/components/schemas/Problem"}
+                                }
+                            },
+                        },
+                    )
                 if "requestBody" in operation:  # the body size limit applies to every body
                     operation["responses"].setdefault(
                         "413",
@@ -62,7 +105,17 @@ api = LedgerAPI(
 
 @api.exception_handler(LedgerError)
 def _ledger_error(request: HttpRequest, exc: LedgerError) -> HttpResponse:
-    return problem(exc.http_status, exc.code, exc.message)
+    return problem(exc.http_status, exc.code, exc.message, extra=exc.extra)
+
+
+@api.exception_handler(DatabaseError)
+def _database_error(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
+    """Store trouble is 503 with Retry-After (``ledger.store``); any other database error is
+    a fault, raised on to be logged as one."""
+    answer = store_unavailable(request, exc)
+    if answer is None:
+        raise exc
+    return answer
 
 
 @api.exception_handler(RunHalted)

@@ -26,11 +26,11 @@ from ledger.domain import Decision, Idempotency
 from ledger.errors import NotFound
 from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry
 from ledger.services import calls
-from ledger.services.records import Outcome
+from ledger.services.records import Outcome, lease_seconds_granted
 
 router = Router(tags=["calls"])
 records_router = Router(tags=["records"])
-COMMON = {400: Problem, 401: Problem, 404: Problem}
+COMMON = {400: Problem, 401: Problem, 404: Problem, 503: Problem}
 
 
 def call_out(
@@ -58,7 +58,11 @@ def call_out(
             rule=entry.classification_rule,
         ),
         observation=observation,
-        lease=LeaseOut(fencing_token=lease.fencing_token, expires_at=lease.expires_at)
+        lease=LeaseOut(
+            fencing_token=lease.fencing_token,
+            expires_at=lease.expires_at,
+            seconds=lease_seconds_granted(),
+        )
         if lease
         else None,
         approval_id=approval.pk if approval else None,
@@ -151,7 +155,7 @@ def heartbeat(request: HttpRequest, call_id: str, payload: HeartbeatIn) -> Heart
     until = calls.heartbeat_call(
         caller=caller_of(request), call_id=_uuid(call_id), fencing_token=payload.fencing_token
     )
-    return HeartbeatOut(lease_expires_at=until)
+    return HeartbeatOut(lease_expires_at=until, lease_seconds=lease_seconds_granted())
 
 
 @router.post(

@@ -72,6 +72,11 @@ class Problem(Schema):
     status: int
     code: str
     detail: str
+    # A refused report (409): what the record holds now and what the model should be told.
+    record_state: str | None = None
+    observation: dict[str, Any] | None = None
+    # Store trouble (503): why, e.g. ``lock_timeout`` or ``read_only``.
+    reason: str | None = None
 
 
 class ClassificationOut(Schema):
@@ -185,6 +190,9 @@ class CallIn(Strict):
 class LeaseOut(Schema):
     fencing_token: int
     expires_at: ApiDateTime
+    # The lease's length: a runtime heartbeats every third of it on its own clock, never by
+    # comparing ``expires_at`` with its clock.
+    seconds: int
 
 
 class RecordOut(Schema):
@@ -222,6 +230,7 @@ class HeartbeatIn(Strict):
 
 class HeartbeatOut(Schema):
     lease_expires_at: ApiDateTime
+    lease_seconds: int
 
 
 class ErrorIn(Strict):

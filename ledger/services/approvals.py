@@ -8,8 +8,8 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
+from ledger.clock import db_now
 from ledger.domain import FINAL_ERROR_CODES, RecordState
 from ledger.errors import ApprovalError, InvalidInput
 from ledger.keys import fingerprint
@@ -79,8 +79,7 @@ def request_approval(
                 entry=entry,
                 action_hash=action_hash(entry),
                 requested_by=requested_by,
-                expires_at=timezone.now()
-                + timedelta(seconds=settings.LEDGER_APPROVAL_EXPIRY_SECONDS),
+                expires_at=db_now() + timedelta(seconds=settings.LEDGER_APPROVAL_EXPIRY_SECONDS),
             )
             audit(
                 tenant=record.tenant_id,
@@ -118,7 +117,7 @@ def void_reason(approval: ApprovalRequest, *, now: datetime | None = None) -> st
     entry = approval.entry
     if not _still_needed(approval.record):
         return f"the action is already settled ({approval.record.state})"
-    if approval.expires_at <= (now or timezone.now()):
+    if approval.expires_at <= (now or db_now()):
         return EXPIRED
     if entry.run.status == Run.Status.HALTED:
         return f"its run is {entry.run.status} ({entry.run.termination_reason or 'no reason'})"
@@ -154,7 +153,7 @@ def decide(
     a rejection needs a reason, and a request whose action changed is invalidated instead.
     """
     actor = user.get_username()
-    now = timezone.now()
+    now = db_now()
     denial: str | None = None
     with transaction.atomic():
         locked = (
@@ -227,7 +226,7 @@ def consume(*, record: IdempotencyRecord, entry: LedgerEntry, actor: str) -> App
         raise ApprovalError("there is no granted approval for this action")
     if approval.action_hash != action_hash(entry):
         raise ApprovalVoid(approval, "the approval was for a different action")
-    if approval.expires_at <= timezone.now():
+    if approval.expires_at <= db_now():
         raise ApprovalVoid(approval, "the approval expired before it was used")
     approval.state = Approval.CONSUMED
     approval.save(update_fields=["state"])

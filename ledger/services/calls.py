@@ -16,7 +16,7 @@ from typing import Any
 
 import jsonschema
 from django.db import connection, transaction
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from ledger.classification import Classification
 from ledger.classification.commands import classify_command
@@ -62,7 +62,13 @@ from ledger.services.audit import audit
 from ledger.services.entries import transition_entry
 from ledger.services.records import Outcome
 from ledger.services.registry import ensure_catalogue_tool, validate_tool_name
-from ledger.services.statements import fetch_joined, insert_returning_id, quote, select_columns
+from ledger.services.statements import (
+    DbTime,
+    fetch_joined,
+    insert_returning_id,
+    quote,
+    select_columns,
+)
 
 RETRY_AFTER_SECONDS = 2
 
@@ -154,10 +160,10 @@ def _run_and_tool(tenant: Tenant, run_id: str, tool_name: str) -> tuple[Run, Too
         raise NotFound(f"no run {run_id!r}: start it first")
     run, combination, tool = found
     assert isinstance(run, Run)
-    run.combination = combination  # type: ignore[assignment]
+    run.combination = combination
     if run.status == Run.Status.FINISHED:
         raise RunNotRunning(f"run {run_id!r} has finished ({run.termination_reason})")
-    return run, tool  # type: ignore[return-value]
+    return run, tool
 
 
 @cache
@@ -240,7 +246,7 @@ def _entry(
     code: str = "",
     reused_record: bool = False,
 ) -> LedgerEntry:
-    now = timezone.now()
+    now: Any = DbTime()  # the database's clock, written by the INSERT
     if decision is Decision.RECORDED_RESULT:
         assert record is not None
         status = (
@@ -310,7 +316,7 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
             fast = _first_call_of_key(caller, run, registered, request, input_hash, *classified)
             if fast is not None:
                 return fast
-            taken = records.reserves_in_one_statement()
+            taken = True
     # One transaction: a first use of a catalogue tool registers it, and an error anywhere
     # below (a bad key, say) must leave nothing behind.
     with transaction.atomic():
@@ -417,11 +423,14 @@ def _first_call_of_key(
         return result
     if first.seen is None:
         return None
-    return _duplicate_as_seen(first.seen, tool, input_hash, classification, entry_for)
+    return _duplicate_as_seen(
+        first.seen, first.seen_lapsed, tool, input_hash, classification, entry_for
+    )
 
 
 def _duplicate_as_seen(
     seen: IdempotencyRecord,
+    lapsed: bool,
     tool: Tool,
     input_hash: str,
     classification: Classification,
@@ -435,7 +444,7 @@ def _duplicate_as_seen(
         seen,
         fingerprint=input_hash,
         replay_policy=classification.replay_policy,
-        now=timezone.now(),
+        lapsed=lapsed,
     )
     if reservation is None:
         return None
@@ -575,7 +584,7 @@ def start_call(*, caller: Caller, call_id: str) -> CallResult:
             transition_entry(
                 entry,
                 EntryStatus.STARTED,
-                started_at=timezone.now(),
+                started_at=Now(),
                 fencing_token=started.fencing_token,
             )
     except approvals.ApprovalVoid as void:
@@ -635,7 +644,7 @@ def complete_call(
         # The record is locked by the same query that reads the entry (one round trip); the
         # report is validated and applied under that lock, in one transaction.
         with transaction.atomic():
-            entry = _entry_with_locked_record(caller, call_id)
+            entry, now = _entry_with_locked_record(caller, call_id)
             record = entry.record
             assert record is not None
             if entry.fencing_token is None:
@@ -654,6 +663,7 @@ def complete_call(
                 retryable = False
             updated = records.complete_locked(
                 record,
+                now=now,
                 fencing_token=fencing_token,
                 outcome=outcome,
                 actor=caller.identity,
@@ -665,48 +675,61 @@ def complete_call(
                 evidence=evidence,
             )
     except records.CompletionRefused as refused:
-        # Audited after the rollback, so the refusal's event survives the error it raises.
-        raise records.refuse_completion(refused) from None
+        # Audited after the rollback, so the refusal's event survives the error it raises. The
+        # refusal says what the record holds now and what the model should be told: a late or
+        # refused report is an answer for the runtime to pass on, never a failure to raise.
+        refusal = records.refuse_completion(refused)
+        entry.record = refused.record
+        refusal.extra = {
+            "record_state": refused.record.state,
+            "observation": current_observation(entry, None),
+        }
+        raise refusal from None
     entry.record = updated
+    if updated.state == RecordState.UNKNOWN and updated.escalated_at is not None:
+        notes.append(updated.escalation_reason)
     observation = current_observation(entry, None)
     return CallResult(
         entry, Decision.EXECUTE, _entry_classification(entry), observation, notes=notes
     )
 
 
-def _entry_with_locked_record(caller: Caller, call_id: str) -> LedgerEntry:
+def _entry_with_locked_record(caller: Caller, call_id: str) -> tuple[LedgerEntry, datetime]:
     """The entry with its tool and run, and its record locked (``FOR UPDATE OF`` the record
-    only). Raises when there is no such call or it has no record."""
+    only), and the database's clock once the lock is held. Raises when there is no such call
+    or it has no record."""
     call_field = LedgerEntry._meta.get_field("call_id")
     found = fetch_joined(
-        _entry_with_locked_record_sql(connection.features.has_select_for_update_of),
+        _entry_with_locked_record_sql(),
         [caller.tenant.pk, call_field.get_db_prep_value(call_id, connection)],
         (LedgerEntry, IdempotencyRecord, Tool, Run),
+        trailing=1,
     )
     if found is None:
         _entry_for(caller, call_id)  # NotFound when there is no such call at all
         raise InvalidTransition("this call was never started, so it cannot be completed")
-    entry, record, tool, run = found
+    entry, record, tool, run, now = found
     assert isinstance(entry, LedgerEntry)
-    entry.record = record  # type: ignore[assignment]
-    entry.tool = tool  # type: ignore[assignment]
-    entry.run = run  # type: ignore[assignment]
-    return entry
+    entry.record = record
+    entry.tool = tool
+    entry.run = run
+    return entry, now
 
 
 @cache
-def _entry_with_locked_record_sql(lock_of: bool) -> str:
+def _entry_with_locked_record_sql() -> str:
     # Written out: it runs on every completion, and the ORM spent more time compiling the
-    # four-table select_related than PostgreSQL spent answering it (docs/performance.md).
+    # four-table select_related than PostgreSQL spent answering it (docs/performance.md). The
+    # clock is read by the outer query, once the inner one holds the lock.
     return (
         f"SELECT {select_columns(LedgerEntry, 'e')}, {select_columns(IdempotencyRecord, 'r')}, "  # noqa: S608
-        f"{select_columns(Tool, 't')}, {select_columns(Run, 'u')} "
-        f"FROM {quote(LedgerEntry._meta.db_table)} e "
+        f"{select_columns(Tool, 't')}, {select_columns(Run, 'u')}, clock_timestamp() FROM ("
+        f"SELECT e.id AS entry_id, r.* FROM {quote(LedgerEntry._meta.db_table)} e "
         f"JOIN {quote(IdempotencyRecord._meta.db_table)} r ON r.id = e.record_id "
+        "WHERE e.tenant_id = %s AND e.call_id = %s FOR UPDATE OF r) r "
+        f"JOIN {quote(LedgerEntry._meta.db_table)} e ON e.id = r.entry_id "
         f"JOIN {quote(Tool._meta.db_table)} t ON t.id = e.tool_id "
-        f"JOIN {quote(Run._meta.db_table)} u ON u.id = e.run_id "
-        "WHERE e.tenant_id = %s AND e.call_id = %s" + (" FOR UPDATE OF r" if lock_of else "")
-        # SQLite (the demo) has no row locks: its writes are serialized anyway.
+        f"JOIN {quote(Run._meta.db_table)} u ON u.id = e.run_id"
     )
 
 
@@ -750,7 +773,7 @@ def _retry_entry(
         status=EntryStatus.STARTED if lease else EntryStatus.PLANNED,
         reused_record=True,
         fencing_token=lease.fencing_token if lease else None,
-        started_at=timezone.now() if lease else None,
+        started_at=Now() if lease else None,
         **{field: getattr(original, field) for field in _RETRY_COPIES},
     )
 
@@ -896,7 +919,7 @@ def _recover(
 def _escalate_conflict(record: IdempotencyRecord, actor: str) -> None:
     """A conflict needs a human: hand the action to one (once), as a worker's check would."""
     escalated = IdempotencyRecord.objects.filter(pk=record.pk, escalated_at__isnull=True).update(
-        escalated_at=timezone.now(), escalation_reason=WRITE_CONFLICT_ESCALATION
+        escalated_at=Now(), escalation_reason=WRITE_CONFLICT_ESCALATION
     )
     if escalated:
         audit(

@@ -7,10 +7,9 @@ deleted. What points at a record is handled as its foreign key's ``on_delete`` s
 entries stay (the ledger is the history) with the record unlinked; approvals (with their
 claims) and reconciliation attempts, which only served the record, go with it.
 
-On PostgreSQL the locked batch is deleted in one statement (``_batch_statement``): Django's
-delete would send a statement for each kind of dependent row with every id as a parameter, and
-its Python side cost as much CPU as PostgreSQL's (docs/performance.md, seventh round).
-Elsewhere (the embedded SQLite default) it is Django's delete.
+The locked batch is deleted in one statement (``_batch_statement``): Django's delete would send
+a statement for each kind of dependent row with every id as a parameter, and its Python side
+cost as much CPU as PostgreSQL's (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime
 from functools import cache
 from typing import Any, cast
 
@@ -27,8 +25,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, models, transaction
 from django.db.models.deletion import get_candidate_relations_to_delete
 from django.db.models.fields.reverse_related import ForeignObjectRel
+from django.db.models.functions import Now
 from django.db.models.options import Options
-from django.utils import timezone
 
 from ledger.domain import TERMINAL_RECORD_STATES
 from ledger.models import IdempotencyRecord
@@ -63,17 +61,16 @@ def cleanup_expired_records(
         if batch:
             time.sleep(max(pause, PAUSE_TO_BATCH_RATIO * took))
         began = time.perf_counter()
-        now = timezone.now()
         with transaction.atomic():
             ids = list(
                 IdempotencyRecord.objects.select_for_update(skip_locked=True)
-                .filter(state__in=states, expires_at__lte=now)
+                .filter(state__in=states, expires_at__lte=Now())
                 .order_by("expires_at")
                 .values_list("pk", flat=True)[:size]
             )
             if not ids:
                 break
-            count = _delete_locked(ids, states, now)
+            count = _delete_locked(ids)
             audit(
                 tenant=None,
                 actor="system",
@@ -92,14 +89,8 @@ def cleanup_expired_records(
     return total
 
 
-def _delete_locked(ids: list[int], states: list[str], now: datetime) -> int:
+def _delete_locked(ids: list[int]) -> int:
     """Delete the batch ``ids``, locked by this transaction; returns how many were deleted."""
-    if connection.vendor == "postgresql":
-        return _delete_in_one_statement(ids)
-    return _delete_with_django(ids, states, now)
-
-
-def _delete_in_one_statement(ids: list[int]) -> int:
     # A statement of its own, after the lock: its snapshot holds every row that points at the
     # batch, and no new one can commit until this transaction ends (its foreign key check
     # waits on the lock). Locking in the same statement would leave a gap: a row committed
@@ -109,13 +100,6 @@ def _delete_in_one_statement(ids: list[int]) -> int:
         cursor.execute(_batch_statement(), [ids])
         row = cursor.fetchone()
     return int(row[0]) if row else 0
-
-
-def _delete_with_django(ids: list[int], states: list[str], now: datetime) -> int:
-    # The state is checked again: without row locks (SQLite) a record may have changed since.
-    doomed = IdempotencyRecord.objects.filter(pk__in=ids, state__in=states, expires_at__lte=now)
-    _deleted, by_model = doomed.only("pk").delete()
-    return by_model.get(IdempotencyRecord._meta.label, 0)
 
 
 @cache

@@ -18,10 +18,12 @@ from functools import cache, partial
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import Model
-from django.utils import timezone
+from django.db.models.functions import Now
 
+from ledger import deadline
+from ledger.clock import db_now
 from ledger.decisions import ExistingRecordAnswer, answer_existing_record
 from ledger.domain import (
     FINAL_ERROR_CODES,
@@ -34,7 +36,14 @@ from ledger.domain import (
     RecordState,
     ReplayPolicy,
 )
-from ledger.errors import InvalidTransition, LeaseExpired, StaleFencingToken
+from ledger.errors import (
+    InvalidTransition,
+    LeaseExpired,
+    LedgerError,
+    RecordSettled,
+    ResultConflict,
+    StaleFencingToken,
+)
 from ledger.models import (
     ApprovalRequest,
     AuditEvent,
@@ -49,6 +58,8 @@ from ledger.redaction import RESULT_MAX_TEXT, redact_for_storage
 from ledger.services.audit import audit, audit_event
 from ledger.services.entries import entry_change, transition_entry
 from ledger.services.statements import (
+    DB_NOW,
+    DbTime,
     fetch_joined,
     from_row,
     insert_parts,
@@ -115,6 +126,7 @@ def _transition(
     entry: tuple[LedgerEntry, dict[str, Any]] | None = None,
     also: Sequence[Also] = (),
     announce: bool = True,
+    only_if_lapsed: bool = False,
     **changes: Any,
 ) -> None:
     """Move a row-locked record to ``to`` and audit it. The caller holds the transaction.
@@ -126,7 +138,8 @@ def _transition(
     (with ``entry``: the entry and its ``entry_change``) the status of the reporting ledger
     entry and the updates in ``also`` (model, non-empty filter, changes; any number of rows,
     none of them ``entry``'s) are one SQL statement: each part runs only if the record really
-    changed.
+    changed. With ``only_if_lapsed`` the statement changes the record only if its lease has
+    lapsed by the database's clock: a lapse is judged by the statement that acts on it.
     """
     current = RecordState(record.state)
     if to not in IdempotencyRecord.TRANSITIONS[current]:
@@ -138,14 +151,10 @@ def _transition(
         changes.setdefault("lease_owner", "")
         changes.setdefault("lease_expires_at", None)
     if to is RecordState.UNKNOWN:
-        # Reconciliation starts afresh for every spell of uncertainty.
-        changes.update(
-            uncertain_since=now,
-            next_reconcile_at=None,
-            reconcile_attempts=0,
-            escalated_at=None,
-            escalation_reason="",
-        )
+        # Reconciliation starts afresh for every spell of uncertainty (unless a human is asked).
+        changes.update(uncertain_since=now, next_reconcile_at=None, reconcile_attempts=0)
+        changes.setdefault("escalated_at", None)
+        changes.setdefault("escalation_reason", "")
     if to is RecordState.FAILED_FINAL:
         changes["failed_executions"] = record.failed_executions + 1  # known: no effect
     if to in TERMINAL_RECORD_STATES:
@@ -163,10 +172,9 @@ def _transition(
         before=before,
         after=after,
     )
-    if connection.vendor == "postgresql":
-        _transition_in_one_statement(record, current, to, changes, event, detail, entry, also)
-    else:
-        _transition_step_by_step(record, current, to, changes, event, detail, entry, also)
+    _transition_in_one_statement(
+        record, current, to, changes, event, detail, entry, also, only_if_lapsed
+    )
     for field, value in changes.items():
         setattr(record, field, value)
     if entry is not None:
@@ -185,11 +193,15 @@ def _transition_in_one_statement(
     detail: str,
     entry: tuple[LedgerEntry, dict[str, Any]] | None,
     also: Sequence[Also],
+    only_if_lapsed: bool,
 ) -> None:
-    """PostgreSQL: the parts of ``_transition`` as data-modifying CTEs of one statement."""
+    """The parts of ``_transition`` as data-modifying CTEs of one statement."""
     sql, params = update_parts(
         IdempotencyRecord, {"pk": record.pk, "state": current.value}, changes
     )
+    if only_if_lapsed:
+        lease = quote(str(model_field(IdempotencyRecord, "lease_expires_at").column))
+        sql += f" AND {lease} <= {DB_NOW}"
     ctes = [f"changed AS ({sql} RETURNING 1)"]
     detail_sql: tuple[str, list[Any]] = ("%s", [detail])
     if to in TERMINAL_RECORD_STATES:
@@ -237,58 +249,25 @@ def _transition_in_one_statement(
         raise InvalidTransition(f"ledger entry {entry[0].call_id} changed status concurrently")
 
 
-def _transition_step_by_step(
-    record: IdempotencyRecord,
-    current: RecordState,
-    to: RecordState,
-    changes: dict[str, Any],
-    event: AuditEvent,
-    detail: str,
-    entry: tuple[LedgerEntry, dict[str, Any]] | None,
-    also: Sequence[Also],
-) -> None:
-    """Other databases (the SQLite demo): the same writes, one statement each, in the
-    caller's transaction."""
-    updated = IdempotencyRecord.objects.filter(pk=record.pk, state=current.value).update(**changes)
-    if updated != 1:
-        raise InvalidTransition(f"record {record.pk} changed state concurrently")
-    if to in TERMINAL_RECORD_STATES:
-        voided = ApprovalRequest.objects.filter(
-            record_id=record.pk, state__in=ApprovalRequest.OPEN_STATES
-        ).update(state=ApprovalRequest.State.INVALIDATED)
-        if voided:
-            detail = f"{detail} ({voided} open approval(s) invalidated)".strip()
-    event.detail = detail
-    event.save(force_insert=True)
-    if entry is not None:
-        ledger_entry, entry_changes = entry
-        if not LedgerEntry.objects.filter(pk=ledger_entry.pk, status=ledger_entry.status).update(
-            **entry_changes
-        ):
-            raise InvalidTransition(
-                f"ledger entry {ledger_entry.call_id} changed status concurrently"
-            )
-    for model, where, model_changes in also:
-        model._default_manager.filter(**where).update(**model_changes)
-
-
 def _lease_until(now: datetime, lease_seconds: int | None) -> datetime:
+    """The end of a lease granted at ``now`` (the database's clock, read with the record)."""
     return now + timedelta(seconds=lease_seconds or settings.LEDGER_LEASE_SECONDS)
 
 
-def reserves_in_one_statement() -> bool:
-    """Whether ``reserve_new_key`` can write a first call in one statement here (PostgreSQL's
-    data-modifying CTEs; not the SQLite demo)."""
-    return connection.vendor == "postgresql"
+def lease_seconds_granted(lease_seconds: int | None = None) -> int:
+    """How long a lease lasts: what a runtime paces its heartbeats by, on its own clock."""
+    return lease_seconds or settings.LEDGER_LEASE_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
 class FirstCall:
     """What ``reserve_new_key`` did: the record it created, or else the key's record as its
-    statement read it (unlocked; None when there was none it could see)."""
+    statement read it (unlocked; None when there was none it could see) and whether, by the
+    database's clock in that statement, its lease had lapsed."""
 
     created: IdempotencyRecord | None
     seen: IdempotencyRecord | None
+    seen_lapsed: bool = False
 
 
 def reserve_new_key(
@@ -309,12 +288,10 @@ def reserve_new_key(
     opened (no ``BEGIN``/``COMMIT`` round trips).
 
     When the key is already taken it writes nothing, and the same statement reads the key's
-    record (unlocked): a duplicate can often be answered from it (``answer_as_seen``). On a
-    database without data-modifying CTEs (``reserves_in_one_statement``) it does nothing. In
-    both cases the caller may go the general way (``reserve_key`` in a transaction, told the
-    key is ``taken`` in the first case), which answers from the locked record."""
-    if not reserves_in_one_statement():
-        return FirstCall(None, None)
+    record (unlocked): a duplicate can often be answered from it (``answer_as_seen``). Else
+    the caller goes the general way (``reserve_key`` in a transaction, told the key is
+    ``taken``), which answers from the locked record."""
+    deadline.check()
     record, event = _new_record(
         tenant=tenant,
         tool=tool,
@@ -324,36 +301,22 @@ def reserve_new_key(
         lease_owner=lease_owner,
         actor=actor,
         source=AuditEvent.Source.API,
-        now=timezone.now(),
         run=run,
         combination=run.combination,
     )
     entry.fencing_token = record.fencing_token
-    inserted, seen = _insert_if_absent(record, event, entry=entry)
-    return FirstCall(record if inserted else None, seen)
+    return _insert_if_absent(record, event, entry=entry)
 
 
 def _insert_if_absent(
     record: IdempotencyRecord, event: AuditEvent, *, entry: LedgerEntry | None = None
-) -> tuple[bool, IdempotencyRecord | None]:
+) -> FirstCall:
     """INSERT the record unless its (tenant, key) exists, and its audit ``event`` with it (one
-    statement: the event is written only if the record was). Returns whether this call
-    inserted it and, with ``entry`` (PostgreSQL only: the ledger entry, written too, pointing at
-    the new record) when the key was taken, the key's record as the statement read it (None
-    when it was committed after the statement began, too late for its snapshot)."""
-    if connection.vendor != "postgresql":  # the SQLite demo: two statements
-        assert entry is None, "reserve_new_key is for PostgreSQL"
-        try:
-            with transaction.atomic():
-                record.save(force_insert=True)
-        except IntegrityError:
-            taken = IdempotencyRecord.objects.filter(tenant_id=record.tenant_id, key=record.key)
-            if taken.exists():
-                return False, None
-            raise
-        event.target_id = str(record.pk)
-        event.save(force_insert=True)
-        return True, None
+    statement: the event is written only if the record was), its lease ending by the
+    database's clock. With ``entry`` (the ledger entry, written too, pointing at the new
+    record) when the key was taken, the statement also reads the key's record (None when it was
+    committed after the statement began, too late for its snapshot) and judges its lease by
+    the database's clock."""
     columns, values, params = insert_parts(record)
     audit_columns, audit_values, audit_params = insert_parts(
         event, expressions={"target_id": ("inserted.id::text", [])}
@@ -362,13 +325,13 @@ def _insert_if_absent(
     sql = (
         f"WITH inserted AS (INSERT INTO {quote(IdempotencyRecord._meta.db_table)} ({columns}) "  # noqa: S608
         f"VALUES ({values}) ON CONFLICT ({quote('tenant_id')}, {quote('key')}) DO NOTHING "
-        f"RETURNING {quote('id')}), "
+        f"RETURNING {quote('id')}, {quote('lease_expires_at')}), "
         f"audited AS (INSERT INTO {quote(AuditEvent._meta.db_table)} ({audit_columns}) "
         f"SELECT {audit_values} FROM inserted) "
     )
     params += audit_params
     if entry is None:
-        sql += "SELECT id, NULL FROM inserted"
+        sql += "SELECT id, lease_expires_at FROM inserted"
     else:
         entry_columns, entry_values, entry_params = insert_parts(
             entry, expressions={"record_id": ("inserted.id", [])}
@@ -378,7 +341,8 @@ def _insert_if_absent(
         sql += (
             f", entered AS (INSERT INTO {quote(LedgerEntry._meta.db_table)} ({entry_columns}) "  # noqa: S608
             f"SELECT {entry_values} FROM inserted RETURNING id) "
-            "SELECT (SELECT id FROM inserted), (SELECT id FROM entered), "
+            "SELECT (SELECT id FROM inserted), (SELECT lease_expires_at FROM inserted), "
+            f"(SELECT id FROM entered), {_LAPSED_SQL.format(r='r')}, "
             f"{select_columns(IdempotencyRecord, 'r')} FROM (SELECT 1) AS one "
             f"LEFT JOIN {quote(IdempotencyRecord._meta.db_table)} r "
             "ON NOT EXISTS (SELECT 1 FROM inserted) AND r.tenant_id = %s AND r.key = %s"
@@ -387,18 +351,27 @@ def _insert_if_absent(
         params += [*entry_params, tenant_id, record.key]
     row, _count = run_precompiled(sql, params)
     if row is None:  # without ``entry``: nothing inserted
-        return False, None
+        return FirstCall(None, None)
     if row[0] is None:  # with ``entry`` there is always a row
-        seen = from_row(IdempotencyRecord, row[2:])
+        seen = from_row(IdempotencyRecord, row[4:])
         assert seen is None or isinstance(seen, IdempotencyRecord)
-        return False, seen
+        return FirstCall(None, seen, bool(row[3]))
     record.pk = row[0]
+    record.lease_expires_at = row[1]
     record._state.adding = False
     if entry is not None:
-        entry.pk = row[1]
+        entry.pk = row[2]
         entry.record = record
         entry._state.adding = False
-    return True, None
+    return FirstCall(record, None)
+
+
+# Whether record ``{r}``'s lease has lapsed by the database's clock: a lapse is judged by
+# PostgreSQL, never by a process's clock.
+_LAPSED_SQL = (
+    "({r}.state = 'executing' AND {r}.lease_expires_at IS NOT NULL "
+    f"AND {{r}}.lease_expires_at <= {DB_NOW})"
+)
 
 
 def _new_record(
@@ -416,10 +389,10 @@ def _new_record(
     combination: VersionCombination | None = None,
     ttl_seconds: int | None = None,
     lease_seconds: int | None = None,
-    now: datetime,
 ) -> tuple[IdempotencyRecord, AuditEvent]:
     """The unsaved record for a key taken for the first time, and its audit event: executing
-    at once (lease and fencing token 1), or only reserved when an approval comes first."""
+    at once (lease and fencing token 1; the lease's end is the database's clock plus the
+    lease, written by the INSERT), or only reserved when an approval comes first."""
     record = IdempotencyRecord(
         tenant=tenant,
         key=key,
@@ -436,7 +409,7 @@ def _new_record(
     else:
         record.state = RecordState.EXECUTING
         record.lease_owner = lease_owner
-        record.lease_expires_at = _lease_until(now, lease_seconds)
+        record.lease_expires_at = DbTime(lease_seconds_granted(lease_seconds))  # type: ignore[assignment]
         record.fencing_token = 1
         record.executions = 1
     event = audit_event(
@@ -476,11 +449,11 @@ def reserve_key(
     the existing record is locked first, and a new one is inserted only if it has gone since
     (expired and cleaned up in between).
     """
-    now = timezone.now()
     # No savepoint of its own: inside a caller's transaction (the API's) an error here rolls
     # the whole call back anyway, and alone it is a transaction of its own.
     with transaction.atomic(savepoint=False):
         existing = _lock_by_key(tenant.pk, key) if taken else None
+        deadline.check()  # after the wait for the lock: the caller may have given up by now
         if existing is None:
             record, event = _new_record(
                 tenant=tenant,
@@ -491,15 +464,13 @@ def reserve_key(
                 lease_owner=lease_owner,
                 actor=actor,
                 source=source,
-                now=now,
                 requires_approval=requires_approval,
                 run=run,
                 combination=combination,
                 ttl_seconds=ttl_seconds,
                 lease_seconds=lease_seconds,
             )
-            inserted, _ = _insert_if_absent(record, event)
-            if inserted:
+            if _insert_if_absent(record, event).created is not None:
                 if requires_approval:
                     return Reservation(
                         record,
@@ -512,8 +483,9 @@ def reserve_key(
             existing = _lock_by_key(tenant.pk, key)
             if existing is None:
                 raise IdempotencyRecord.DoesNotExist(f"key {key!r} was taken, then not found")
+        record, now = existing
         return _answer_existing(
-            existing,
+            record,
             fingerprint=fingerprint,
             replay_policy=replay_policy,
             lease_owner=lease_owner,
@@ -524,10 +496,10 @@ def reserve_key(
         )
 
 
-def _lock_by_key(tenant_id: int, key: str) -> IdempotencyRecord | None:
-    """The record of ``key``, locked: for a duplicate whose answer needs the lock, or whose
-    record changed after the one-statement way read it."""
-    return _locked_record("r.tenant_id = %s AND r.key = %s", [tenant_id, key])
+def _lock_by_key(tenant_id: int, key: str) -> Locked | None:
+    """The record of ``key``, locked, with the database's clock: for a duplicate whose answer
+    needs the lock, or whose record changed after the one-statement way read it."""
+    return _locked_record("tenant_id = %s AND key = %s", [tenant_id, key])
 
 
 def _answer_existing(
@@ -551,6 +523,7 @@ def _answer_existing(
             source=source,
             action="record.lease_expired",
             now=now,
+            only_if_lapsed=True,
         )
     answer = _state_table_answer(existing, fingerprint, replay_policy)
     if answer.reexecute:
@@ -581,7 +554,8 @@ def _answer_existing(
 
 
 def _lease_lapsed(record: IdempotencyRecord, now: datetime) -> bool:
-    """An executing record whose holder went silent: its outcome is unknown now."""
+    """An executing record whose holder went silent by ``now`` (the database's clock, read
+    with the locked record): its outcome is unknown now."""
     lease = record.lease_expires_at
     return record.state == RecordState.EXECUTING and lease is not None and lease <= now
 
@@ -619,15 +593,17 @@ _ANSWER_DEPENDS_ON = (
 
 
 def answer_as_seen(
-    seen: IdempotencyRecord, *, fingerprint: str, replay_policy: ReplayPolicy, now: datetime
+    seen: IdempotencyRecord, *, fingerprint: str, replay_policy: ReplayPolicy, lapsed: bool
 ) -> Reservation | None:
     """The answer to a duplicate from its record as read without the lock (``reserve_new_key``
     read it), when that answer neither starts an execution nor changes the record: ``wait``
     or ``recorded_result`` (DESIGN section 3), the whole of a retry storm. None for every
     other answer (an execution to grant, a lease gone silent, a conflict to audit, an approval
     to ask for): those are given under the record's lock by ``reserve_key``. The answer holds
-    only if the record has not changed since: ``count_duplicate_as_seen`` checks that."""
-    if _lease_lapsed(seen, now):
+    only if the record has not changed since: ``count_duplicate_as_seen`` checks that.
+    ``lapsed``: whether the statement that read it found its lease lapsed (the database's
+    clock)."""
+    if lapsed:
         return None  # the holder went silent: the locked way marks the record unknown
     answer = _state_table_answer(seen, fingerprint, replay_policy)
     if answer.reexecute or answer.decision not in _ANSWERED_AS_SEEN:
@@ -641,8 +617,7 @@ def count_duplicate_as_seen(seen: IdempotencyRecord, entry: LedgerEntry) -> bool
     ``UPDATE`` re-checks them on the row it locks, so the answer given is the state table's
     answer at that moment, as under ``reserve_key``'s lock. False, writing nothing, when the
     record has changed or gone since it was read, or when its lease has lapsed by now (the
-    locked way would mark it unknown): the locked way answers then. PostgreSQL only
-    (``reserves_in_one_statement``)."""
+    locked way would mark it unknown): the locked way answers then."""
     entry_columns, entry_values, entry_params = insert_parts(
         entry, expressions={"record_id": ("counted.id", [])}
     )
@@ -650,7 +625,7 @@ def count_duplicate_as_seen(seen: IdempotencyRecord, entry: LedgerEntry) -> bool
     for name in _ANSWER_DEPENDS_ON:
         field = model_field(IdempotencyRecord, name)
         params.append(field.get_db_prep_value(getattr(seen, field.attname), connection))
-    params += [RecordState.EXECUTING.value, timezone.now()]
+    params.append(RecordState.EXECUTING.value)
     # Identifiers come from the models' metadata, values are parameters: nothing from input.
     sql = (
         f"WITH counted AS ({_count_duplicate_as_seen_sql()}) "  # noqa: S608
@@ -677,7 +652,7 @@ def _count_duplicate_as_seen_sql() -> str:
     state, lease = column("state"), column("lease_expires_at")
     return (
         f"{_count_duplicate_sql()} AND {unchanged} "
-        f"AND NOT ({state} = %s AND {lease} IS NOT NULL AND {lease} <= %s) "
+        f"AND NOT ({state} = %s AND {lease} IS NOT NULL AND {lease} <= {DB_NOW}) "
         f"RETURNING {column('pk')} AS id"
     )
 
@@ -733,9 +708,9 @@ def start_execution(
     """Start a record that was waiting: reserved, or (after an approved replay) unknown or
     failed. Without ``approved`` only a reserved record that needs no approval may start.
     """
-    now = timezone.now()
     with transaction.atomic():
-        locked = IdempotencyRecord.objects.select_for_update().get(pk=record.pk)
+        locked, now = lock_record(record.pk)
+        deadline.check()
         if not approved and (locked.requires_approval or locked.state != RecordState.RESERVED):
             raise InvalidTransition(f"the {locked.state} record needs an approval to start")
         final_code = (locked.error or {}).get("code") in FINAL_ERROR_CODES
@@ -756,23 +731,36 @@ def start_execution(
 def heartbeat(
     *, record: IdempotencyRecord, fencing_token: int, lease_seconds: int | None = None
 ) -> datetime:
-    """Extend the lease of an executing record held with ``fencing_token``."""
-    now = timezone.now()
-    until = _lease_until(now, lease_seconds)
-    extended = IdempotencyRecord.objects.filter(
-        pk=record.pk,
-        state=RecordState.EXECUTING,
-        fencing_token=fencing_token,
-        lease_expires_at__gt=now,
-    ).update(lease_expires_at=until, updated_at=now)
-    if extended:
-        return until
+    """Extend the lease of an executing record held with ``fencing_token``, unless it has
+    lapsed: both judged, and the new end set, by the database's clock in one statement."""
+    seconds = lease_seconds_granted(lease_seconds)
+    row, _count = run_precompiled(
+        _heartbeat_sql(),
+        [float(seconds), record.pk, RecordState.EXECUTING.value, fencing_token],
+    )
+    if row is not None:
+        return row[0]
     current = IdempotencyRecord.objects.get(pk=record.pk)
     if current.fencing_token != fencing_token:
         raise StaleFencingToken("another caller holds this record now")
     if current.state == RecordState.EXECUTING or current.state == RecordState.UNKNOWN:
         raise LeaseExpired("the lease lapsed; the outcome is unknown and will be reconciled")
     raise InvalidTransition(f"the record is {current.state}; there is no lease to extend")
+
+
+@cache
+def _heartbeat_sql() -> str:
+    def column(name: str) -> str:
+        return quote(str(model_field(IdempotencyRecord, name).column))
+
+    lease = column("lease_expires_at")
+    return (
+        f"UPDATE {quote(IdempotencyRecord._meta.db_table)} "  # noqa: S608 - from metadata
+        f"SET {lease} = {DB_NOW} + make_interval(secs => %s::float8), "
+        f"{column('updated_at')} = {DB_NOW} "
+        f"WHERE {column('pk')} = %s AND {column('state')} = %s "
+        f"AND {column('fencing_token')} = %s AND {lease} > {DB_NOW} RETURNING {lease}"
+    )
 
 
 class CompletionRefused(Exception):
@@ -798,7 +786,7 @@ class CompletionRefused(Exception):
         self.source = source
 
 
-def refuse_completion(refused: CompletionRefused) -> Exception:
+def refuse_completion(refused: CompletionRefused) -> LedgerError:
     """Audit a refused report (call it outside the failed transaction, so the event outlives
     the error) and return the error to raise."""
     record = refused.record
@@ -812,11 +800,18 @@ def refuse_completion(refused: CompletionRefused) -> Exception:
         detail=f"token {refused.fencing_token} reported {refused.outcome.value}; record is "
         f"{record.state} with token {record.fencing_token}",
     )
-    if refused.reason == "stale":
+    if refused.reason == REFUSED_STALE:
         return StaleFencingToken(
             f"fencing token {refused.fencing_token} is stale (current is {record.fencing_token})"
         )
-    return InvalidTransition(f"the record is already {record.state}")
+    if refused.reason == REFUSED_DIFFERENT_RESULT:
+        return ResultConflict(
+            "this call's result was already recorded, and the report differs from it; the "
+            "recorded result stands"
+        )
+    return RecordSettled(
+        f"the outcome was already found: the record is {record.state}; the report changes nothing"
+    )
 
 
 def complete_execution(
@@ -844,9 +839,10 @@ def complete_execution(
     """
     try:
         with transaction.atomic():
-            locked = IdempotencyRecord.objects.select_for_update().get(pk=record.pk)
+            locked, now = lock_record(record.pk)
             return complete_locked(
                 locked,
+                now=now,
                 fencing_token=fencing_token,
                 outcome=outcome,
                 actor=actor,
@@ -865,6 +861,7 @@ def complete_execution(
 def complete_locked(
     locked: IdempotencyRecord,
     *,
+    now: datetime,
     fencing_token: int,
     outcome: Outcome,
     actor: str,
@@ -877,8 +874,8 @@ def complete_locked(
     evidence: Any = None,
 ) -> IdempotencyRecord:
     """``complete_execution`` for a caller that already holds ``locked`` (read ``SELECT ...
-    FOR UPDATE`` in its open transaction). Raises ``CompletionRefused`` without writing."""
-    now = timezone.now()
+    FOR UPDATE`` in its open transaction, with ``now``, the database's clock after the lock).
+    Raises ``CompletionRefused`` without writing."""
     target = _OUTCOME_STATE[outcome]
     refused = partial(
         CompletionRefused,
@@ -889,14 +886,25 @@ def complete_locked(
         source=source,
     )
     if locked.fencing_token != fencing_token:
-        raise refused(reason="stale")
+        raise refused(reason=REFUSED_STALE)
+    stored = (
+        redact_for_storage(result, data_classification, limit=RESULT_MAX_TEXT)
+        if target is RecordState.SUCCEEDED
+        else None
+    )
     if locked.state == target.value:
+        if target is RecordState.SUCCEEDED and stored != locked.result:
+            # One token, two different results: two holders, the case fencing exists for.
+            raise refused(reason=REFUSED_DIFFERENT_RESULT)
         # The same report again (a retry after a lost response): nothing new to record.
         if entry is not None and entry.status != _ENTRY_STATUS[outcome]:
             _finish_entry(entry, outcome, now, evidence, data_classification)
         return locked
+    if locked.state == RecordState.FAILED_FINAL and target is not RecordState.FAILED_FINAL:
+        _contradicted(locked, outcome, now=now, actor=actor, source=source, entry=entry)
+        return locked
     if locked.state not in (RecordState.EXECUTING, RecordState.UNKNOWN):
-        raise refused(reason="state")
+        raise refused(reason=REFUSED_SETTLED)
     _transition(
         locked,
         target,
@@ -907,13 +915,59 @@ def complete_locked(
         entry=(entry, _entry_changes(entry, outcome, now, evidence, data_classification))
         if entry is not None
         else None,
-        result=redact_for_storage(result, data_classification, limit=RESULT_MAX_TEXT)
-        if target is RecordState.SUCCEEDED
-        else None,
+        result=stored,
         error=redact_for_storage(error, data_classification) if error else None,
         error_retryable=retryable and target is RecordState.FAILED_FINAL,
     )
     return locked
+
+
+CONTRADICTION_ESCALATION = (
+    "The ledger had settled this action as failed with no effect (so a retry was safe), then "
+    "its executor, holding the current fencing token, reported {outcome}: the tool ran after "
+    "all. Check the downstream for a duplicate before anyone retries."
+)
+
+
+def _contradicted(
+    locked: IdempotencyRecord,
+    outcome: Outcome,
+    *,
+    now: datetime,
+    actor: str,
+    source: str,
+    entry: LedgerEntry | None,
+) -> None:
+    """A report that contradicts a settled failure: the action was known not to have happened
+    (a look-up found nothing, or a human said so), and the current holder now says it ran, or
+    may have. Neither fact wins: the record becomes ``unknown``, is no longer safe to retry,
+    and goes to a human with both facts; the model is told the side effect is uncertain."""
+    reason = CONTRADICTION_ESCALATION.format(outcome=outcome.value)
+    _transition(
+        locked,
+        RecordState.UNKNOWN,
+        actor=actor,
+        source=source,
+        action="record.report_contradicts_settlement",
+        now=now,
+        detail=f"was failed_final ({(locked.error or {}).get('code', 'FAILED')}); {reason}",
+        entry=(
+            entry,
+            _entry_changes(entry, Outcome.UNCERTAIN, now, None, DataClassification.INTERNAL),
+        )
+        if entry is not None and entry.status != EntryStatus.UNCERTAIN
+        else None,
+        announce=False,  # a human decides: no automatic look-up
+        escalated_at=now,
+        escalation_reason=reason,
+        error_retryable=False,
+    )
+
+
+# Why a completion report is refused.
+REFUSED_STALE = "stale"
+REFUSED_SETTLED = "settled"
+REFUSED_DIFFERENT_RESULT = "different_result"
 
 
 def resolve_unknown(
@@ -932,9 +986,10 @@ def resolve_unknown(
     if outcome is Outcome.UNCERTAIN:
         raise InvalidTransition("resolving needs a known outcome")
     with transaction.atomic():
-        locked = lock_record(record.pk)
+        locked, now = lock_record(record.pk)
         resolve_locked(
             locked,
+            now=now,
             outcome=outcome,
             actor=actor,
             source=source,
@@ -945,40 +1000,47 @@ def resolve_unknown(
     return locked
 
 
-def lock_record(pk: int) -> IdempotencyRecord:
-    """The record, read ``SELECT ... FOR UPDATE`` in the caller's transaction (reconciliation
-    takes this lock for every look-up)."""
-    record = _locked_record("r.id = %s", [pk])
-    if record is None:
+# A record locked by this transaction, and the database's clock once the lock is held: every
+# time a transition under the lock decides by or writes (DESIGN section 3, one clock).
+Locked = tuple[IdempotencyRecord, datetime]
+
+
+def lock_record(pk: int) -> Locked:
+    """The record, read ``SELECT ... FOR UPDATE`` in the caller's transaction, and the
+    database's clock after the lock (reconciliation takes this lock for every look-up)."""
+    locked = _locked_record("id = %s", [pk])
+    if locked is None:
         raise IdempotencyRecord.DoesNotExist(f"no record {pk}")
-    return record
+    return locked
 
 
-def _locked_record(where: str, params: list[Any]) -> IdempotencyRecord | None:
-    """The record matching ``where`` (fixed SQL over alias ``r``, values in ``params``), read
-    ``SELECT ... FOR UPDATE`` with a precompiled statement; None when there is none."""
-    sql = _locked_record_sql(where, connection.features.has_select_for_update)
-    found = fetch_joined(sql, params, (IdempotencyRecord,))
+def _locked_record(where: str, params: list[Any]) -> Locked | None:
+    """The record matching ``where`` (fixed SQL over its columns, values in ``params``), read
+    ``SELECT ... FOR UPDATE`` with a precompiled statement, and the database's clock once the
+    lock is held; None when there is none."""
+    found = fetch_joined(_locked_record_sql(where), params, (IdempotencyRecord,), trailing=1)
     if found is None:
         return None
-    record = found[0]
+    record, now = found
     assert isinstance(record, IdempotencyRecord)
-    return record
+    return record, now
 
 
 @cache
-def _locked_record_sql(where: str, for_update: bool) -> str:
+def _locked_record_sql(where: str) -> str:
+    # The clock is read by the outer query, on the row the inner one returns once locked: after
+    # any wait for the lock, not before it.
     return (
-        f"SELECT {select_columns(IdempotencyRecord, 'r')} "  # noqa: S608 - from metadata
-        f"FROM {quote(IdempotencyRecord._meta.db_table)} r WHERE {where}"
-        + (" FOR UPDATE" if for_update else "")
-        # SQLite (the demo) has no row locks: its writes are serialized anyway.
+        f"SELECT {select_columns(IdempotencyRecord, 'r')}, clock_timestamp() "  # noqa: S608
+        f"FROM (SELECT * FROM {quote(IdempotencyRecord._meta.db_table)} WHERE {where} "
+        "FOR UPDATE) r"
     )
 
 
 def resolve_locked(
     locked: IdempotencyRecord,
     *,
+    now: datetime,
     outcome: Outcome,
     actor: str,
     source: str,
@@ -988,14 +1050,14 @@ def resolve_locked(
     record_changes: dict[str, Any] | None = None,
 ) -> None:
     """``resolve_unknown`` for a caller that already holds ``locked`` (read ``SELECT ... FOR
-    UPDATE`` in its open transaction), such as a reconciliation worker; ``record_changes``
+    UPDATE`` in its open transaction, with ``now``, the database's clock after the lock), such
+    as a reconciliation worker; ``record_changes``
     (other columns of the record, such as its look-up count) are written with it."""
     if outcome is Outcome.UNCERTAIN:
         raise InvalidTransition("resolving needs a known outcome")
     if locked.state != RecordState.UNKNOWN:
         raise InvalidTransition(f"only an unknown record can be resolved; it is {locked.state}")
     target = _OUTCOME_STATE[outcome]
-    now = timezone.now()
     _transition(
         locked,
         target,
@@ -1062,14 +1124,14 @@ def expire_leases(*, batch_size: int = 500) -> list[int]:
     sweep at once. The batch is announced for reconciliation together, once it commits; returns
     the ids that became unknown.
     """
-    now = timezone.now()
     expired: list[int] = []
     with transaction.atomic():
         batch = list(
             IdempotencyRecord.objects.select_for_update(skip_locked=True)
-            .filter(state=RecordState.EXECUTING, lease_expires_at__lte=now)
+            .filter(state=RecordState.EXECUTING, lease_expires_at__lte=Now())
             .order_by("lease_expires_at")[:batch_size]
         )
+        now = db_now()
         for record in batch:
             _transition(
                 record,
@@ -1079,6 +1141,7 @@ def expire_leases(*, batch_size: int = 500) -> list[int]:
                 action="record.lease_expired",
                 now=now,
                 announce=False,
+                only_if_lapsed=True,
             )
             expired.append(record.pk)
         if expired:

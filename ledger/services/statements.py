@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any, cast
 
@@ -118,10 +119,29 @@ def _precompiled_cursor(db: BaseDatabaseWrapper, sql: str) -> tuple[CursorWrappe
 def _first_row(cursor: CursorWrapper) -> tuple[Any, ...] | None:
     # psycopg's ``description`` builds a Column object per result column (a joined row has
     # dozens) just to say whether there are any; its result's column count says the same.
-    result = getattr(cursor.cursor, "pgresult", None)
-    if result is None:  # SQLite
-        return cursor.fetchone() if cursor.description else None
-    return cursor.fetchone() if result.nfields else None
+    result = cursor.cursor.pgresult
+    return cursor.fetchone() if result is not None and result.nfields else None
+
+
+@dataclass(frozen=True, slots=True)
+class DbTime:
+    """A time the database fills in: its clock at the statement, plus ``seconds``. Every time
+    that decides a lease, a lapse or an expiry is PostgreSQL's, never a process's (DESIGN
+    section 3, one clock): a web or worker process with a skewed clock must not move a record
+    early or late. ``insert_parts`` writes it as SQL, and so do the columns Django would stamp
+    with the process's clock (``auto_now``, ``auto_now_add``)."""
+
+    seconds: float = 0
+
+    def sql(self) -> tuple[str, list[Any]]:
+        if not self.seconds:
+            return DB_NOW, []
+        return f"{DB_NOW} + make_interval(secs => %s::float8)", [float(self.seconds)]
+
+
+# The database's clock in the statement that decides: the statement's start (after any lock
+# an earlier statement of the transaction waited for), as Django's ``Now()`` writes it.
+DB_NOW = "statement_timestamp()"
 
 
 # Field classes whose value of this exact type is stored as it is (``get_db_prep_save`` hands
@@ -168,8 +188,15 @@ def insert_parts(
             values.append(sql)
             params.extend(sql_params)
             continue
+        stamped = getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False)
+        value = DbTime() if stamped else field.pre_save(instance, add=True)
+        if isinstance(value, DbTime):
+            sql, sql_params = value.sql()
+            values.append(sql)
+            params.extend(sql_params)
+            setattr(instance, field.attname, None)  # the database's value, unread
+            continue
         values.append("%s")
-        value = field.pre_save(instance, add=True)
         if value is None or type(value) is as_is:
             params.append(value)
         else:
@@ -180,9 +207,6 @@ def insert_parts(
 def insert_returning_id(instance: models.Model) -> None:
     """INSERT ``instance`` (one statement, no ORM query compilation) and set its primary key,
     as ``save(force_insert=True)`` would for a model without save() overrides or signals."""
-    if not connection.features.can_return_columns_from_insert:
-        instance.save(force_insert=True)
-        return
     sql, params = _insert_returning_pk(instance)
     row, _count = run_precompiled(sql, params)
     assert row is not None
@@ -192,12 +216,7 @@ def insert_returning_id(instance: models.Model) -> None:
 def insert_all(*instances: models.Model) -> None:
     """INSERT each of ``instances`` (unrelated rows, such as a change's attempt and its audit
     event) in one statement and set their primary keys: one round trip instead of one each.
-    One statement is atomic by itself. Data-modifying CTEs are PostgreSQL's: other databases
-    (the SQLite demo) insert them one by one."""
-    if connection.vendor != "postgresql":
-        for instance in instances:
-            insert_returning_id(instance)
-        return
+    One statement is atomic by itself."""
     ctes: list[str] = []
     params: list[Any] = []
     for n, instance in enumerate(instances):
@@ -320,13 +339,10 @@ def _update_shape(
 
 
 @cache
-def _reader(
-    model: type[models.Model], vendor: str
-) -> tuple[list[str], int, list[tuple[int, Any, list[Any]]]]:
+def _reader(model: type[models.Model]) -> tuple[list[str], int, list[tuple[int, Any, list[Any]]]]:
     """Each concrete field's attname, the primary key's position, and (position, column,
-    converters) for each column the ORM would convert on this backend (SQLite returns datetimes
-    as text and booleans as 0/1; PostgreSQL's JSON columns are decoded by field converters)."""
-    del vendor  # part of the cache key: converters depend on the backend
+    converters) for each column the ORM would convert (JSON columns are decoded by field
+    converters)."""
     fields = model._meta.concrete_fields
     converters = []
     for index, field in enumerate(fields):
@@ -342,7 +358,7 @@ def from_row(model: type[models.Model], values: tuple[Any, ...]) -> models.Model
     """A model instance from the values of its ``select_columns`` (None when a LEFT JOIN
     found nothing), with each field's database converter applied as the ORM would."""
     db = connections[DEFAULT_DB_ALIAS]
-    attnames, pk_index, converters = _reader(model, db.vendor)
+    attnames, pk_index, converters = _reader(model)
     if values[pk_index] is None:
         return None
     converted = list(values)
@@ -360,11 +376,16 @@ def select_columns(model: type[models.Model], alias: str) -> str:
 
 
 def fetch_joined(
-    sql: str, params: list[Any], models_in_order: tuple[type[models.Model], ...]
-) -> tuple[models.Model | None, ...] | None:
-    """Run a one-row query that selects ``select_columns`` of each model in turn, and return
-    the instance of each (None for a LEFT JOIN that found nothing), or None when there is no
-    row. The row is split by position: no column names are read back."""
+    sql: str,
+    params: list[Any],
+    models_in_order: tuple[type[models.Model], ...],
+    *,
+    trailing: int = 0,
+) -> tuple[Any, ...] | None:
+    """Run a one-row query that selects ``select_columns`` of each model in turn (then
+    ``trailing`` plain values), and return the instance of each (None for a LEFT JOIN that
+    found nothing) followed by those values, or None when there is no row. The row is split by
+    position: no column names are read back."""
     found, _count = run_precompiled(sql, params)
     if found is None:
         return None
@@ -374,6 +395,6 @@ def fetch_joined(
         width = len(model._meta.concrete_fields)
         instances.append(from_row(model, found[start : start + width]))
         start += width
-    if start != len(found):
+    if start + trailing != len(found):
         raise AssertionError(f"the query selected {len(found)} columns, the models {start}")
-    return tuple(instances)
+    return (*instances, *found[start:])

@@ -1,4 +1,5 @@
-"""API 409s are protocol answers: logged at INFO, not as warnings (ledger.log_filters)."""
+"""API 4xx answers are the caller's: logged at INFO without the query string, not as
+warnings (ledger.log_filters)."""
 
 from __future__ import annotations
 
@@ -39,10 +40,13 @@ def test_a_wait_is_not_logged_at_the_default_warning_level(
     assert _request_log(caplog) == []
 
 
-def test_other_client_errors_are_still_warnings(
+def test_every_api_client_error_is_logged_at_info_without_its_query_string(
     api: ApiClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.INFO, logger="django.request"):
         missing = api.get("/calls/00000000-0000-0000-0000-000000000000")
-    assert missing.status_code == 404
-    assert _request_log(caplog) == [("WARNING", 404)]
+        unknown = api.get("/records?key=agent:acme:user-7:secret-business-id")
+    assert missing.status_code == 404 and unknown.status_code == 404
+    assert _request_log(caplog) == [("INFO", 404), ("INFO", 404)]
+    logged = " ".join(f"{r.getMessage()} {getattr(r, 'request', '')}" for r in caplog.records)
+    assert "secret-business-id" not in logged and "GET /api/v1/records" in logged

@@ -7,8 +7,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
+from django.db.models.functions import Now
 
+from ledger.clock import db_now
 from ledger.domain import Decision, ObservationCode, RecordState, ReplayPolicy
 from ledger.keys import fingerprint
 from ledger.models import IdempotencyRecord, LedgerEntry, Tool
@@ -25,12 +26,15 @@ from tests.factories import make_run, refresh, reserve
 pytestmark = pytest.mark.django_db
 
 
-def _answer(seen: IdempotencyRecord, tool: Tool, *, params=None, now=None):
+def _answer(seen: IdempotencyRecord, tool: Tool, *, params=None, lapsed: bool | None = None):
+    if lapsed is None:  # as the reading statement judges it: by the database's clock
+        lease = seen.lease_expires_at
+        lapsed = seen.state == RecordState.EXECUTING and lease is not None and lease <= db_now()
     return answer_as_seen(
         seen,
         fingerprint=fingerprint(params if params is not None else {"cart": "cart-1"}),
         replay_policy=ReplayPolicy(tool.replay_policy),
-        now=now or timezone.now(),
+        lapsed=lapsed,
     )
 
 
@@ -113,7 +117,7 @@ def test_answers_that_need_the_lock_are_not_given_as_seen(
     """A lease gone silent turns the record unknown, a conflict is audited, an unknown
     record's answer may start a look-up or an approval, an approval is asked for, a replay
     starts an execution: each is given only under the record's lock."""
-    tool, now, params = create_order, None, None
+    tool, lapsed, params = create_order, None, None
     if case == "awaiting_approval":
         record = reserve(tenant, create_order, requires_approval=True).record
     elif case == "replay":
@@ -123,13 +127,13 @@ def test_answers_that_need_the_lock_are_not_given_as_seen(
     else:
         record = reserve(tenant, create_order).record
     if case == "lease_gone_silent":
-        now = refresh(record).lease_expires_at + timedelta(seconds=1)  # type: ignore[operator]
+        lapsed = True  # as a statement a second after the lease's end reads it
     elif case == "other_fingerprint":
         params = {"cart": "cart-1", "amount": 2}
     elif case == "unknown":
         complete_execution(record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
         assert refresh(record).state == RecordState.UNKNOWN
-    assert _answer(refresh(record), tool, params=params, now=now) is None
+    assert _answer(refresh(record), tool, params=params, lapsed=lapsed) is None
 
 
 @pytest.mark.parametrize("change", ["completed", "heartbeat", "replayed_to_the_same_state"])
@@ -173,7 +177,7 @@ def test_a_lease_that_lapsed_since_the_read_counts_nothing(tenant, create_order)
     way marks it unknown instead of answering ``wait``."""
     record = reserve(tenant, create_order).record
     IdempotencyRecord.objects.filter(pk=record.pk).update(
-        lease_expires_at=timezone.now() - timedelta(seconds=1)
+        lease_expires_at=Now() - timedelta(seconds=1)
     )
     seen = refresh(record)
     assert _answer(seen, create_order) is None  # as read now; read earlier, it was ``wait``

@@ -86,19 +86,8 @@ def test_two_concurrent_sweepers_expire_each_record_exactly_once() -> None:
     assert AuditEvent.objects.filter(action="record.lease_expired").count() == 40
 
 
-@pytest.fixture(params=["one_statement", "django"])
-def cleanup_path(request, monkeypatch) -> str:
-    """Both ways a batch is deleted, on the same database: PostgreSQL's one statement, and
-    Django's delete (what the embedded SQLite default runs)."""
-    if request.param == "django":
-        monkeypatch.setattr(cleanup, "_delete_locked", cleanup._delete_with_django)
-    return str(request.param)
-
-
 @pytest.mark.django_db
-def test_cleanup_deletes_only_expired_terminal_records_in_batches(
-    tenant, create_order, cleanup_path
-) -> None:
+def test_cleanup_deletes_only_expired_terminal_records_in_batches(tenant, create_order) -> None:
     def finished(key: str, outcome: Outcome, *, expired: bool) -> IdempotencyRecord:
         record = reserve(tenant, create_order, key=key).record
         complete_execution(
@@ -162,7 +151,7 @@ def _with_dependents(tenant, tool, key: str) -> tuple[IdempotencyRecord, Approva
 
 @pytest.mark.django_db
 def test_cleanup_keeps_the_ledger_and_drops_what_only_served_the_record(
-    tenant, create_order, cleanup_path
+    tenant, create_order
 ) -> None:
     """Entries are the ledger: they stay, unlinked. A record's approvals and reconciliation
     attempts go with it. Nothing of a record that has not expired is touched."""

@@ -9,7 +9,13 @@ import pytest
 from django.utils import timezone
 
 from ledger.domain import Decision, EntryStatus, ObservationCode, RecordState
-from ledger.errors import InvalidTransition, LeaseExpired, StaleFencingToken
+from ledger.errors import (
+    InvalidTransition,
+    LeaseExpired,
+    RecordSettled,
+    ResultConflict,
+    StaleFencingToken,
+)
 from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry
 from ledger.services.entries import transition_entry
 from ledger.services.records import (
@@ -17,6 +23,7 @@ from ledger.services.records import (
     complete_execution,
     heartbeat,
     reserve_key,
+    resolve_unknown,
     start_execution,
 )
 from ledger.services.records import _transition as transition_record
@@ -33,6 +40,8 @@ ALLOWED_RECORD = {
     (RecordState.UNKNOWN, RecordState.FAILED_FINAL),
     (RecordState.UNKNOWN, RecordState.EXECUTING),
     (RecordState.FAILED_FINAL, RecordState.EXECUTING),
+    # The current holder reports it ran after the ledger had settled it as not executed.
+    (RecordState.FAILED_FINAL, RecordState.UNKNOWN),
 }
 
 
@@ -213,10 +222,12 @@ def test_late_completion_with_the_current_token_resolves_unknown(tenant, create_
     assert done.state == RecordState.SUCCEEDED
 
 
-def test_completing_a_terminal_record_is_refused(tenant, create_order) -> None:
+def test_a_late_report_on_a_settled_record_is_refused_and_changes_nothing(
+    tenant, create_order
+) -> None:
     first = reserve(tenant, create_order)
     complete_execution(record=first.record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w")
-    with pytest.raises(InvalidTransition):
+    with pytest.raises(RecordSettled):
         complete_execution(
             record=first.record,
             fencing_token=1,
@@ -225,6 +236,45 @@ def test_completing_a_terminal_record_is_refused(tenant, create_order) -> None:
             error={"code": "X"},
         )
     assert refresh(first.record).state == RecordState.SUCCEEDED
+    assert AuditEvent.objects.filter(action="record.complete_refused").count() == 1
+
+
+def test_a_second_report_with_another_result_is_a_conflict_and_the_first_stands(
+    tenant, create_order
+) -> None:
+    first = reserve(tenant, create_order)
+    report = {"record": first.record, "fencing_token": 1, "actor": "w"}
+    complete_execution(**report, outcome=Outcome.SUCCEEDED, result={"order": "o-1"})
+    complete_execution(**report, outcome=Outcome.SUCCEEDED, result={"order": "o-1"})  # a retry
+    with pytest.raises(ResultConflict):
+        complete_execution(**report, outcome=Outcome.SUCCEEDED, result={"order": "o-2"})
+    assert refresh(first.record).result == {"order": "o-1"}
+
+
+@pytest.mark.parametrize("reported", [Outcome.SUCCEEDED, Outcome.UNCERTAIN])
+def test_a_report_that_the_tool_ran_after_it_was_settled_as_not_run_goes_to_a_human(
+    tenant, create_order, reported: Outcome
+) -> None:
+    """A look-up found no action and settled the record as safe to retry; then the holder of
+    the current token says the tool ran (or may have). Neither fact wins: the record is
+    unknown, no longer retryable, and escalated with both facts."""
+    first = reserve(tenant, create_order)
+    complete_execution(record=first.record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
+    resolve_unknown(
+        record=first.record,
+        outcome=Outcome.FAILED,
+        actor="worker:w",
+        error={"code": "NOT_EXECUTED", "message": "not found downstream"},
+        detail="not found",
+    )
+    assert refresh(first.record).error_retryable is True
+    complete_execution(
+        record=first.record, fencing_token=1, outcome=reported, actor="w", result={"id": 1}
+    )
+    record = refresh(first.record)
+    assert record.state == RecordState.UNKNOWN and record.error_retryable is False
+    assert record.escalated_at is not None and "ran after all" in record.escalation_reason
+    assert AuditEvent.objects.filter(action="record.report_contradicts_settlement").count() == 1
 
 
 def test_result_is_redacted_before_it_is_stored(tenant, create_order) -> None:

@@ -15,9 +15,12 @@ _TITLES = {
     404: "Not found",
     405: "Method not allowed",
     409: "Conflict",
+    411: "Length required",
     413: "Request body too large",
+    415: "Unsupported media type",
     422: "Unprocessable request",
     500: "Internal error",
+    503: "Service unavailable",
 }
 
 
@@ -35,4 +38,6 @@ def problem(
     response = JsonResponse(body, status=status, content_type=PROBLEM_CONTENT_TYPE)
     if status == 401:
         response["WWW-Authenticate"] = 'Bearer realm="agent-ledger"'
+    if status == 503:
+        response["Retry-After"] = "1"
     return response

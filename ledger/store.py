@@ -1,0 +1,82 @@
+"""Trouble with the store (PostgreSQL) as the API answers it: ``503`` with ``Retry-After``.
+
+Down, starting, restarting, read-only, out of connection slots, a lock or statement timeout,
+a serialization failure: the request changed nothing (its transaction rolled back) and can be
+sent again. A client backs off and, for a tool that is not idempotent, fails closed (DESIGN
+section 13). A connection that saw a fatal or read-only error is closed at once, so the next
+request connects afresh instead of failing on it until it ages out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, OperationalError, connections
+
+# SQLSTATEs after which the connection is not worth keeping (class 08: connection exceptions;
+# 57P0x: the server is shutting down or restarting; 25006: read-only; 53300: no slots).
+_DROP_CONNECTION = ("08", "57P01", "57P02", "57P03", "25006", "53300", "57P05", "25P03")
+# The store is busy, not down: a lock or statement timeout, a serialization failure or a
+# deadlock. Another try soon is likely to succeed.
+_BUSY = {"55P03": "lock_timeout", "57014": "statement_timeout", "40001": "serialization"}
+_BUSY["40P01"] = "deadlock"
+_UNAVAILABLE = {
+    "25006": "read_only",
+    "53300": "too_many_connections",
+    "57P01": "shutting_down",
+    "57P02": "crashed",
+    "57P03": "starting",
+    "25P03": "idle_in_transaction_timeout",
+    "57P05": "idle_session_timeout",
+    "25P02": "transaction_aborted",
+}
+
+CODE = "LEDGER_STORE_UNAVAILABLE"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreTrouble:
+    """What went wrong with the store, for the 503 answer."""
+
+    reason: str
+    retry_after_seconds: int
+    drop_connection: bool
+
+    @property
+    def detail(self) -> str:
+        if self.reason in _BUSY.values():
+            return (
+                f"The ledger's database is busy ({self.reason.replace('_', ' ')}); nothing was "
+                "changed. Send the request again after Retry-After."
+            )
+        return (
+            f"The ledger's database is unavailable ({self.reason.replace('_', ' ')}); nothing "
+            "was changed. Send the request again after Retry-After."
+        )
+
+
+def store_trouble(exc: BaseException) -> StoreTrouble | None:
+    """The store trouble ``exc`` is, or None for any other error (a bug, bad input)."""
+    if not isinstance(exc, DatabaseError):
+        return None
+    sqlstate = getattr(exc.__cause__, "sqlstate", None) or getattr(exc, "sqlstate", None)
+    if sqlstate in _BUSY:
+        return StoreTrouble(_BUSY[sqlstate], 1, drop_connection=False)
+    if sqlstate in _UNAVAILABLE:
+        drop = sqlstate.startswith(_DROP_CONNECTION)
+        return StoreTrouble(_UNAVAILABLE[sqlstate], 2, drop_connection=drop)
+    if isinstance(exc, InterfaceError | OperationalError) and (
+        sqlstate is None or sqlstate.startswith("08")
+    ):
+        return StoreTrouble("unreachable", 2, drop_connection=True)
+    return None
+
+
+def forget_connection(trouble: StoreTrouble) -> None:
+    """Close the connection after a fatal or read-only error, unless a transaction still
+    holds it (it is closed when that ends)."""
+    if not trouble.drop_connection:
+        return
+    connection = connections[DEFAULT_DB_ALIAS]
+    if not connection.in_atomic_block:
+        connection.close()
