@@ -13,10 +13,12 @@ PORT ?= 8000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_ledger
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 # The runner holds a transaction open around a test while it waits on the processes it started,
-# so the idle timeouts that production sets are off for the suite.
+# so the idle timeouts that production sets are off for the suite; creating and dropping the
+# test databases on a busy machine may take longer than a request's statement may.
 TEST_ENV = DATABASE_URL=$$(TEST_DATABASE_URL=$(TEST_DATABASE_URL) PY=$(PY) scripts/test-database-url) \
 	CELERY_BROKER_URL=$(TEST_BROKER_URL) \
 	DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS=0 DATABASE_IDLE_SESSION_TIMEOUT_MS=0 \
+	DATABASE_STATEMENT_TIMEOUT_MS=120000 \
 	SECRET_KEY=test-only-secret-key-not-for-production-use-0123456789abcdef \
 	DEBUG=false SECURE_SSL_REDIRECT=false ALLOWED_HOSTS=testserver,localhost,127.0.0.1 \
 	DJANGO_ALLOW_ASYNC_UNSAFE=true STATIC_MANIFEST=false

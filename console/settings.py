@@ -239,6 +239,10 @@ LEDGER_APPROVAL_EXPIRY_SECONDS = positive_int(
 )
 # Request bodies larger than this are refused (413) before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = positive_int(env, "LEDGER_MAX_BODY_BYTES", default=1024 * 1024)
+# Deeper JSON or longer strings in a body are refused (422): the work a request may cost is
+# bounded (and tool inputs that deep or that long are mistakes).
+LEDGER_MAX_JSON_DEPTH = positive_int(env, "LEDGER_MAX_JSON_DEPTH", default=32, maximum=1000)
+LEDGER_MAX_STRING_CHARS = positive_int(env, "LEDGER_MAX_STRING_CHARS", default=262_144)
 # Between cleanup batches (and at least twice the batch before's length), so deleting a large
 # backlog leaves the hot path CPU (ledger/services/cleanup.py, make bench).
 LEDGER_CLEANUP_PAUSE_MS = positive_int(env, "LEDGER_CLEANUP_PAUSE_MS", default=100, maximum=10_000)

@@ -58,6 +58,13 @@ class InvalidInput(LedgerError):
     http_status = 400
 
 
+class InvalidWritePlan(LedgerError):
+    """A write plan whose path cannot name a file inside its workspace; nothing changed."""
+
+    code = "INVALID_WRITE_PLAN"
+    http_status = 422
+
+
 class Conflict(LedgerError):
     """The request is well-formed but contradicts itself or the stored state."""
 

@@ -19,11 +19,20 @@ SECRET_FIELD = re.compile(
     r"session|credential|private[_-]?key|card[_-]?(number|no)?|^pan$|cvc|cvv|ssn|iban|^otp$|^pin$",
     re.IGNORECASE,
 )
-_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
+# Each pattern starts only where its run of characters starts (a lookbehind for the same
+# class) and bounds what it may backtrack over, so the work is linear in the text's length: a
+# pattern free to start anywhere inside a long unbroken run rescans the run from every position
+# (quadratic; a 1 MB token would hold a web worker for minutes). An address's local part is at
+# most 64 characters and its domain 253 (RFC 5321).
+_EMAIL = re.compile(
+    r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9.-]{1,253}\.[A-Za-z]{2,63}"
+)
 _TOKEN = re.compile(
-    r"\b(?:Bearer\s+[A-Za-z0-9._~+/-]+=*|sk_(?:live|test)_[A-Za-z0-9]{8,}|"
-    r"gh[pousr]_[A-Za-z0-9]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|"
-    r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}|al_[A-Za-z0-9_-]{20,})"
+    r"\bBearer\s+[A-Za-z0-9._~+/-]+=*|\bsk_(?:live|test)_[A-Za-z0-9]{8,}|"
+    r"\bgh[pousr]_[A-Za-z0-9]{20,}|(?<![A-Za-z0-9-])xox[abprs]-[A-Za-z0-9-]{10,}|"
+    r"\bAKIA[0-9A-Z]{16}|"
+    r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}|"
+    r"(?<![A-Za-z0-9_-])al_[A-Za-z0-9_-]{20,}"
 )
 _CARD_CANDIDATE = re.compile(r"\b(?:\d[ -]?){12,18}\d\b")
 MAX_TEXT = 4_000

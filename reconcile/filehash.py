@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path, PurePosixPath
 
+from ledger.paths import workspace_path_problem
+
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
@@ -14,13 +16,10 @@ class PathRefused(ValueError):
 
 def confined_path(root: str | Path, relative: str) -> Path:
     """``root/relative``, refusing anything that resolves outside ``root``."""
-    if not relative or "\x00" in relative:
-        raise PathRefused("an empty path or a NUL byte")
+    problem = workspace_path_problem(relative)
+    if problem is not None:
+        raise PathRefused(f"{relative!r}: {problem}")
     pure = PurePosixPath(relative)
-    if pure.is_absolute():
-        raise PathRefused(f"{relative!r} is absolute")
-    if ".." in pure.parts:
-        raise PathRefused(f"{relative!r} climbs out with '..'")
     base = Path(root).resolve(strict=True)
     target = (base / pure).resolve()  # follows symlinks, wherever they point
     if not target.is_relative_to(base):

@@ -141,6 +141,8 @@ def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResp
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    if isinstance(exc.__cause__, LedgerError):  # the parser's own refusal, with its status
+        return _ledger_error(request, exc.__cause__)
     code = "INVALID_JSON" if exc.status_code == 400 else "HTTP_ERROR"
     detail = str(exc)
     if exc.__cause__ is not None:  # ninja wraps the parser's error; say what was wrong

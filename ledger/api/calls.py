@@ -99,7 +99,7 @@ def _respond(result: calls.CallResult) -> HttpResponse:
 
 @router.post(
     "",
-    response={200: CallOut, 409: CallOut, 422: CallOut, **COMMON},
+    response={200: CallOut, 409: CallOut, 422: CallOut | Problem, **COMMON},
     summary="Record a tool call before it runs and get a decision",
 )
 def record_call(request: HttpRequest, payload: CallIn) -> HttpResponse:

@@ -14,6 +14,7 @@ import re
 import shlex
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import bashlex
@@ -255,7 +256,7 @@ def classify_argv(argv: Sequence[str], *, depth: int = 0, text: str = "") -> Cla
     if special is not None:
         return special(program, args, text, depth)
     if program in _READ_ONLY:
-        return _result(IDEMPOTENT, text, "a read-only command.", f"read_only.{program}")
+        return _read_only_unless_an_option_acts(program, args, text)
     if program in _DESTRUCTIVE:
         return _result(
             NON_IDEMPOTENT, text, _DESTRUCTIVE[program], f"destructive.{program}", destructive=True
@@ -410,6 +411,64 @@ _READ_ONLY = frozenset(
         "w",
     ]
 )
+
+@dataclass(frozen=True, slots=True)
+class ActingOptions:
+    """The options through which a read-only program runs another program or writes a file:
+    short option letters, long options (``--name`` or ``--name=value``) and word prefixes
+    (``less +!cmd``). Anything not in the table does neither."""
+
+    runs_short: str = ""
+    runs_long: tuple[str, ...] = ()
+    runs_prefix: tuple[str, ...] = ()
+    writes_short: str = ""
+    writes_long: tuple[str, ...] = ()
+
+
+_NONE = ActingOptions()
+# Every program of ``_READ_ONLY`` has its entry (a test holds the two together), so trusting a
+# new program means saying which of its options act.
+_ACTING_OPTIONS: dict[str, ActingOptions] = {
+    **dict.fromkeys(_READ_ONLY, _NONE),
+    # ``+cmd`` runs a less command at start (``+!cmd`` a shell command); a lesskey file can bind
+    # commands and set LESSOPEN; -o/-O copy the input to a log file.
+    "less": ActingOptions(
+        runs_short="k",
+        runs_long=("--lesskey-file", "--lesskey-src", "--lesskey-content"),
+        runs_prefix=("+",),
+        writes_short="oO",
+        writes_long=("--log-file", "--LOG-FILE"),
+    ),
+    "more": ActingOptions(runs_prefix=("+",)),
+    # --pager runs a program; --output evaluates a Perl expression.
+    "ack": ActingOptions(runs_long=("--pager", "--output")),
+    "ag": ActingOptions(runs_long=("--pager",)),
+    # -C compiles a magic file, writing magic.mgc.
+    "file": ActingOptions(writes_short="C", writes_long=("--compile",)),
+    # -D builds or updates lsof's device cache file.
+    "lsof": ActingOptions(writes_short="D"),
+    "tree": ActingOptions(writes_short="o"),
+}
+# ``+N`` (a line) and ``+/pattern`` (a search) only position a pager's view.
+_PAGER_POSITION = re.compile(r"^\+(\d+|/[^!|]*)$")
+
+
+def _read_only_unless_an_option_acts(program: str, args: list[str], text: str) -> Classification:
+    acting = _ACTING_OPTIONS.get(program, _NONE)
+    words = args[: args.index("--")] if "--" in args else args
+    prefixed = [w for w in words if w.startswith(acting.runs_prefix)] if acting.runs_prefix else []
+    if program in {"less", "more"}:
+        prefixed = [w for w in prefixed if not _PAGER_POSITION.match(w)]
+    if (
+        prefixed
+        or set(acting.runs_short) & _short_flags(args)
+        or _has_long(args, *acting.runs_long)
+    ):
+        return _unknown(text, f"this `{program}` option runs another program.", f"{program}.runs")
+    if set(acting.writes_short) & _short_flags(args) or _has_long(args, *acting.writes_long):
+        return _result(CONDITIONAL, text, "writes its output to a file.", f"{program}.output")
+    return _result(IDEMPOTENT, text, "a read-only command.", f"read_only.{program}")
+
 
 _WRITES = {
     **dict.fromkeys(["cp", "mv", "ln", "install", "rsync"], "copies or moves files."),
@@ -748,17 +807,6 @@ def _rg(program: str, args: list[str], text: str, depth: int) -> Classification:
     return _result(IDEMPOTENT, text, "a read-only command.", "read_only.rg")
 
 
-def _writes_with_flag(short: str, long_names: tuple[str, ...]) -> ArgvClassifier:
-    """A read-only program with an option that writes its output to a file."""
-
-    def classify(program: str, args: list[str], text: str, depth: int) -> Classification:
-        if set(short) & _short_flags(args) or _has_long(args, *long_names):
-            return _result(CONDITIONAL, text, "writes its output to a file.", f"{program}.output")
-        return _result(IDEMPOTENT, text, "a read-only command.", f"read_only.{program}")
-
-    return classify
-
-
 def _tee(program: str, args: list[str], text: str, depth: int) -> Classification:
     files = [f for f in _positionals(args) if f not in _HARMLESS_TARGETS]
     if not files:
@@ -865,6 +913,18 @@ _GIT_WRITE = frozenset(
 )
 
 
+def _git_read_runs_a_program(sub: str, args: list[str]) -> bool:
+    """A reading git command told to run another program: an external diff, a pager, the
+    repository's text conversion or filter programs, a browser, a remote upload-pack."""
+    if _has_long(args, "--ext-diff", "--open-files-in-pager", "--textconv", "--filters"):
+        return True
+    if sub == "grep" and any(a.startswith("-O") for a in args):
+        return True
+    if sub == "ls-remote" and (_has_long(args, "--upload-pack") or "u" in _short_flags(args)):
+        return True
+    return sub == "help" and (_has_long(args, "--web") or "w" in _short_flags(args))
+
+
 def _git_read_variant(sub: str, args: list[str]) -> bool:
     flags = _short_flags(args)
     positionals = _positionals(args)
@@ -957,10 +1017,8 @@ def _git(program: str, args: list[str], text: str, depth: int) -> Classification
         return _result(IDEMPOTENT, text, "prints git's usage.", "git")
     sub, rest = args[i], args[i + 1 :]
     if sub in _GIT_READ:
-        if _has_long(rest, "--ext-diff", "--open-files-in-pager") or (
-            sub == "grep" and any(a == "-O" or a.startswith("-O") for a in rest)
-        ):
-            return _unknown(text, "runs an external diff or pager program.", "git.external")
+        if _git_read_runs_a_program(sub, rest):
+            return _unknown(text, "runs an external program.", "git.external")
         if _has_long(rest, "--output"):
             return _result(CONDITIONAL, text, "writes its output to a file.", "git.output")
         return _result(IDEMPOTENT, text, f"`git {sub}` only reads the repository.", f"git.{sub}")
@@ -1213,8 +1271,6 @@ _PROGRAMS: dict[str, ArgvClassifier] = {
     "mawk": _awk,
     "sort": _sort,
     "rg": _rg,
-    "tree": _writes_with_flag("o", ()),
-    "less": _writes_with_flag("oO", ("--log-file", "--LOG-FILE")),
     "uniq": _uniq,
     "tee": _tee,
     "date": _date,

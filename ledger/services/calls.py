@@ -38,6 +38,7 @@ from ledger.errors import (
     ApprovalError,
     InvalidInput,
     InvalidTransition,
+    InvalidWritePlan,
     NotFound,
     RunNotRunning,
     StaleFencingToken,
@@ -56,6 +57,7 @@ from ledger.models import (
     WritePlan,
 )
 from ledger.observations import CallContext, refusal, success
+from ledger.paths import workspace_path_problem
 from ledger.redaction import is_altered, redact_for_storage
 from ledger.services import approvals, records
 from ledger.services.audit import audit
@@ -306,6 +308,8 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
     locks the record, counts the duplicate and writes its entry.
     ``tests/api/test_statement_budget.py`` holds it to that.
     """
+    if request.write_plan is not None:
+        _check_write_plan(request.write_plan)
     run, registered = _run_and_tool(caller.tenant, request.run_id, request.tool)
     input_hash = _fingerprint(request.input)
     classified = None
@@ -461,12 +465,20 @@ def _duplicate_as_seen(
     return result
 
 
-def _save_write_plan(tenant: Tenant, entry: LedgerEntry, plan: WritePlanInput) -> None:
+def _check_write_plan(plan: WritePlanInput) -> None:
+    """Refuse a malformed write plan before anything is written (422 for a path that cannot
+    name a file inside the workspace)."""
     for label, value in (("before_hash", plan.before_hash), ("after_hash", plan.after_hash)):
         if len(value) != 64 or any(ch not in "0123456789abcdef" for ch in value):
             raise InvalidInput(f"write_plan.{label} must be a lowercase sha256 hex digest")
-    if not plan.workspace or not plan.path:
+    if not plan.workspace:
         raise InvalidInput("write_plan needs a workspace and a path")
+    problem = workspace_path_problem(plan.path)
+    if problem is not None:
+        raise InvalidWritePlan(f"write_plan.path {plan.path!r}: {problem}")
+
+
+def _save_write_plan(tenant: Tenant, entry: LedgerEntry, plan: WritePlanInput) -> None:
     WritePlan.objects.create(
         tenant=tenant,
         entry=entry,

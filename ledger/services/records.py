@@ -524,6 +524,7 @@ def _answer_existing(
             action="record.lease_expired",
             now=now,
             only_if_lapsed=True,
+            also=[_entries_now_uncertain(existing)],
         )
     answer = _state_table_answer(existing, fingerprint, replay_policy)
     if answer.reexecute:
@@ -551,6 +552,16 @@ def _answer_existing(
         run_precompiled(_count_duplicate_sql(), [existing.pk])
         existing.duplicate_hits += 1
     return Reservation(existing, False, answer.decision, answer.code, answer.next_action)
+
+
+def _entries_now_uncertain(record: IdempotencyRecord) -> Also:
+    """A lapsed lease: the entries that started the action and never reported are uncertain
+    now, as their record is."""
+    return (
+        LedgerEntry,
+        {"record_id": record.pk, "status": EntryStatus.STARTED.value},
+        {"status": EntryStatus.UNCERTAIN.value},
+    )
 
 
 def _lease_lapsed(record: IdempotencyRecord, now: datetime) -> bool:
@@ -894,8 +905,10 @@ def complete_locked(
     )
     if locked.state == target.value:
         if target is RecordState.SUCCEEDED and stored != locked.result:
-            # One token, two different results: two holders, the case fencing exists for.
-            raise refused(reason=REFUSED_DIFFERENT_RESULT)
+            if _succeeded_by_report(locked):
+                # One token, two different results: two holders, the case fencing exists for.
+                raise refused(reason=REFUSED_DIFFERENT_RESULT)
+            raise refused(reason=REFUSED_SETTLED)  # a look-up or a human found it first
         # The same report again (a retry after a lost response): nothing new to record.
         if entry is not None and entry.status != _ENTRY_STATUS[outcome]:
             _finish_entry(entry, outcome, now, evidence, data_classification)
@@ -920,6 +933,21 @@ def complete_locked(
         error_retryable=retryable and target is RecordState.FAILED_FINAL,
     )
     return locked
+
+
+def _succeeded_by_report(record: IdempotencyRecord) -> bool:
+    """Whether the record's success was recorded from its holder's report (not from a
+    look-up or a human's resolution): its last state change in the audit log says."""
+    last = (
+        AuditEvent.objects.filter(
+            target_type="idempotencyrecord", target_id=str(record.pk), action__startswith="record."
+        )
+        .exclude(outcome=AuditEvent.Outcome.DENIED)
+        .order_by("-pk")
+        .values_list("action", flat=True)
+        .first()
+    )
+    return last == "record.succeeded"
 
 
 CONTRADICTION_ESCALATION = (
@@ -955,7 +983,8 @@ def _contradicted(
             entry,
             _entry_changes(entry, Outcome.UNCERTAIN, now, None, DataClassification.INTERNAL),
         )
-        if entry is not None and entry.status != EntryStatus.UNCERTAIN
+        if entry is not None
+        and EntryStatus.UNCERTAIN in LedgerEntry.TRANSITIONS[EntryStatus(entry.status)]
         else None,
         announce=False,  # a human decides: no automatic look-up
         escalated_at=now,
@@ -1072,6 +1101,8 @@ def resolve_locked(
         error=redact_for_storage(error, DataClassification.INTERNAL) if error else None,
         # Known not to have happened: the same key may be used again safely.
         error_retryable=target is RecordState.FAILED_FINAL,
+        # The entries waiting on the outcome follow the record: those that reported uncertain,
+        # and those whose report never arrived (made uncertain when their lease lapsed).
         also=[
             (
                 LedgerEntry,
@@ -1142,6 +1173,7 @@ def expire_leases(*, batch_size: int = 500) -> list[int]:
                 now=now,
                 announce=False,
                 only_if_lapsed=True,
+                also=[_entries_now_uncertain(record)],
             )
             expired.append(record.pk)
         if expired:

@@ -1,0 +1,93 @@
+"""One clock: leases, lapses, expiries and approval deadlines follow PostgreSQL's clock, never
+the process's. A process whose clock is an hour ahead or behind moves no record early or late.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from ledger.clock import db_now
+from ledger.domain import RecordState
+from ledger.models import IdempotencyRecord
+from ledger.services.records import (
+    Outcome,
+    complete_execution,
+    expire_leases,
+    heartbeat,
+)
+from tests.api.conftest import client_for
+from tests.factories import refresh, reserve
+
+pytestmark = pytest.mark.django_db
+
+SKEWS = [timedelta(hours=1), -timedelta(hours=1)]
+
+
+@pytest.fixture(params=SKEWS, ids=["ahead", "behind"])
+def skewed_process(request, monkeypatch) -> Iterator[timedelta]:
+    """This process's clock off by an hour, as Django and the standard library read it."""
+    skew: timedelta = request.param
+    real_now = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real_now() + skew)
+    yield skew
+
+
+def test_a_live_lease_is_not_lapsed_by_a_clock_that_runs_ahead_or_behind(
+    tenant, create_order, skewed_process
+) -> None:
+    record = reserve(tenant, create_order).record
+    lease = refresh(record).lease_expires_at
+    assert lease is not None
+    # The lease ends a lease length after the database's now, whatever this process thinks.
+    assert timedelta(seconds=50) < lease - db_now() <= timedelta(seconds=60)
+    assert expire_leases() == []
+    assert refresh(record).state == RecordState.EXECUTING
+    again = reserve(tenant, create_order)  # a duplicate is answered wait, not unknown
+    assert again.decision == "wait" and refresh(record).state == RecordState.EXECUTING
+
+
+def test_a_lapsed_lease_lapses_on_time_by_the_database_clock(
+    tenant, create_order, skewed_process
+) -> None:
+    record = reserve(tenant, create_order).record
+    IdempotencyRecord.objects.filter(pk=record.pk).update(
+        lease_expires_at=Now() - timedelta(seconds=1)
+    )
+    assert expire_leases() == [record.pk]
+    assert refresh(record).state == RecordState.UNKNOWN
+
+
+def test_a_heartbeat_extends_by_the_database_clock(tenant, create_order, skewed_process) -> None:
+    record = reserve(tenant, create_order).record
+    until = heartbeat(record=record, fencing_token=1, lease_seconds=600)
+    assert timedelta(seconds=590) < until - db_now() <= timedelta(seconds=600)
+
+
+def test_expiry_of_a_finished_record_is_set_by_the_database_clock(
+    tenant, create_order, skewed_process
+) -> None:
+    record = reserve(tenant, create_order).record
+    complete_execution(record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w")
+    done = refresh(record)
+    assert done.expires_at is not None
+    expected = timedelta(seconds=done.ttl_seconds)
+    assert abs(done.expires_at - db_now() - expected) < timedelta(seconds=10)
+
+
+def test_the_hot_path_grants_leases_by_the_database_clock(tenant, skewed_process) -> None:
+    api = client_for(tenant)
+    api.start_run()
+    first = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1")
+    assert first.json()["decision"] == "execute"
+    lease = first.json()["lease"]
+    assert lease["seconds"] == 60
+    record = IdempotencyRecord.objects.get()
+    assert timedelta(seconds=50) < record.lease_expires_at - db_now() <= timedelta(seconds=60)
+    again = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1")
+    assert again.status_code == 409 and again.json()["decision"] == "wait"
+    assert refresh(record).state == RecordState.EXECUTING
