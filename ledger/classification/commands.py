@@ -412,6 +412,7 @@ _READ_ONLY = frozenset(
     ]
 )
 
+
 @dataclass(frozen=True, slots=True)
 class ActingOptions:
     """The options through which a read-only program runs another program or writes a file:
