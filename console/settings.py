@@ -258,6 +258,11 @@ EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.cons
 EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
 EMAIL_PORT = positive_int(env, "EMAIL_PORT", default=25)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="agent-ledger@localhost")
+# Alert webhooks go only to these hosts (and their subdomains; empty: any public host), and
+# never to loopback, private or link-local addresses unless LEDGER_OUTBOUND_ALLOW_PRIVATE is on
+# (a webhook URL is a user's input: ledger/outbound.py).
+LEDGER_OUTBOUND_ALLOWED_HOSTS: list[str] = env.list("LEDGER_OUTBOUND_ALLOWED_HOSTS", default=[])
+LEDGER_OUTBOUND_ALLOW_PRIVATE = strict_bool(env, "LEDGER_OUTBOUND_ALLOW_PRIVATE", default=False)
 # Prometheus scrapes /metrics with this bearer token (staff users may also view it).
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 

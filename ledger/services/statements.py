@@ -207,10 +207,10 @@ def insert_parts(
 def insert_returning_id(instance: models.Model) -> None:
     """INSERT ``instance`` (one statement, no ORM query compilation) and set its primary key,
     as ``save(force_insert=True)`` would for a model without save() overrides or signals."""
-    sql, params = _insert_returning_pk(instance)
+    sql, params, stamped = _insert_returning_pk(instance)
     row, _count = run_precompiled(sql, params)
     assert row is not None
-    _saved_as(instance, row[0])
+    _saved_as(instance, row, stamped)
 
 
 def insert_all(*instances: models.Model) -> None:
@@ -219,31 +219,56 @@ def insert_all(*instances: models.Model) -> None:
     One statement is atomic by itself."""
     ctes: list[str] = []
     params: list[Any] = []
+    stamped_per_instance: list[list[models.Field]] = []
     for n, instance in enumerate(instances):
-        sql, instance_params = _insert_returning_pk(instance)
+        sql, instance_params, stamped = _insert_returning_pk(instance)
         ctes.append(f"i{n} AS ({sql})")
         params += instance_params
-    returned = ", ".join(f"(SELECT * FROM i{n})" for n in range(len(instances)))  # noqa: S608
-    row, _count = run_precompiled(f"WITH {', '.join(ctes)} SELECT {returned}", params)
+        stamped_per_instance.append(stamped)
+    returned = ", ".join(f"i{n}.*" for n in range(len(instances)))
+    tables = ", ".join(f"i{n}" for n in range(len(instances)))
+    row, _count = run_precompiled(
+        f"WITH {', '.join(ctes)} SELECT {returned} FROM {tables}",  # noqa: S608
+        params,
+    )
     assert row is not None
-    for instance, pk in zip(instances, row, strict=True):
-        _saved_as(instance, pk)
+    start = 0
+    for instance, stamped in zip(instances, stamped_per_instance, strict=True):
+        width = 1 + len(stamped)
+        _saved_as(instance, row[start : start + width], stamped)
+        start += width
 
 
-def _insert_returning_pk(instance: models.Model) -> tuple[str, list[Any]]:
-    """``INSERT ... RETURNING`` the primary key of ``instance``, and its parameters."""
+def _insert_returning_pk(
+    instance: models.Model,
+) -> tuple[str, list[Any], list[models.Field]]:
+    """``INSERT ... RETURNING`` the primary key of ``instance`` and the times the database
+    writes (``DbTime`` values, ``auto_now`` fields), its parameters, and those time fields."""
     meta = instance._meta
+    stamped = [
+        field
+        for field, _as_is in _insert_fields(type(instance))
+        if getattr(field, "auto_now", False)
+        or getattr(field, "auto_now_add", False)
+        or isinstance(getattr(instance, field.attname, None), DbTime)
+    ]
     columns, values, params = insert_parts(instance)
+    returning = ", ".join(quote(str(f.column)) for f in [meta.pk, *stamped])
     sql = (
         f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({values}) "  # noqa: S608
-        f"RETURNING {quote(str(meta.pk.column))}"
+        f"RETURNING {returning}"
     )
-    return sql, params
+    return sql, params, stamped
 
 
-def _saved_as(instance: models.Model, pk: Any) -> None:
-    """Mark ``instance`` saved under ``pk``, as the ORM does after an INSERT."""
-    instance.pk = pk
+def _saved_as(
+    instance: models.Model, returned: Sequence[Any], stamped: Sequence[models.Field]
+) -> None:
+    """Mark ``instance`` saved under the returned primary key, with the times the database
+    wrote, as the ORM does after an INSERT."""
+    instance.pk = returned[0]
+    for field, value in zip(stamped, returned[1:], strict=True):
+        setattr(instance, field.attname, value)
     instance._state.adding = False
     instance._state.db = connection.alias
 

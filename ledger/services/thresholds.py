@@ -21,6 +21,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
+from ledger import outbound
 from ledger.errors import InvalidInput
 from ledger.models import AlertEvent, Tenant, Threshold, VersionCombination
 from ledger.services import combinations, metrics
@@ -54,6 +55,11 @@ def add_threshold(*, tenant: Tenant, actor: str, source: str, **fields: Any) -> 
         problems.append("email: an e-mail address")
     if not re.fullmatch(WEBHOOK_PATTERN, threshold.webhook_url) or len(threshold.webhook_url) > 200:
         problems.append("webhook_url: an http(s) URL of at most 200 characters")
+    elif threshold.webhook_url:
+        try:
+            outbound.check_url(threshold.webhook_url)
+        except outbound.OutboundRefused as exc:
+            problems.append(f"webhook_url: {exc}")
     if problems:
         raise InvalidInput(f"invalid threshold ({'; '.join(problems)})")
     with transaction.atomic():
@@ -157,8 +163,10 @@ def deliver(alert: AlertEvent) -> None:
             "text": text,
         }
         try:
-            response = httpx.post(threshold.webhook_url, json=payload, timeout=5)
+            response = outbound.post_json(threshold.webhook_url, payload)
             delivery["webhook"] = f"HTTP {response.status_code}"
+        except outbound.OutboundRefused as exc:
+            delivery["webhook"] = f"refused: {exc}"
         except httpx.HTTPError as exc:
             delivery["webhook"] = f"failed: {type(exc).__name__}"
     AlertEvent.objects.filter(pk=alert.pk).update(delivery=delivery)

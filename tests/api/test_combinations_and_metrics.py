@@ -265,7 +265,8 @@ def test_threshold_crossing_halts_exactly_once_under_concurrency() -> None:
 
 
 @pytest.mark.django_db
-def test_thresholds_alert_by_email_and_webhook(tenant, sandbox, mailoutbox) -> None:
+def test_thresholds_alert_by_email_and_webhook(tenant, sandbox, mailoutbox, settings) -> None:
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True  # the sandbox listens on loopback
     combo = _combo(tenant, "c")
     combinations.activate(tenant=tenant, combination_id=combo.pk, actor="a", source="api")
     Threshold.objects.create(

@@ -1,0 +1,97 @@
+"""Alert webhooks reach only allowed, public hosts (ledger/outbound.py): request forgery
+towards loopback, private or link-local addresses is refused at registration and at delivery,
+and redirects are not followed."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from ledger import outbound
+from ledger.errors import InvalidInput
+from ledger.models import Threshold
+from ledger.services import thresholds
+
+pytestmark = pytest.mark.django_db
+
+FORGERIES = [
+    "http://127.0.0.1:8000/admin/",
+    "http://localhost/",
+    "http://[::1]/",
+    "http://10.1.2.3/",
+    "http://192.168.0.1/",
+    "http://172.16.0.1/",
+    "http://169.254.169.254/latest/meta-data/",  # the cloud metadata service
+    "http://0.0.0.0/",
+    "http://[fe80::1]/",
+]
+
+
+@pytest.mark.parametrize("url", FORGERIES)
+def test_a_webhook_to_a_non_public_address_is_refused_at_registration(tenant, url: str) -> None:
+    with pytest.raises(InvalidInput, match="webhook_url"):
+        thresholds.add_threshold(
+            tenant=tenant,
+            actor="m",
+            source="api",
+            metric="duplicate_side_effects",
+            above=0,
+            webhook_url=url,
+        )
+    assert not Threshold.objects.exists()
+
+
+@pytest.mark.parametrize("url", FORGERIES)
+def test_delivery_checks_again(url: str) -> None:
+    with pytest.raises(outbound.OutboundRefused):
+        outbound.post_json(url, {"x": 1})
+
+
+def test_only_listed_hosts_when_a_list_is_set(settings) -> None:
+    settings.LEDGER_OUTBOUND_ALLOWED_HOSTS = ["hooks.example.com"]
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True  # the list applies even then
+    outbound.check_url("https://hooks.example.com/x")
+    outbound.check_url("https://eu.hooks.example.com/x")
+    for url in ("https://example.com/x", "https://hooks.example.com.evil.test/x"):
+        with pytest.raises(outbound.OutboundRefused, match="LEDGER_OUTBOUND_ALLOWED_HOSTS"):
+            outbound.check_url(url)
+
+
+def test_private_networks_only_when_allowed(settings, sandbox) -> None:
+    with pytest.raises(outbound.OutboundRefused):
+        outbound.check_url(sandbox.url)
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
+    outbound.check_url(sandbox.url)
+
+
+def test_redirects_are_not_followed(settings) -> None:
+    """A hook that answers with a redirect (to an internal address, say) gets no second
+    request."""
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
+    hits: list[str] = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            hits.append(self.path)
+            self.send_response(302)
+            self.send_header("Location", "/internal")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Hook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        response = outbound.post_json(url, {"x": 1})
+    finally:
+        server.shutdown()
+    assert response.status_code == 302
+    assert hits == ["/hook"]
