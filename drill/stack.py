@@ -189,6 +189,8 @@ class Stack:
     pg_url: str = "postgres://postgres@127.0.0.1:5432"
     web_workers: int = 2
     processes: dict[str, Process] = field(default_factory=dict)
+    # What else to take down with the stack (a drill's private database, say).
+    on_stop: list[Callable[[], None]] = field(default_factory=list)
     redis_port: int = field(default_factory=free_port)
     web_port: int = field(default_factory=free_port)
     sandbox_port: int = field(default_factory=free_port)
@@ -299,6 +301,8 @@ class Stack:
         order = sorted(self.processes, key=lambda n: (n == "redis", n == "sandbox"))
         for name in order:
             self.processes[name].stop()
+        for cleanup in self.on_stop:
+            cleanup()
         with psycopg.connect(f"{self.pg_url}/postgres", autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
 

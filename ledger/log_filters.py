@@ -24,6 +24,9 @@ class ApiClientErrorsAtInfo(logging.Filter):
         if not path.startswith(API_PREFIX) or not isinstance(status, int):
             return True
         record.request = f"{getattr(request, 'method', '')} {path}"
+        if status == 503:  # store trouble: logged as a warning of its own (ledger.store)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            return True
         if not 400 <= status < 500:
             return True
         record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)

@@ -21,7 +21,15 @@ class Drill:
 def all_drills() -> list[Drill]:
     """Every drill in the order ``make drill`` runs them (rollback last: it changes which
     combination is active)."""
-    from drill.drills import acceptance, infrastructure, regression, rollback, safety, seed_cases
+    from drill.drills import (
+        acceptance,
+        infrastructure,
+        regression,
+        rollback,
+        safety,
+        seed_cases,
+        store,
+    )
 
     return [
         *seed_cases.DRILLS,
@@ -29,5 +37,6 @@ def all_drills() -> list[Drill]:
         *regression.drills(),
         *safety.DRILLS,
         *infrastructure.DRILLS,
+        *store.DRILLS,
         *rollback.DRILLS,
     ]
