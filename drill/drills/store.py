@@ -227,7 +227,7 @@ def skewed_clocks(ctx: DrillContext, result: DrillResult) -> None:
     result.check(
         "no 500",
         500 not in ahead.statuses + behind.statuses,
-        Counter(ahead.statuses + behind.statuses),
+        dict(Counter(ahead.statuses + behind.statuses)),
     )
 
 
