@@ -1,0 +1,312 @@
+"""ASGI (Starlette, FastAPI): a middleware that gives marked routes Idempotency-Key semantics
+in a SQLAlchemy session's transaction, and answers the ledger's look-up.
+
+A marked route writes through ``transaction_session(request)`` and does not commit: the
+middleware commits the route's writes and the stored response together, after the route has
+answered and before the answer is sent, so a crash leaves either both or neither.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import unquote
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    delete,
+    func,
+    insert,
+    select,
+)
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from starlette.requests import Request
+from starlette.routing import compile_path
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agent_ledger_downstream.protocol import (
+    HEADER,
+    MAX_KEY_LENGTH,
+    TABLE,
+    Answer,
+    Problem,
+    Redact,
+    ReplayDecision,
+    StoredResponse,
+    decide,
+    fingerprint,
+    in_progress,
+    keeps,
+    lock_id,
+    lookup_found,
+    lookup_in_progress,
+    lookup_not_found,
+    lookup_refused,
+    mismatch,
+    parse_key,
+    replay,
+    token_matches,
+)
+
+#: The table's metadata: ``metadata.create_all`` it, or copy the table into your migrations.
+metadata = MetaData()
+idempotency_keys = Table(
+    TABLE,
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("key", String(MAX_KEY_LENGTH), nullable=False, unique=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("method", String(16), nullable=False),
+    Column("path", Text, nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("content_type", String(255), nullable=False),
+    Column("body", LargeBinary, nullable=False),
+    Column(
+        "created_at", DateTime(timezone=True), nullable=False, server_default=func.now(), index=True
+    ),
+    CheckConstraint("status >= 200 AND status < 300", name="idempotency_key_status_2xx"),
+)
+
+Check = Callable[[Request], bool | Awaitable[bool]]
+_SESSION = "agent_ledger_downstream.session"
+
+
+def transaction_session(request: Request) -> AsyncSession:
+    """The session whose transaction holds this request's writes and its stored response
+    (usable as a FastAPI dependency). Flush, never commit: the middleware commits."""
+    session = request.scope.get("state", {}).get(_SESSION)
+    if not isinstance(session, AsyncSession):
+        raise LookupError("this route is not marked idempotent in IdempotencyMiddleware")
+    return session
+
+
+def token_check(secret: str) -> Check:
+    """A look-up check accepting ``Authorization: Bearer <secret>`` or ``?access_token=``."""
+
+    def check(request: Request) -> bool:
+        return token_matches(
+            secret,
+            authorization=request.headers.get("authorization"),
+            query_token=request.query_params.get("access_token"),
+        )
+
+    return check
+
+
+class IdempotencyMiddleware:
+    """``routes`` are ``"METHOD /path/{param}"`` strings; ``GET <lookup_prefix>/idempotency/
+    {key}`` answers the ledger when ``check`` accepts the request."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        routes: Iterable[str],
+        check: Check,
+        lookup_prefix: str = "",
+        redact: Redact | None = None,
+    ) -> None:
+        self.app = app
+        self.sessionmaker = sessionmaker
+        self.routes = [_route(route) for route in routes]
+        self.check = check
+        self.lookup_path = f"{lookup_prefix.rstrip('/')}/idempotency/"
+        self.redact = redact
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        method, path = scope["method"], scope["path"]
+        if method == "GET" and path.startswith(self.lookup_path):
+            return await self._lookup(scope, send, unquote(path[len(self.lookup_path) :]))
+        if any(m == method and pattern.match(path) for m, pattern in self.routes):
+            return await self._idempotent(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+    async def _idempotent(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope)
+        try:
+            key = parse_key(request.headers.get(HEADER))
+        except Problem as problem:
+            return await _send(send, problem.answer())
+        body = await _read_body(receive)
+        path = scope["path"] + (
+            f"?{scope['query_string'].decode()}" if scope["query_string"] else ""
+        )
+        request_fingerprint = fingerprint(
+            method=scope["method"],
+            path=path,
+            body=body,
+            content_type=request.headers.get("content-type", ""),
+        )
+        async with self.sessionmaker() as session:
+            if not await _try_lock(session, key):
+                await session.rollback()
+                return await _send(send, in_progress().answer())
+            stored = await _load(session, key)
+            decision = decide(stored, request_fingerprint)
+            if decision is not ReplayDecision.EXECUTE:
+                await session.rollback()
+                answer = replay(stored) if stored and decision is ReplayDecision.REPLAY else None
+                return await _send(send, answer or mismatch().answer())
+            state = {**scope.get("state", {}), _SESSION: session}
+            messages: list[Message] = []
+
+            async def capture(message: Message) -> None:
+                messages.append(message)
+
+            try:
+                await self.app({**scope, "state": state}, _replay_body(body, receive), capture)
+                status = int(messages[0]["status"]) if messages else 500
+                if keeps(status):
+                    await session.execute(
+                        insert(idempotency_keys).values(
+                            key=key,
+                            fingerprint=request_fingerprint,
+                            method=scope["method"],
+                            path=path,
+                            status=status,
+                            content_type=_header(messages[0], b"content-type"),
+                            body=b"".join(m.get("body", b"") for m in messages[1:]),
+                        )
+                    )
+                    await session.commit()
+                else:
+                    await session.rollback()
+            except BaseException:
+                await session.rollback()
+                raise
+        for message in messages:
+            await send(message)
+
+    async def _lookup(self, scope: Scope, send: Send, key: str) -> None:
+        allowed = self.check(Request(scope))
+        if inspect.isawaitable(allowed):
+            allowed = await allowed
+        if not allowed:
+            return await _send(send, lookup_refused())
+        async with self.sessionmaker() as session:
+            stored = await _load(session, key)
+            if stored is None:
+                if not await _try_lock(session, key):
+                    await session.rollback()
+                    return await _send(send, lookup_in_progress(key))
+                stored = await _load(session, key)
+            await session.rollback()
+        await _send(send, lookup_found(stored, self.redact) if stored else lookup_not_found(key))
+
+
+async def delete_expired(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    *,
+    retention: timedelta,
+    batch_size: int = 1000,
+    max_batches: int = 100,
+) -> int:
+    """Delete stored responses older than ``retention``, ``batch_size`` rows a transaction so no
+    delete holds locks for long; returns how many went."""
+    if batch_size < 1 or max_batches < 1 or retention < timedelta(0):
+        raise ValueError("batch_size and max_batches are positive, the retention not negative")
+    cutoff = datetime.now(UTC) - retention
+    table = idempotency_keys
+    deleted = 0
+    for _ in range(max_batches):
+        batch = (
+            select(table.c.id)
+            .where(table.c.created_at < cutoff)
+            .order_by(table.c.id)
+            .limit(batch_size)
+        )
+        async with sessionmaker() as session, session.begin():
+            result = await session.execute(delete(table).where(table.c.id.in_(batch)))
+        count = int(getattr(result, "rowcount", 0) or 0)
+        deleted += count
+        if count < batch_size:
+            break
+    return deleted
+
+
+def _route(route: str) -> tuple[str, Any]:
+    method, _, template = route.strip().partition(" ")
+    if not template.startswith("/"):
+        raise ValueError(f"a route is 'METHOD /path', not {route!r}")
+    pattern, _format, _convertors = compile_path(template.strip())
+    return method.upper(), pattern
+
+
+async def _try_lock(session: AsyncSession, key: str) -> bool:
+    """Take the key's transaction-scoped advisory lock without waiting."""
+    return bool(await session.scalar(select(func.pg_try_advisory_xact_lock(lock_id(key)))))
+
+
+async def _load(session: AsyncSession, key: str) -> StoredResponse | None:
+    row = (
+        await session.execute(select(idempotency_keys).where(idempotency_keys.c.key == key))
+    ).first()
+    if row is None:
+        return None
+    return StoredResponse(
+        key=row.key,
+        fingerprint=row.fingerprint,
+        method=row.method,
+        path=row.path,
+        status=row.status,
+        content_type=row.content_type,
+        body=bytes(row.body),
+        created_at=row.created_at,
+    )
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay_body(body: bytes, receive: Receive) -> Receive:
+    """The body read for the fingerprint, then the client's own messages (a disconnect)."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
+
+
+def _header(start: Message, name: bytes) -> str:
+    for header, value in start.get("headers", []):
+        if header.lower() == name:
+            return bytes(value).decode("latin-1")
+    return ""
+
+
+async def _send(send: Send, answer: Answer) -> None:
+    headers = [
+        (b"content-type", answer.content_type.encode()),
+        (b"content-length", str(len(answer.body)).encode()),
+        *((name.lower().encode(), value.encode()) for name, value in answer.headers.items()),
+    ]
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.body})

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from agent_ledger_downstream.protocol import MAX_KEY_LENGTH, TABLE
+
+
+class IdempotencyKey(models.Model):
+    """The stored response of a completed request, written in the route's own transaction."""
+
+    key = models.CharField(max_length=MAX_KEY_LENGTH, unique=True)
+    fingerprint = models.CharField(max_length=64)
+    method = models.CharField(max_length=16)
+    path = models.TextField()
+    status = models.PositiveSmallIntegerField()
+    content_type = models.CharField(max_length=255)
+    body = models.BinaryField()
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects: ClassVar[models.Manager[IdempotencyKey]] = models.Manager()
+
+    class Meta:
+        db_table = TABLE
+        constraints: ClassVar = [
+            models.CheckConstraint(
+                condition=Q(status__gte=200, status__lt=300), name="idempotency_key_status_2xx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} -> {self.status}"

@@ -1,0 +1,190 @@
+"""The ``@idempotent`` decorator for function views, and the look-up the ledger reads."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.db import connections, router, transaction
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.urls import URLPattern, path
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from agent_ledger_downstream.django.models import IdempotencyKey
+from agent_ledger_downstream.protocol import (
+    HEADER,
+    Answer,
+    Problem,
+    Redact,
+    ReplayDecision,
+    StoredResponse,
+    decide,
+    fingerprint,
+    in_progress,
+    keeps,
+    lock_id,
+    lookup_found,
+    lookup_in_progress,
+    lookup_not_found,
+    lookup_refused,
+    mismatch,
+    parse_key,
+    replay,
+    token_matches,
+)
+
+View = TypeVar("View", bound=Callable[..., HttpResponseBase])
+#: How long a stored response is kept unless ``AGENT_LEDGER_DOWNSTREAM_RETENTION`` says.
+DEFAULT_RETENTION = timedelta(days=7)
+
+
+def idempotent(view: View) -> View:
+    """Run ``view`` at most once per ``Idempotency-Key``, inside one transaction that holds
+    the route's writes and its stored response together; a duplicate gets the stored response,
+    another payload under the key 422, a request while the first runs 409."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        try:
+            key = parse_key(request.headers.get(HEADER))
+        except Problem as problem:
+            return _response(problem.answer())
+        request_fingerprint = fingerprint(
+            method=request.method or "",
+            path=request.get_full_path(),
+            body=request.body,
+            content_type=request.content_type or "",
+        )
+        using = router.db_for_write(IdempotencyKey)
+        with transaction.atomic(using=using):
+            if not _try_lock(using, key):
+                return _response(in_progress().answer())
+            stored = _load(using, key)
+            decision = decide(stored, request_fingerprint)
+            if decision is ReplayDecision.REPLAY:
+                assert stored is not None
+                return _response(replay(stored))
+            if decision is ReplayDecision.MISMATCH:
+                return _response(mismatch().answer())
+            response = view(request, *args, **kwargs)
+            if not keeps(response.status_code):
+                transaction.set_rollback(True, using=using)
+                return response
+            if not isinstance(response, HttpResponse):
+                raise TypeError("an @idempotent view returns a complete (not streaming) response")
+            IdempotencyKey.objects.using(using).create(
+                key=key,
+                fingerprint=request_fingerprint,
+                method=request.method or "",
+                path=request.get_full_path(),
+                status=response.status_code,
+                content_type=response.get("Content-Type", ""),
+                body=response.content,
+            )
+        return response
+
+    return wrapper  # type: ignore[return-value]
+
+
+def token_check(secret: str) -> Callable[[HttpRequest], bool]:
+    """A look-up check accepting ``Authorization: Bearer <secret>`` or ``?access_token=``."""
+
+    def check(request: HttpRequest) -> bool:
+        return token_matches(
+            secret,
+            authorization=request.headers.get("Authorization"),
+            query_token=request.GET.get("access_token"),
+        )
+
+    return check
+
+
+def lookup_urls(
+    *, check: Callable[[HttpRequest], bool], redact: Redact | None = None
+) -> list[URLPattern]:
+    """``idempotency/<key>`` for ``include()``: found (200), not found (404) or in progress
+    (409), answered only to requests ``check`` accepts."""
+
+    @require_GET
+    def lookup(request: HttpRequest, key: str) -> HttpResponse:
+        if not check(request):
+            return _response(lookup_refused())
+        return _response(look_up(key, redact=redact))
+
+    return [path("idempotency/<path:key>", lookup, name="agent_ledger_idempotency_lookup")]
+
+
+def look_up(key: str, *, redact: Redact | None = None) -> Answer:
+    """What the service knows of ``key``. Not found is only said when no transaction holds the
+    key's lock, so a request that is about to commit is never reported as not done."""
+    using = router.db_for_write(IdempotencyKey)
+    stored = _load(using, key)
+    if stored is None:
+        with transaction.atomic(using=using):
+            if not _try_lock(using, key):
+                return lookup_in_progress(key)
+            stored = _load(using, key)
+    return lookup_found(stored, redact) if stored else lookup_not_found(key)
+
+
+def delete_expired(
+    *, retention: timedelta | None = None, batch_size: int = 1000, max_batches: int = 100
+) -> int:
+    """Delete stored responses older than the retention, ``batch_size`` rows a statement so no
+    delete holds locks for long; returns how many went."""
+    if batch_size < 1 or max_batches < 1:
+        raise ValueError("batch_size and max_batches are positive")
+    keep = retention
+    if keep is None:
+        keep = getattr(settings, "AGENT_LEDGER_DOWNSTREAM_RETENTION", DEFAULT_RETENTION)
+    if keep < timedelta(0):
+        raise ValueError("the retention is not negative")
+    cutoff = timezone.now() - keep
+    using = router.db_for_write(IdempotencyKey)
+    records = IdempotencyKey.objects.using(using)
+    deleted = 0
+    for _ in range(max_batches):
+        batch = list(
+            records.filter(created_at__lt=cutoff)
+            .order_by("pk")
+            .values_list("pk", flat=True)[:batch_size]
+        )
+        if not batch:
+            break
+        deleted += records.filter(pk__in=batch).delete()[0]
+    return deleted
+
+
+def _try_lock(using: str, key: str) -> bool:
+    """Take the key's transaction-scoped advisory lock without waiting."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [lock_id(key)])
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def _load(using: str, key: str) -> StoredResponse | None:
+    row = IdempotencyKey.objects.using(using).filter(key=key).first()
+    if row is None:
+        return None
+    return StoredResponse(
+        key=row.key,
+        fingerprint=row.fingerprint,
+        method=row.method,
+        path=row.path,
+        status=row.status,
+        content_type=row.content_type,
+        body=bytes(row.body),
+        created_at=row.created_at,
+    )
+
+
+def _response(answer: Answer) -> HttpResponse:
+    response = HttpResponse(answer.body, status=answer.status, content_type=answer.content_type)
+    for name, value in answer.headers.items():
+        response[name] = value
+    return response

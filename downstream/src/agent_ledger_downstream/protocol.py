@@ -1,0 +1,223 @@
+"""The Idempotency-Key protocol with no I/O: parsing the header, fingerprinting a request,
+deciding what a request with a known key gets, and the bodies of every answer.
+
+The framework adapters (``agent_ledger_downstream.django``, ``agent_ledger_downstream.asgi``)
+are thin drivers over this module: they read the request, take the lock, load and store the
+record, and send what this module says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+HEADER = "Idempotency-Key"
+#: Set on a response answered from the stored one (the header the draft's examples use).
+REPLAYED_HEADER = "Idempotent-Replayed"
+MAX_KEY_LENGTH = 255
+PROBLEM_TYPE = "application/problem+json"
+#: Seconds a client waits before asking again about a key whose request is still running.
+RETRY_AFTER_SECONDS = 1
+TABLE = "agent_ledger_idempotency_keys"
+
+Redact = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A complete HTTP response for a driver to send."""
+
+    status: int
+    body: bytes
+    content_type: str = PROBLEM_TYPE
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Problem(Exception):
+    """A request refused before the route runs, answered as RFC 9457 problem+json."""
+
+    def __init__(
+        self, status: int, title: str, detail: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.title = title
+        self.detail = detail
+        self.headers = headers or {}
+
+    def answer(self, **extra: Any) -> Answer:
+        document = {"type": "about:blank", "title": self.title, "status": self.status}
+        document.update(detail=self.detail, **extra)
+        return Answer(self.status, _json(document), PROBLEM_TYPE, dict(self.headers))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    """The response a completed request got, kept under its key."""
+
+    key: str
+    fingerprint: str
+    method: str
+    path: str
+    status: int
+    content_type: str
+    body: bytes
+    created_at: datetime | None = None
+
+
+class ReplayDecision(StrEnum):
+    EXECUTE = "execute"  # no completed request has this key: run the route
+    REPLAY = "replay"  # the same request completed: answer with its stored response
+    MISMATCH = "mismatch"  # another payload completed under this key: 422
+
+
+def parse_key(value: str | None) -> str:
+    """The key from an ``Idempotency-Key`` header. The draft makes it a structured-field
+    string (``"abc"``); a bare token is accepted too, as most clients send one."""
+    if value is None or not value.strip():
+        raise Problem(400, "Idempotency-Key is missing", f"This route needs an {HEADER} header.")
+    key = value.strip()
+    if len(key) >= 2 and key[0] == key[-1] == '"':
+        key = key[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+    if not key or len(key) > MAX_KEY_LENGTH or not all(" " <= c <= "~" for c in key):
+        raise Problem(
+            400,
+            "Idempotency-Key is invalid",
+            f"The key must be 1 to {MAX_KEY_LENGTH} printable ASCII characters.",
+        )
+    return key
+
+
+def fingerprint(*, method: str, path: str, body: bytes, content_type: str = "") -> str:
+    """SHA-256 of what makes two requests the same: method, path and payload. A JSON payload
+    is compared by its content, so key order and whitespace do not make it another request."""
+    payload = body
+    if content_type.split(";")[0].strip().lower().endswith("json") and body:
+        try:
+            payload = _json(json.loads(body))
+        except (ValueError, UnicodeDecodeError):
+            payload = body
+    digest = hashlib.sha256()
+    for part in (method.upper().encode(), path.encode(), payload):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def lock_id(key: str) -> int:
+    """The signed 64-bit number of the PostgreSQL advisory lock a request with ``key`` holds
+    for its whole transaction: another request, or a look-up, that cannot take it knows the
+    key is in progress."""
+    digest = hashlib.blake2b(f"{TABLE}:{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def decide(stored: StoredResponse | None, request_fingerprint: str) -> ReplayDecision:
+    if stored is None:
+        return ReplayDecision.EXECUTE
+    if hmac.compare_digest(stored.fingerprint, request_fingerprint):
+        return ReplayDecision.REPLAY
+    return ReplayDecision.MISMATCH
+
+
+def keeps(status: int) -> bool:
+    """Only a 2xx response is stored, with the route's writes. Anything else rolls the
+    transaction back, so the key stays free and a retry runs the route again."""
+    return 200 <= status < 300
+
+
+def in_progress() -> Problem:
+    return Problem(
+        409,
+        "A request with this key is in progress",
+        "Another request with this Idempotency-Key has not finished; retry after it has.",
+        {"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
+def mismatch() -> Problem:
+    return Problem(
+        422,
+        "Idempotency-Key reused with another payload",
+        "This key belongs to a request with another method, path or body; use a new key.",
+    )
+
+
+def replay(stored: StoredResponse) -> Answer:
+    return Answer(stored.status, stored.body, stored.content_type, {REPLAYED_HEADER: "true"})
+
+
+def lookup_found(stored: StoredResponse, redact: Redact | None = None) -> Answer:
+    """200 with the stored response: what the ledger's HTTP adapter takes as found."""
+    document: dict[str, Any] = {
+        "status": "found",
+        "idempotency_key": stored.key,
+        "request": {"method": stored.method, "path": stored.path},
+        "response": {
+            "status": stored.status,
+            "content_type": stored.content_type,
+            "body": _body_document(stored),
+        },
+        "created_at": stored.created_at.isoformat() if stored.created_at else None,
+    }
+    if redact is not None:
+        document = redact(document)
+    return Answer(200, _json(document), "application/json")
+
+
+def lookup_not_found(key: str) -> Answer:
+    """404: no request with the key committed and none is running, so it is safe to retry."""
+    problem = Problem(
+        404,
+        "No request with this key completed",
+        "Nothing was done under this key and no request with it is running; "
+        "it is safe to retry with the same key.",
+    )
+    return problem.answer(idempotency_key=key, state="not_found")
+
+
+def lookup_in_progress(key: str) -> Answer:
+    """409 with Retry-After: the ledger's adapter counts it as "ask again later"."""
+    return in_progress().answer(idempotency_key=key, state="in_progress")
+
+
+def lookup_refused() -> Answer:
+    problem = Problem(
+        401,
+        "Not allowed to look keys up",
+        "The look-up needs the credentials this service configured.",
+        {"WWW-Authenticate": "Bearer"},
+    )
+    return problem.answer()
+
+
+def token_matches(secret: str, *, authorization: str | None, query_token: str | None) -> bool:
+    """A bearer token in the Authorization header or the ``access_token`` query parameter
+    (RFC 6750, section 2.3: the ledger's HTTP adapter sends a URL and no headers)."""
+    if not secret:
+        return False
+    offered = ""
+    if authorization and authorization.lower().startswith("bearer "):
+        offered = authorization[7:].strip()
+    elif query_token:
+        offered = query_token
+    return bool(offered) and hmac.compare_digest(offered.encode(), secret.encode())
+
+
+def _body_document(stored: StoredResponse) -> Any:
+    if stored.content_type.split(";")[0].strip().lower().endswith("json"):
+        try:
+            return json.loads(stored.body)
+        except (ValueError, UnicodeDecodeError):
+            pass
+    return stored.body.decode("utf-8", errors="replace")
+
+
+def _json(document: Any) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()

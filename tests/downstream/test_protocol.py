@@ -1,0 +1,183 @@
+"""The sans-IO protocol: key parsing, fingerprints, the replay decision and the answers."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent_ledger_downstream.protocol import (
+    Problem,
+    ReplayDecision,
+    StoredResponse,
+    decide,
+    fingerprint,
+    keeps,
+    lock_id,
+    lookup_found,
+    lookup_in_progress,
+    lookup_not_found,
+    parse_key,
+    token_matches,
+)
+
+JSON = "application/json"
+
+
+@pytest.mark.parametrize(
+    ("header", "key"),
+    [
+        ("abc", "abc"),
+        ("  abc  ", "abc"),
+        ('"8e03978e-40d5-43e8-bc93-6894a57f9324"', "8e03978e-40d5-43e8-bc93-6894a57f9324"),
+        ('"say \\"hi\\""', 'say "hi"'),
+        ("agent:acme:u1:run-1:create_order:cart-1", "agent:acme:u1:run-1:create_order:cart-1"),
+        ("k" * 255, "k" * 255),
+    ],
+)
+def test_parse_key_accepts_tokens_and_structured_strings(header: str, key: str) -> None:
+    assert parse_key(header) == key
+
+
+@pytest.mark.parametrize(
+    ("header", "title"),
+    [
+        (None, "Idempotency-Key is missing"),
+        ("", "Idempotency-Key is missing"),
+        ("   ", "Idempotency-Key is missing"),
+        ('""', "Idempotency-Key is invalid"),
+        ("k" * 256, "Idempotency-Key is invalid"),
+        ("caf\u00e9", "Idempotency-Key is invalid"),
+        ("a\tb", "Idempotency-Key is invalid"),
+    ],
+)
+def test_parse_key_refuses_with_a_400_problem(header: str | None, title: str) -> None:
+    with pytest.raises(Problem) as raised:
+        parse_key(header)
+    assert raised.value.status == 400
+    answer = raised.value.answer()
+    assert answer.content_type == "application/problem+json"
+    assert json.loads(answer.body) == {
+        "type": "about:blank",
+        "title": title,
+        "status": 400,
+        "detail": raised.value.detail,
+    }
+
+
+json_objects = st.dictionaries(
+    st.text(max_size=8), st.one_of(st.integers(), st.text(max_size=8), st.booleans()), max_size=6
+)
+
+
+@given(json_objects, st.randoms())
+def test_a_json_payload_is_compared_by_content(payload: dict, rng: random.Random) -> None:
+    items = list(payload.items())
+    rng.shuffle(items)
+    spaced = json.dumps(dict(items), indent=rng.choice([None, 2])).encode()
+    compact = json.dumps(payload, separators=(",", ":")).encode()
+    assert fingerprint(method="POST", path="/o", body=spaced, content_type=JSON) == fingerprint(
+        method="post", path="/o", body=compact, content_type="application/json; charset=utf-8"
+    )
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"method": "PUT", "path": "/o", "body": b'{"a":1}', "content_type": JSON},
+        {"method": "POST", "path": "/p", "body": b'{"a":1}', "content_type": JSON},
+        {"method": "POST", "path": "/o?x=1", "body": b'{"a":1}', "content_type": JSON},
+        {"method": "POST", "path": "/o", "body": b'{"a":2}', "content_type": JSON},
+        {"method": "POST", "path": "/o", "body": b'{"a": 1}', "content_type": "text/plain"},
+    ],
+)
+def test_method_path_and_payload_make_another_request(other: dict) -> None:
+    base = fingerprint(method="POST", path="/o", body=b'{"a":1}', content_type=JSON)
+    assert fingerprint(**other) != base
+
+
+def test_parts_cannot_run_into_each_other() -> None:
+    assert fingerprint(method="POST", path="/ab", body=b"c") != fingerprint(
+        method="POST", path="/a", body=b"bc"
+    )
+
+
+def _stored(fp: str = "f" * 64, **changes: object) -> StoredResponse:
+    fields = {
+        "key": "k",
+        "fingerprint": fp,
+        "method": "POST",
+        "path": "/o",
+        "status": 201,
+        "content_type": JSON,
+        "body": b'{"id": 7}',
+    }
+    return StoredResponse(**{**fields, **changes})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("stored", "request_fp", "decision"),
+    [
+        (None, "a" * 64, ReplayDecision.EXECUTE),
+        (_stored("a" * 64), "a" * 64, ReplayDecision.REPLAY),
+        (_stored("a" * 64), "b" * 64, ReplayDecision.MISMATCH),
+    ],
+)
+def test_replay_decision_table(stored, request_fp: str, decision: ReplayDecision) -> None:
+    assert decide(stored, request_fp) is decision
+
+
+@pytest.mark.parametrize(
+    ("status", "kept"),
+    [(199, False), (200, True), (201, True), (299, True), (302, False), (422, False), (500, False)],
+)
+def test_only_2xx_responses_are_kept(status: int, kept: bool) -> None:
+    assert keeps(status) is kept
+
+
+@given(st.text(min_size=1, max_size=40))
+def test_lock_ids_are_stable_signed_64_bit_numbers(key: str) -> None:
+    assert lock_id(key) == lock_id(key)
+    assert -(2**63) <= lock_id(key) < 2**63
+
+
+def test_found_carries_the_stored_response_through_the_redact_hook() -> None:
+    def redact(document: dict) -> dict:
+        document["response"]["body"].pop("id")
+        return document
+
+    answer = lookup_found(_stored(), redact)
+    body = json.loads(answer.body)
+    assert answer.status == 200 and answer.content_type == JSON
+    assert body["status"] == "found" and body["idempotency_key"] == "k"
+    assert body["response"] == {"status": 201, "content_type": JSON, "body": {}}
+
+
+def test_not_found_and_in_progress_answer_the_ledger_adapter_statuses() -> None:
+    assert lookup_not_found("k").status == 404
+    busy = lookup_in_progress("k")
+    assert busy.status == 409 and busy.headers["Retry-After"] == "1"
+    assert json.loads(busy.body)["state"] == "in_progress"
+
+
+@pytest.mark.parametrize(
+    ("authorization", "query_token", "allowed"),
+    [
+        ("Bearer s3cret", None, True),
+        ("bearer s3cret", None, True),
+        (None, "s3cret", True),
+        ("Bearer wrong", "s3cret", False),
+        ("Basic s3cret", None, False),
+        (None, None, False),
+        (None, "", False),
+    ],
+)
+def test_token_matches(authorization: str | None, query_token: str | None, allowed: bool) -> None:
+    assert token_matches("s3cret", authorization=authorization, query_token=query_token) is allowed
+
+
+def test_an_empty_secret_allows_nobody() -> None:
+    assert not token_matches("", authorization="Bearer ", query_token="")
