@@ -42,10 +42,21 @@ def drop_database(server_url: str, name: str) -> None:
 
 
 class ServiceProcess:
-    """``command`` serving HTTP on ``port``; healthy when ``GET /healthz`` answers 200."""
+    """``command`` serving HTTP on ``port``; up when ``GET <health_path>`` answers below 500."""
 
-    def __init__(self, command: list[str], *, port: int, env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self,
+        command: list[str],
+        *,
+        port: int,
+        env: dict[str, str],
+        log: Path,
+        cwd: Path = ROOT,
+        health_path: str = "/healthz",
+    ) -> None:
         self.command = command
+        self.cwd = cwd
+        self.health_path = health_path
         self.port = port
         self.env = env
         self.log = log
@@ -57,7 +68,7 @@ class ServiceProcess:
 
     def healthy(self) -> bool:
         try:
-            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+            return httpx.get(f"{self.url}{self.health_path}", timeout=1).status_code < 500
         except httpx.HTTPError:
             return False
 
@@ -67,7 +78,7 @@ class ServiceProcess:
         if self.process is None or self.process.poll() is not None:
             self.process = subprocess.Popen(  # noqa: S603 - our own command line
                 self.command,
-                cwd=ROOT,
+                cwd=self.cwd,
                 env={**os.environ, **self.env},
                 stdout=self.log.open("ab"),
                 stderr=subprocess.STDOUT,

@@ -12,7 +12,6 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import unquote
 
 from sqlalchemy import (
     BigInteger,
@@ -130,7 +129,7 @@ class IdempotencyMiddleware:
             return await self.app(scope, receive, send)
         method, path = scope["method"], scope["path"]
         if method == "GET" and path.startswith(self.lookup_path):
-            return await self._lookup(scope, send, unquote(path[len(self.lookup_path) :]))
+            return await self._lookup(scope, send, path[len(self.lookup_path) :])
         if any(m == method and pattern.match(path) for m, pattern in self.routes):
             return await self._idempotent(scope, receive, send)
         return await self.app(scope, receive, send)
@@ -192,6 +191,7 @@ class IdempotencyMiddleware:
             await send(message)
 
     async def _lookup(self, scope: Scope, send: Send, key: str) -> None:
+        """``key`` is from the decoded path: the ledger quotes it, ``/`` and ``%`` included."""
         allowed = self.check(Request(scope))
         if inspect.isawaitable(allowed):
             allowed = await allowed
