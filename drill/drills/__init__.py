@@ -23,6 +23,7 @@ def all_drills() -> list[Drill]:
     combination is active)."""
     from drill.drills import (
         acceptance,
+        downstream,
         infrastructure,
         regression,
         rollback,
@@ -38,5 +39,6 @@ def all_drills() -> list[Drill]:
         *safety.DRILLS,
         *infrastructure.DRILLS,
         *store.DRILLS,
+        *downstream.DRILLS,
         *rollback.DRILLS,
     ]
