@@ -54,8 +54,9 @@ def _lookup(service: Service, key: str, token: str = TOKEN) -> httpx.Response:
     return httpx.get(f"{service.url}/idempotency/{key}", params={"access_token": token}, timeout=5)
 
 
-def _unknown(tenant, tool) -> IdempotencyRecord:
-    record = reserve(tenant, tool, key=f"agent:acme:u1:run-1:create_invoice:{uuid.uuid4()}").record
+def _unknown(tenant, tool, key: str = "") -> IdempotencyRecord:
+    key = key or f"agent:acme:u1:run-1:create_invoice:{uuid.uuid4()}"
+    record = reserve(tenant, tool, key=key).record
     return complete_execution(record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
 
 
@@ -201,6 +202,16 @@ def test_a_request_in_progress_is_looked_up_again_later(
     assert list(outcomes.values_list("outcome", flat=True)) == ["unreachable", "found"]
 
 
+def test_a_key_with_slashes_and_percent_signs_is_found_by_the_ledger(
+    service: Service, tenant, create_order
+) -> None:
+    record = _unknown(tenant, create_order, key=f"orders/{uuid.uuid4()}/50%25 off:%2F")
+    assert _post(service, record.key, _invoice(str(uuid.uuid4()))).status_code == 201
+    _register(tenant, create_order, service)
+    assert reconcile_record(record.pk, worker="w1") == "succeeded"
+    assert refresh(record).result["evidence"]["idempotency_key"] == record.key
+
+
 def test_the_look_up_answers_only_to_the_configured_token(service: Service) -> None:
     key = str(uuid.uuid4())
     assert _post(service, key, _invoice(str(uuid.uuid4()))).status_code == 201
@@ -252,3 +263,11 @@ def test_cleanup_deletes_expired_records_in_batches(service: Service) -> None:
         assert _post(service, key, _invoice(str(uuid.uuid4()))).status_code == 201
     assert _clean(service, hours=0, batch_size=2) >= 3
     assert [_lookup(service, key).status_code for key in keys] == [404] * 3
+
+
+def test_cleanup_refuses_limits_that_are_not_positive(service: Service) -> None:
+    key = str(uuid.uuid4())
+    assert _post(service, key, _invoice(str(uuid.uuid4()))).status_code == 201
+    with pytest.raises((ValueError, subprocess.CalledProcessError)):
+        _clean(service, hours=0, batch_size=0)
+    assert _lookup(service, key).status_code == 200

@@ -156,10 +156,13 @@ class IdempotencyMiddleware:
                 return await _send(send, in_progress().answer())
             stored = await _load(session, key)
             decision = decide(stored, request_fingerprint)
-            if decision is not ReplayDecision.EXECUTE:
+            if decision is ReplayDecision.REPLAY:
+                assert stored is not None
                 await session.rollback()
-                answer = replay(stored) if stored and decision is ReplayDecision.REPLAY else None
-                return await _send(send, answer or mismatch().answer())
+                return await _send(send, replay(stored))
+            if decision is ReplayDecision.MISMATCH:
+                await session.rollback()
+                return await _send(send, mismatch().answer())
             state = {**scope.get("state", {}), _SESSION: session}
             messages: list[Message] = []
 
