@@ -42,7 +42,15 @@ PRIVATE = ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "VIRTUAL_ENV", "PYTHONPATH"
 
 def _outside_env(venv: Path) -> dict[str, str]:
     env = {name: value for name, value in os.environ.items() if name not in PRIVATE}
-    return {**env, "PATH": f"{venv / 'bin'}:{os.environ['PATH']}", "LOOKUP_TOKEN": TOKEN}
+    return {
+        **env,
+        "PATH": f"{venv / 'bin'}:{os.environ['PATH']}",
+        "LOOKUP_TOKEN": TOKEN,
+        # Byte-compiling every installed module costs CPU on a shared machine, and the test
+        # imports a small part of them.
+        "PIP_NO_COMPILE": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
 
 
 def _shell(venv: Path, line: str, cwd: Path) -> str:
