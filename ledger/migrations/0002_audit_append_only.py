@@ -23,35 +23,9 @@ POSTGRES_DOWN = """
 DROP TRIGGER IF EXISTS ledger_audit_no_update ON ledger_auditevent;
 DROP FUNCTION IF EXISTS ledger_audit_append_only();
 """
-SQLITE_UP = [
-    """CREATE TRIGGER ledger_audit_no_update BEFORE UPDATE ON ledger_auditevent
-       BEGIN SELECT RAISE(ABORT, 'ledger_auditevent is append-only: UPDATE is not allowed'); END""",
-    """CREATE TRIGGER ledger_audit_no_delete BEFORE DELETE ON ledger_auditevent
-       BEGIN SELECT RAISE(ABORT, 'ledger_auditevent is append-only: DELETE is not allowed'); END""",
-]
-SQLITE_DOWN = [
-    "DROP TRIGGER IF EXISTS ledger_audit_no_update",
-    "DROP TRIGGER IF EXISTS ledger_audit_no_delete",
-]
-
-
-def _run(statements_by_vendor):
-    def run(apps, schema_editor):
-        statements = statements_by_vendor.get(schema_editor.connection.vendor)
-        if statements is None:
-            raise RuntimeError(f"no append-only trigger for {schema_editor.connection.vendor}")
-        for statement in statements:
-            schema_editor.execute(statement, params=None)
-
-    return run
 
 
 class Migration(migrations.Migration):
     dependencies = [("ledger", "0001_initial")]
 
-    operations = [
-        migrations.RunPython(
-            _run({"postgresql": [POSTGRES_UP], "sqlite": SQLITE_UP}),
-            _run({"postgresql": [POSTGRES_DOWN], "sqlite": SQLITE_DOWN}),
-        ),
-    ]
+    operations = [migrations.RunSQL(POSTGRES_UP, POSTGRES_DOWN)]

@@ -2,9 +2,9 @@
 
 No model is needed: each run is a script of tool calls made through the Python client over
 HTTP, against the sandbox downstreams with faults injected. The command serves the ledger and
-the sandbox itself on free loopback ports for the duration, so it works on the embedded SQLite
-default as well as on PostgreSQL. Two version combinations are used; the candidate one hits more
-faults, so its metrics are visibly worse.
+the sandbox itself on free loopback ports for the duration, so it works on the embedded
+PostgreSQL of ``make run`` as on any other. Two version combinations are used; the candidate
+one hits more faults, so its metrics are visibly worse.
 
 Running it again adds more runs; ``make run`` runs it once, on an empty ledger.
 """
