@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from ledger.classification.arguments import PerCall
 from ledger.domain import (
     DataClassification,
     Decision,
@@ -128,6 +129,11 @@ class Tool(models.Model):
     descriptor = models.JSONField(default=dict, blank=True, help_text="As declared, unchanged.")
     output_schema = models.JSONField(null=True, blank=True)
     key_scope = models.CharField(max_length=16, choices=choices(KeyScope), default=KeyScope.RUN)
+    # The argument that decides each call's class (SQL, a command, a whole-file write's path).
+    per_call_kind = models.CharField(
+        max_length=16, choices=choices(PerCall), blank=True, help_text="Blank: the tool's own."
+    )
+    per_call_argument = models.CharField(max_length=200, blank=True)
     # Effective classification (computed, then policy, then override).
     idempotency = models.CharField(max_length=16, choices=choices(Idempotency))
     replay_policy = models.CharField(max_length=8, choices=choices(ReplayPolicy))
@@ -152,6 +158,11 @@ class Tool(models.Model):
             models.CheckConstraint(
                 condition=Q(override_idempotency="") | ~Q(override_reason=""),
                 name="tool_override_has_reason",
+            ),
+            models.CheckConstraint(
+                condition=Q(per_call_kind="", per_call_argument="")
+                | (~Q(per_call_kind="") & ~Q(per_call_argument="")),
+                name="tool_per_call_has_argument",
             ),
             models.CheckConstraint(
                 condition=Q(kind="mcp", server__isnull=False)

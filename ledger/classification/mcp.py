@@ -1,11 +1,18 @@
 """Re-classification of MCP tools entering the registry.
 
-The tool's *name* gives the baseline, write verbs checked before read verbs (``get_and_delete``
-is a delete). What the server says about the tool (its description and its ``ToolAnnotations``)
-is a claim: from an **untrusted** server it may only make the result more conservative; from a
-**trusted** server the annotations are believed, except that they cannot clear a name that says
-the tool destroys something. Per the MCP spec, ``destructiveHint`` and ``openWorldHint`` default
-to true and ``readOnlyHint`` and ``idempotentHint`` to false.
+The tool's *name* and *description* give the baseline, by the rule documented in
+``ledger.classification.words``: a name is a read only when every word that can act is an
+unambiguous read, and a word the classifier does not know needs the description to establish
+the read. The description's write actions only ever tighten. The ``ToolAnnotations`` are a
+claim: from an **untrusted** server they may only make the result more conservative; from a
+**trusted** server they are believed, except that they cannot clear a name that says the tool
+writes (an ambiguous verb such as ``log`` is what a trusted ``readOnlyHint`` resolves). Per the
+MCP spec, ``destructiveHint`` and ``openWorldHint`` default to true and ``readOnlyHint`` and
+``idempotentHint`` to false.
+
+A tool with an argument that carries code (SQL, a shell command, a script) is classified per
+call from that argument, whatever the server or its annotations claim; what is stored for the
+tool is the conservative fallback (``ledger.classification.calls`` does the per-call part).
 """
 
 from __future__ import annotations
@@ -15,241 +22,30 @@ from collections.abc import Mapping
 from typing import Any
 
 from ledger.classification import UNDECLARED, Classification, most_conservative
+from ledger.classification.arguments import DecidingArgument, PerCall, deciding_argument
+from ledger.classification.words import (
+    AMBIGUOUS_VERBS,
+    NameReading,
+    Verdict,
+    description_read,
+    description_write,
+    name_write,
+    read_name,
+    stems,
+)
 from ledger.domain import Idempotency, ServerTrust
 
-DESTRUCTIVE_VERBS = frozenset(
-    [
-        "delete",
-        "remove",
-        "drop",
-        "destroy",
-        "purge",
-        "truncate",
-        "wipe",
-        "erase",
-        "kill",
-        "terminate",
-        "revoke",
-        "uninstall",
-        "unpublish",
-        "rm",
-        "del",
-        "reset",
-        "clear",
-        "clean",
-        "prune",
-        "unlink",
-        "rmdir",
-        "shred",
-        "evict",
-    ]
-)
-EFFECT_VERBS = frozenset(
-    [
-        "create",
-        "send",
-        "charge",
-        "pay",
-        "transfer",
-        "refund",
-        "publish",
-        "merge",
-        "post",
-        "commit",
-        "push",
-        "deploy",
-        "execute",
-        "exec",
-        "run",
-        "invoke",
-        "trigger",
-        "add",
-        "append",
-        "insert",
-        "submit",
-        "book",
-        "order",
-        "buy",
-        "purchase",
-        "invite",
-        "notify",
-        "email",
-        "message",
-        "reply",
-        "comment",
-        "forward",
-        "fork",
-        "star",
-        "follow",
-        "schedule",
-        "start",
-        "stop",
-        "restart",
-        "launch",
-        "spawn",
-        "provision",
-        "allocate",
-        "mint",
-        "sign",
-        "approve",
-        "reject",
-        "assign",
-        "close",
-        "reopen",
-        "cancel",
-        "archive",
-        "move",
-        "rename",
-        "upload",
-        "import",
-        "sync",
-        "install",
-        "clone",
-        "checkout",
-        "rebase",
-        "cherry",
-        "publish",
-        "release",
-        "migrate",
-        "enqueue",
-        "dispatch",
-        "subscribe",
-        "unsubscribe",
-        "register",
-        "login",
-        "logout",
-        "grant",
-        "transfer",
-        "withdraw",
-        "deposit",
-    ]
-)
-OVERWRITE_VERBS = frozenset(
-    [
-        "write",
-        "update",
-        "set",
-        "put",
-        "replace",
-        "edit",
-        "patch",
-        "apply",
-        "save",
-        "modify",
-        "upsert",
-        "configure",
-        "enable",
-        "disable",
-        "mark",
-        "label",
-        "toggle",
-        "overwrite",
-        "store",
-        "change",
-        "rewrite",
-        "format",
-    ]
-)
-READ_VERBS = frozenset(
-    [
-        "read",
-        "get",
-        "list",
-        "search",
-        "find",
-        "fetch",
-        "query",
-        "show",
-        "describe",
-        "view",
-        "lookup",
-        "status",
-        "diff",
-        "log",
-        "count",
-        "inspect",
-        "browse",
-        "stat",
-        "info",
-        "explain",
-        "preview",
-        "download",
-        "check",
-        "validate",
-        "resolve",
-        "ping",
-        "head",
-        "lint",
-        "summarize",
-        "analyze",
-        "compare",
-        "render",
-        "parse",
-        "poll",
-        "ls",
-        "cat",
-        "grep",
-        "retrieve",
-        "load",
-        "lookup",
-        "print",
-    ]
-)
-_DESTRUCTIVE_PHRASES = re.compile(
-    r"\b(irreversibl[ey]|cannot be undone|permanently|destructive)\b", re.IGNORECASE
-)
-_TOKEN_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+_MKDIR_WORDS = frozenset({"directory", "directories", "dir", "dirs", "folder", "folders"})
+_MKDIR_SEMANTICS = re.compile(r"already exists|ensure[sd]? (?:that )?(?:a |the )?\w* ?exist", re.I)
 
 
-def _tokens(name: str) -> list[str]:
-    return [t.lower() for t in _TOKEN_SPLIT.split(name) if t]
-
-
-def _stems(word: str) -> set[str]:
-    """The word and its plausible base forms (creates, created, creating -> create)."""
-    forms = {word}
-    for suffix, replacement in (
-        ("ies", "y"),
-        ("es", ""),
-        ("s", ""),
-        ("ed", ""),
-        ("ed", "e"),
-        ("d", ""),
-        ("ing", ""),
-        ("ing", "e"),
-    ):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 2:
-            forms.add(word[: -len(suffix)] + replacement)
-    return forms
-
-
-def _verb_class(words: list[str], origin: str) -> Classification | None:
-    """Classify by the first matching verb class, write classes before read."""
-    for verbs, idempotency, destructive, what in (
-        (DESTRUCTIVE_VERBS, Idempotency.NON_IDEMPOTENT, True, "destroys something"),
-        (EFFECT_VERBS, Idempotency.NON_IDEMPOTENT, False, "creates a side effect"),
-        (OVERWRITE_VERBS, Idempotency.CONDITIONAL, False, "overwrites state"),
-        (READ_VERBS, Idempotency.IDEMPOTENT, False, "only reads"),
-    ):
-        for word in words:
-            if _stems(word) & verbs:
-                return Classification.of(
-                    idempotency,
-                    reason=f"The {origin} says it {what} ('{word}').",
-                    rule=f"mcp.{origin}.{'destructive' if destructive else idempotency.value}",
-                    destructive=destructive,
-                )
-    return None
-
-
-def _leading_verbs(description: str) -> list[str]:
-    """The first word of each sentence: tool descriptions lead with their verb."""
-    verbs = []
-    for sentence in re.split(r"[.!?\n;]+", description):
-        words = _tokens(sentence)
-        if words:
-            verbs.append(words[0])
-    return verbs
+def _of(verdict: Verdict, origin: str) -> Classification:
+    return Classification.of(
+        verdict.idempotency,
+        reason=f"The {origin} says it {verdict.what} ('{verdict.word}').",
+        rule=verdict.rule,
+        destructive=verdict.destructive,
+    )
 
 
 def _hint(annotations: Mapping[str, Any], name: str) -> bool | None:
@@ -275,35 +71,108 @@ def validate_descriptor(descriptor: Any) -> tuple[str, str, Mapping[str, Any]]:
     return name, description, annotations
 
 
-def classify_mcp_tool(descriptor: Mapping[str, Any], *, trust: ServerTrust) -> Classification:
-    """Classify one tool of an MCP ``tools/list`` result from a server of the given trust."""
-    name, description, annotations = validate_descriptor(descriptor)
-    from_name = _verb_class(_tokens(name), "name")
-    result = from_name or UNDECLARED
-    if trust is ServerTrust.TRUSTED:
-        result = _believe_annotations(result, from_name, annotations)
+def classify_words(reading: NameReading, description: str) -> Classification:
+    """The name and description rule (``ledger.classification.words``), before annotations."""
+    written = name_write(reading)
+    if written is not None:
+        result = _of(written, "name")
+    elif not reading.unknown and reading.reads:
+        result = Classification.of(
+            Idempotency.IDEMPOTENT,
+            reason=f"The name only reads ('{reading.reads[0]}').",
+            rule="mcp.name.read",
+        )
+    elif (opening := description_read(description)) is not None:
+        unknown = ", ".join(f"'{w}'" for w in reading.unknown)
+        result = Classification.of(
+            Idempotency.IDEMPOTENT,
+            reason=f"The description establishes a read ('{opening}')"
+            + (f" for the name's other words ({unknown})." if unknown else "."),
+            rule="mcp.description.read",
+        )
     else:
-        result = _raise_only(result, description, annotations)
+        unknown = ", ".join(f"'{w}'" for w in reading.unknown) or "none"
+        result = Classification(
+            UNDECLARED.idempotency,
+            UNDECLARED.replay_policy,
+            False,
+            f"Nothing establishes a read: the name's words ({unknown}) are not known, "
+            "and the description does not open with a read.",
+            "mcp.name.unknown",
+        )
+    from_description = description_write(description)
+    if from_description is not None:
+        result = most_conservative(result, _of(from_description, "description"))
     return result
 
 
-def _raise_only(
-    result: Classification, description: str, annotations: Mapping[str, Any]
+def classify_mcp_tool(
+    descriptor: Mapping[str, Any], *, trust: ServerTrust, namespace: str = ""
 ) -> Classification:
-    """Untrusted claims: each can only make ``result`` more conservative."""
-    from_description = _verb_class(_leading_verbs(description), "description")
-    if from_description is not None:
-        result = most_conservative(result, from_description)
-    if _DESTRUCTIVE_PHRASES.search(description):
-        result = most_conservative(
-            result,
-            Classification.of(
-                Idempotency.NON_IDEMPOTENT,
-                reason="The description says the effect is permanent.",
-                rule="mcp.description.destructive",
-                destructive=True,
-            ),
+    """Classify one tool of an MCP ``tools/list`` result from a server of the given trust;
+    ``namespace`` is the prefix all that server's tools share (``catalogue_namespace``)."""
+    name, description, annotations = validate_descriptor(descriptor)
+    reading = read_name(name, namespace=namespace)
+    result = classify_words(reading, description)
+    if trust is ServerTrust.TRUSTED:
+        result = _believe_annotations(result, reading, annotations)
+    else:
+        result = _raise_only(result, annotations)
+    result = _directory_creation(result, reading, description, annotations, trust)
+    argument = deciding_argument(descriptor)
+    if argument is not None and argument.kind is not PerCall.FILE_WRITE:
+        return per_call_fallback(argument, result)
+    return result
+
+
+def per_call_fallback(argument: DecidingArgument, result: Classification) -> Classification:
+    """What is stored for a code-carrying tool: ``never``, until a call's argument says more."""
+    return Classification(
+        Idempotency.NON_IDEMPOTENT,
+        UNDECLARED.replay_policy,
+        result.destructive,
+        f"Classified per call from its {argument.kind.value} argument '{argument.name}', "
+        "whatever the server claims; this is the fallback.",
+        f"mcp.per_call.{argument.kind.value}",
+    )
+
+
+def _directory_creation(
+    result: Classification,
+    reading: NameReading,
+    description: str,
+    annotations: Mapping[str, Any],
+    trust: ServerTrust,
+) -> Classification:
+    """``create_directory`` with ``mkdir -p`` semantics: creating what exists changes nothing.
+
+    That the tool behaves so is the server's claim, so only a trusted server's is believed."""
+    words = set(reading.unknown)
+    only_creates = set(reading.writes) == {"effect"} and bool(
+        stems(reading.writes["effect"]) & {"create", "make", "mkdir"}
+    )
+    claims = _MKDIR_SEMANTICS.search(description) or _hint(annotations, "idempotentHint")
+    if not (only_creates and words & _MKDIR_WORDS and claims and not result.destructive):
+        return result
+    if trust is not ServerTrust.TRUSTED:
+        return Classification(
+            result.idempotency,
+            result.replay_policy,
+            result.destructive,
+            result.reason + " It claims mkdir -p semantics (creating an existing directory "
+            "changes nothing); that is believed only from a trusted server.",
+            result.rule,
         )
+    return Classification.of(
+        Idempotency.IDEMPOTENT,
+        reason="The trusted server declares mkdir -p semantics: creating a directory that "
+        "exists changes nothing, so a repeat is harmless.",
+        rule="mcp.directory_creation.idempotent",
+    )
+
+
+def _raise_only(result: Classification, annotations: Mapping[str, Any]) -> Classification:
+    """Untrusted annotations: each can only make ``result`` more conservative."""
     read_only = _hint(annotations, "readOnlyHint")
     destructive = _hint(annotations, "destructiveHint")
     idempotent = _hint(annotations, "idempotentHint")
@@ -336,15 +205,17 @@ def _raise_only(
 
 
 def _believe_annotations(
-    result: Classification, from_name: Classification | None, annotations: Mapping[str, Any]
+    result: Classification, reading: NameReading, annotations: Mapping[str, Any]
 ) -> Classification:
-    """Trusted claims: the annotations decide, unless the name says the tool destroys."""
+    """Trusted claims: the annotations decide, unless the name says the tool writes."""
     read_only = _hint(annotations, "readOnlyHint")
     destructive = _hint(annotations, "destructiveHint")
     idempotent = _hint(annotations, "idempotentHint")
     if read_only is None and destructive is None and idempotent is None:
         return result
-    if from_name is not None and from_name.destructive:
+    # A trusted readOnlyHint settles what an ambiguous verb means (``git_log`` reads the log).
+    written = name_write(reading, ignore=AMBIGUOUS_VERBS)
+    if written is not None and written.destructive:
         return Classification(
             result.idempotency,
             result.replay_policy,
@@ -353,7 +224,7 @@ def _believe_annotations(
             result.rule,
         )
     if read_only is True:
-        if from_name is not None and from_name.idempotency is not Idempotency.IDEMPOTENT:
+        if written is not None:
             return Classification(
                 result.idempotency,
                 result.replay_policy,

@@ -98,12 +98,15 @@ def base_classification(
     declared: Idempotency | None,
     mcp_descriptor: dict[str, object] | None,
     trust: ServerTrust | None,
+    namespace: str = "",
 ) -> Classification:
     """The computed classification of a registry tool, before policy and overrides."""
     if tool_name in SHELL_TOOLS:
         return shell_tool_classification()
     if mcp_descriptor is not None:
-        return classify_mcp_tool(mcp_descriptor, trust=trust or ServerTrust.UNTRUSTED)
+        return classify_mcp_tool(
+            mcp_descriptor, trust=trust or ServerTrust.UNTRUSTED, namespace=namespace
+        )
     return declared_classification(tool_name, declared)
 
 

@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.db.models.functions import Now
 
 from ledger.classification import Classification
-from ledger.classification.commands import classify_command
+from ledger.classification.calls import classify_tool_call
 from ledger.decisions import RecoveryAction, WriteCheck, check_write_plan, recovery_decision
 from ledger.domain import (
     FINAL_ERROR_CODES,
@@ -140,17 +140,8 @@ class CallResult:
 
 
 def classify_call(tool: Tool, tool_input: dict[str, Any]) -> Classification:
-    """The classification of one call: per call for shell tools, else the tool's own."""
-    decided_by_people = tool.override_idempotency or tool.rule.startswith("policy.")
-    if tool.kind == Tool.Kind.SHELL and not decided_by_people:
-        command = tool_input.get("command")
-        if not isinstance(command, str):
-            raise InvalidInput(f"{tool.name} needs a string 'command' in its input")
-        return classify_command(command)
-    idempotency = Idempotency(tool.idempotency)
-    return Classification(
-        idempotency, ReplayPolicy(tool.replay_policy), tool.destructive, tool.reason, tool.rule
-    )
+    """The classification of one call (``ledger.classification.calls``)."""
+    return classify_tool_call(tool, tool_input)
 
 
 def _run_and_tool(tenant: Tenant, run_id: str, tool_name: str) -> tuple[Run, Tool | None]:

@@ -14,6 +14,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ledger.classification import Classification
+from ledger.classification.arguments import deciding_argument
 from ledger.classification.catalogue import SHELL_TOOLS, catalogue_tool
 from ledger.classification.mcp import validate_descriptor
 from ledger.classification.policy import (
@@ -22,6 +23,7 @@ from ledger.classification.policy import (
     base_classification,
     effective_classification,
 )
+from ledger.classification.words import catalogue_namespace
 from ledger.domain import Idempotency, KeyScope, ServerTrust
 from ledger.errors import Conflict, InvalidInput, NotFound
 from ledger.models import McpServer, Tenant, Tool
@@ -60,12 +62,24 @@ def _override(tool: Tool) -> Override | None:
     )
 
 
-def _classify(tool: Tool, rules: list[PolicyRule]) -> Classification:
+def _server_namespace(server_id: int | None) -> str:
+    """The name prefix all tools of an MCP server share (see ``catalogue_namespace``)."""
+    if server_id is None:
+        return ""
+    names = Tool.objects.filter(server_id=server_id).values_list("descriptor__name", flat=True)
+    return catalogue_namespace([str(name) for name in names])
+
+
+def _classify(tool: Tool, rules: list[PolicyRule], namespace: str | None = None) -> Classification:
+    is_mcp = tool.kind == Tool.Kind.MCP
     base = base_classification(
         tool_name=tool.name,
         declared=Idempotency(tool.declared_idempotency) if tool.declared_idempotency else None,
-        mcp_descriptor=tool.descriptor if tool.kind == Tool.Kind.MCP else None,
+        mcp_descriptor=tool.descriptor if is_mcp else None,
         trust=ServerTrust(tool.server.trust) if tool.server else None,
+        namespace=(_server_namespace(tool.server_id) if namespace is None else namespace)
+        if is_mcp
+        else "",
     )
     return effective_classification(
         base, tool_name=tool.name, rules=rules, override=_override(tool)
@@ -86,6 +100,7 @@ def _snapshot(tool: Tool) -> dict[str, Any]:
         "replay_policy": tool.replay_policy,
         "destructive": tool.destructive,
         "rule": tool.rule,
+        "per_call": f"{tool.per_call_kind}:{tool.per_call_argument}" if tool.per_call_kind else "",
     }
 
 
@@ -278,6 +293,7 @@ def import_mcp_tools(
     if not isinstance(server_name, str) or not SERVER_NAME.match(server_name):
         raise InvalidInput(f"server name {server_name!r} is not allowed")
     descriptors = _validated_tools(server_name, tools_list)
+    namespace = catalogue_namespace([d["name"] for d in descriptors])
     rules = _rules(tenant)
     imported: list[Tool] = []
     with transaction.atomic():
@@ -316,7 +332,10 @@ def import_mcp_tools(
             tool.descriptor = descriptor
             tool.output_schema = descriptor.get("outputSchema")
             tool.key_scope = KeyScope.RUN.value
-            _apply(tool, _classify(tool, rules))
+            argument = deciding_argument(descriptor)
+            tool.per_call_kind = argument.kind.value if argument else ""
+            tool.per_call_argument = argument.name if argument else ""
+            _apply(tool, _classify(tool, rules, namespace))
             tool.save()
             if before != _snapshot(tool):
                 audit(
@@ -373,10 +392,19 @@ def reclassify_tenant_tools(*, tenant: Tenant, actor: str, source: str) -> int:
     rules = _rules(tenant)
     changed = 0
     with transaction.atomic():
-        tools = Tool.objects.select_for_update(of=("self",)).filter(tenant=tenant)
-        for tool in tools.select_related("server"):
+        tools = list(
+            Tool.objects.select_for_update(of=("self",))
+            .filter(tenant=tenant)
+            .select_related("server")
+        )
+        names: dict[int, list[str]] = {}
+        for tool in tools:
+            if tool.server_id is not None:
+                names.setdefault(tool.server_id, []).append(str(tool.descriptor.get("name", "")))
+        for tool in tools:
             before = _snapshot(tool)
-            _apply(tool, _classify(tool, rules))
+            namespace = catalogue_namespace(names.get(tool.server_id or 0, []))
+            _apply(tool, _classify(tool, rules, namespace))
             if _snapshot(tool) != before:
                 tool.save()
                 audit(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,11 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger.classification.mcp import classify_mcp_tool
+from ledger.classification.words import AMBIGUOUS_VERBS, DESTRUCTIVE_VERBS, EFFECT_VERBS
 from ledger.domain import Idempotency, ReplayPolicy, ServerTrust
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "mcp"
-GIT_TOOLS = json.loads((FIXTURES / "mcp_server_git_tools_list.json").read_text())["tools"]
-WRITING_GIT_TOOLS = {"git_commit", "git_add", "git_reset", "git_create_branch", "git_checkout"}
 UNTRUSTED, TRUSTED = ServerTrust.UNTRUSTED, ServerTrust.TRUSTED
 
 
@@ -44,20 +40,6 @@ def test_a_tool_without_a_known_verb_is_non_idempotent() -> None:
     assert classify_mcp_tool(_tool("frobnicate"), trust=UNTRUSTED).replay_policy is (
         ReplayPolicy.NEVER
     )
-
-
-@pytest.mark.parametrize("tool", GIT_TOOLS, ids=lambda t: t["name"])
-def test_real_git_server_untrusted_never_auto_for_writes(tool: dict[str, Any]) -> None:
-    result = classify_mcp_tool(tool, trust=UNTRUSTED)
-    if tool["name"] in WRITING_GIT_TOOLS:
-        assert result.replay_policy is ReplayPolicy.NEVER
-    assert result.reason
-
-
-def test_real_git_server_read_tools_replay_automatically() -> None:
-    by_name = {t["name"]: classify_mcp_tool(t, trust=UNTRUSTED) for t in GIT_TOOLS}
-    for name in ("git_status", "git_log", "git_diff", "git_show"):
-        assert by_name[name].replay_policy is ReplayPolicy.AUTO, name
 
 
 def test_untrusted_read_only_hint_does_not_make_a_writer_safe() -> None:
@@ -147,10 +129,176 @@ _descriptions = st.sampled_from(
 
 
 @given(name=_names, hints=_hints, description=_descriptions)
-def test_untrusted_claims_never_lower_the_name_based_classification(
+def test_untrusted_annotations_never_lower_the_classification(
     name: str, hints: dict[str, bool], description: str
 ) -> None:
-    bare = classify_mcp_tool(_tool(name), trust=UNTRUSTED)
+    unannotated = classify_mcp_tool(_tool(name, description), trust=UNTRUSTED)
     claimed = classify_mcp_tool(_tool(name, description, **hints), trust=UNTRUSTED)
-    assert claimed.idempotency.rank >= bare.idempotency.rank
-    assert claimed.destructive or not bare.destructive
+    assert claimed.idempotency.rank >= unannotated.idempotency.rank
+    assert claimed.destructive or not unannotated.destructive
+
+
+@given(name=_names, description=_descriptions)
+def test_an_untrusted_description_never_lowers_what_the_name_says(
+    name: str, description: str
+) -> None:
+    """It may establish a read only for a name none of whose words the classifier knows."""
+    bare = classify_mcp_tool(_tool(name), trust=UNTRUSTED)
+    described = classify_mcp_tool(_tool(name, description), trust=UNTRUSTED)
+    if bare.rule != "mcp.name.unknown":
+        assert described.idempotency.rank >= bare.idempotency.rank
+        assert described.destructive or not bare.destructive
+
+
+# The verbs the issue names, and every verb of the classifier's write vocabularies.
+LISTED_WRITE_VERBS = sorted(
+    {
+        *[
+            "log",
+            "resolve",
+            "check",
+            "load",
+            "poll",
+            "ping",
+            "download",
+            "print",
+            "sync",
+            "process",
+            "handle",
+            "mark",
+        ],
+        *[
+            "send",
+            "email",
+            "post",
+            "charge",
+            "create",
+            "delete",
+            "overwrite",
+            "update",
+            "notify",
+            "publish",
+            "pay",
+        ],
+        *["refund", "deploy"],
+    }
+    | DESTRUCTIVE_VERBS
+    | EFFECT_VERBS
+    | AMBIGUOUS_VERBS
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "description"),
+    [
+        ("log_work", "Log time spent on an issue."),
+        ("resolve_incident", "Resolve the incident in the on-call tool."),
+        ("download_file", "Download a file to the local disk."),
+        ("check_in_guest", "Check a guest in at the front desk."),
+        ("sync_contacts", "Sync contacts from the CRM."),
+        ("mark_read", "Mark a message as read."),
+        ("process_refund", "Process a refund for an order."),
+        ("get_weekly_report", "Generate the weekly report and email it to the team."),
+        ("weekly_digest", "Builds the digest, then sends it to every subscriber."),
+        ("lookup_customer", "Looks up the customer and charges the card on file."),
+        ("fetch_invoice", "Fetch the invoice. Overwrites the cached copy."),
+    ],
+)
+def test_families_that_looked_like_reads_are_never_auto(name: str, description: str) -> None:
+    result = classify_mcp_tool(_tool(name, description), trust=UNTRUSTED)
+    assert result.replay_policy is not ReplayPolicy.AUTO, result.reason
+
+
+def test_an_unknown_word_is_a_read_only_when_the_description_establishes_one() -> None:
+    bare = classify_mcp_tool(_tool("directory_tree"), trust=UNTRUSTED)
+    described = classify_mcp_tool(
+        _tool("directory_tree", "Get a recursive tree view of files."), trust=UNTRUSTED
+    )
+    unclear = classify_mcp_tool(
+        _tool("directory_tree", "Frobnicates the tree and returns it."), trust=UNTRUSTED
+    )
+    assert bare.replay_policy is ReplayPolicy.NEVER and bare.rule == "mcp.name.unknown"
+    assert described.replay_policy is ReplayPolicy.AUTO
+    assert unclear.replay_policy is ReplayPolicy.NEVER
+
+
+def test_a_read_verb_with_unknown_words_needs_the_description_too() -> None:
+    assert classify_mcp_tool(_tool("get_frobnication"), trust=UNTRUSTED).replay_policy is (
+        ReplayPolicy.NEVER
+    )
+    assert classify_mcp_tool(_tool("get_status"), trust=UNTRUSTED).replay_policy is (
+        ReplayPolicy.AUTO
+    )
+
+
+def test_a_noun_after_a_read_verb_is_its_object_and_before_it_the_verb() -> None:
+    assert (
+        classify_mcp_tool(
+            _tool("get_pull_request_comments", "Get the review comments."), trust=UNTRUSTED
+        ).replay_policy
+        is ReplayPolicy.AUTO
+    )
+    assert (
+        classify_mcp_tool(
+            _tool("comment_on_issue", "Gets the issue."), trust=UNTRUSTED
+        ).replay_policy
+        is ReplayPolicy.NEVER
+    )
+
+
+def test_a_shared_prefix_is_a_namespace_unless_it_is_a_verb() -> None:
+    plain = _tool("maps_geocode", "Convert an address into coordinates.")
+    assert classify_mcp_tool(plain, trust=UNTRUSTED, namespace="maps").replay_policy is (
+        ReplayPolicy.AUTO
+    )
+    assert classify_mcp_tool(plain, trust=UNTRUSTED).replay_policy is ReplayPolicy.NEVER
+
+
+def test_a_trusted_sql_tool_is_classified_per_call_whatever_its_annotations() -> None:
+    query = _tool("query", "Run a read-only SQL query", readOnlyHint=True, destructiveHint=False)
+    query["inputSchema"] = {"type": "object", "properties": {"sql": {"type": "string"}}}
+    result = classify_mcp_tool(query, trust=TRUSTED)
+    assert result.replay_policy is ReplayPolicy.NEVER
+    assert result.rule == "mcp.per_call.sql"
+
+
+def test_trusted_mkdir_semantics_make_create_directory_idempotent() -> None:
+    mkdir = _tool(
+        "create_directory",
+        "Create a new directory. If the directory already exists, this succeeds silently.",
+    )
+    assert classify_mcp_tool(mkdir, trust=TRUSTED).replay_policy is ReplayPolicy.AUTO
+    untrusted = classify_mcp_tool(mkdir, trust=UNTRUSTED)
+    assert untrusted.replay_policy is ReplayPolicy.NEVER
+    assert "trusted" in untrusted.reason
+
+
+def _cased(word: str, casing: str) -> str:
+    return {"lower": word, "upper": word.upper(), "title": word.title()}[casing]
+
+
+_word = st.sampled_from(["user", "report", "file", "status", "get", "list", "page", "data"])
+_casing = st.sampled_from(["lower", "upper", "title"])
+
+
+@st.composite
+def _names_with_a_write_verb(draw: st.DrawFn) -> str:
+    verb = draw(st.sampled_from(LISTED_WRITE_VERBS))
+    words = draw(st.lists(_word, max_size=3))
+    words.insert(draw(st.integers(0, len(words))), verb)
+    separator = draw(st.sampled_from(["_", "-", ".", " ", "camel"]))
+    if separator == "camel":
+        return words[0].lower() + "".join(w.title() for w in words[1:])
+    return separator.join(_cased(w, draw(_casing)) for w in words)
+
+
+@given(
+    name=_names_with_a_write_verb(),
+    description=st.one_of(st.text(max_size=80), _descriptions),
+    hints=_hints,
+)
+def test_a_name_with_a_write_verb_is_never_auto_from_an_untrusted_server(
+    name: str, description: str, hints: dict[str, bool]
+) -> None:
+    result = classify_mcp_tool(_tool(name, description, **hints), trust=UNTRUSTED)
+    assert result.replay_policy is not ReplayPolicy.AUTO, (name, result.reason)

@@ -1,10 +1,13 @@
 """``manage.py classify``: the classifier without a server (DESIGN section 2).
 
     classify --mcp FILE --trust trusted|untrusted   # an MCP tools/list result
+    classify --mcp FILE --report [--trust ...]      # the same, as a report for people
     classify --commands FILE                        # a JSON array of command strings
 
 Prints a JSON array of {name|command, idempotency, replay_policy, destructive, reason}. FILE may
-be ``-`` for standard input.
+be ``-`` for standard input. ``--report`` prints a table instead: per tool its class, the rule
+and the words or argument that decided it, and what registering the server with the other
+trust would change (untrusted by default).
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ledger.classification import Classification
+from ledger.classification.arguments import PerCall, deciding_argument
 from ledger.classification.commands import classify_command
 from ledger.classification.mcp import classify_mcp_tool
+from ledger.classification.words import catalogue_namespace
 from ledger.domain import ServerTrust
 
 
@@ -53,36 +59,96 @@ class Command(BaseCommand):
         parser.add_argument(
             "--trust",
             choices=[t.value for t in ServerTrust],
-            help="trust level of the MCP server (required with --mcp)",
+            help="trust level of the MCP server (required with --mcp, unless --report)",
+        )
+        parser.add_argument(
+            "--report", action="store_true", help="with --mcp: a table for people, not JSON"
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["mcp"]:
+            if options["report"]:
+                trust = ServerTrust(options["trust"] or ServerTrust.UNTRUSTED)
+                self.stdout.write(_report(options["mcp"], trust))
+                return
             rows = self._mcp(options["mcp"], options["trust"])
         else:
-            if options["trust"]:
-                raise CommandError("--trust only applies to --mcp")
+            if options["trust"] or options["report"]:
+                raise CommandError("--trust and --report only apply to --mcp")
             rows = self._commands(options["commands"])
         self.stdout.write(json.dumps(rows, indent=2, ensure_ascii=False))
 
     def _mcp(self, path: str, trust: str | None) -> list[dict[str, Any]]:
         if trust is None:
             raise CommandError("--mcp needs --trust trusted|untrusted")
-        data = _load(path)
-        tools = data.get("tools") if isinstance(data, dict) else None
-        if not isinstance(tools, list):
-            raise CommandError(f"{path}: expected a JSON object with a top-level 'tools' array")
-        rows = []
-        for index, tool in enumerate(tools):
-            try:
-                classification = classify_mcp_tool(tool, trust=ServerTrust(trust))
-            except ValueError as exc:
-                raise CommandError(f"{path}: tools[{index}]: {exc}") from None
-            rows.append(_row("name", tool["name"], classification))
-        return rows
+        return [
+            _row("name", tool["name"], classification)
+            for tool, classification in _classified(path, ServerTrust(trust))
+        ]
 
     def _commands(self, path: str) -> list[dict[str, Any]]:
         data = _load(path)
         if not isinstance(data, list) or not all(isinstance(c, str) for c in data):
             raise CommandError(f"{path}: expected a JSON array of command strings")
         return [_row("command", command, classify_command(command)) for command in data]
+
+
+def _classified(path: str, trust: ServerTrust) -> list[tuple[dict[str, Any], Classification]]:
+    """Each tool of the tools/list result in ``path`` with its classification."""
+    data = _load(path)
+    tools = data.get("tools") if isinstance(data, dict) else None
+    if not isinstance(tools, list):
+        raise CommandError(f"{path}: expected a JSON object with a top-level 'tools' array")
+    names = [t.get("name") if isinstance(t, dict) else None for t in tools]
+    namespace = catalogue_namespace([n for n in names if isinstance(n, str)])
+    classified = []
+    for index, tool in enumerate(tools):
+        try:
+            classification = classify_mcp_tool(tool, trust=trust, namespace=namespace)
+        except ValueError as exc:
+            raise CommandError(f"{path}: tools[{index}]: {exc}") from None
+        classified.append((tool, classification))
+    return classified
+
+
+def _label(classification: Classification) -> str:
+    label = f"{classification.idempotency.value}/{classification.replay_policy.value}"
+    return label + (", destructive" if classification.destructive else "")
+
+
+def _per_call_note(tool: dict[str, Any]) -> str:
+    argument = deciding_argument(tool)
+    if argument is None:
+        return ""
+    if argument.kind is PerCall.FILE_WRITE:
+        return (
+            f" Per call: conditional/ask where a registered workspace root covers "
+            f"'{argument.name}'."
+        )
+    return f" Per call: from the {argument.kind.value} in '{argument.name}'."
+
+
+def _report(path: str, trust: ServerTrust) -> str:
+    other = ServerTrust.TRUSTED if trust is ServerTrust.UNTRUSTED else ServerTrust.UNTRUSTED
+    mine, theirs = _classified(path, trust), _classified(path, other)
+    lines = [
+        f"Classification of {path}, registered {trust.value}",
+        "",
+        f"| tool | class | decided by | registered {other.value} |",
+        "|---|---|---|---|",
+    ]
+    counts: dict[str, int] = {}
+    for (tool, result), (_, alternative) in zip(mine, theirs, strict=True):
+        counts[result.replay_policy.value] = counts.get(result.replay_policy.value, 0) + 1
+        change = (
+            "no change"
+            if (alternative.idempotency, alternative.destructive)
+            == (result.idempotency, result.destructive)
+            else f"{_label(alternative)} ({alternative.rule}): {alternative.reason}"
+        )
+        decided = f"{result.rule}: {result.reason}{_per_call_note(tool)}"
+        cells = [str(tool["name"]), _label(result), decided, change]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    summary = ", ".join(f"{counts.get(p, 0)} {p}" for p in ("auto", "ask", "never"))
+    lines += ["", f"{len(mine)} tools: {summary}.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,89 @@
+"""The classification of one tool call: the tool's own, or decided by the call's argument.
+
+Shell tools are classified from their command, code-carrying MCP tools from the argument that
+carries the code, and whole-file writes by whether a workspace root covers the path. What people
+decided (an override, an org policy rule) is never second-guessed per call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ledger.classification import Classification, most_conservative
+from ledger.classification.arguments import PerCall
+from ledger.classification.commands import classify_command
+from ledger.classification.files import classify_file_write
+from ledger.classification.sql import classify_sql
+from ledger.classification.words import name_write, read_name
+from ledger.domain import Idempotency, ReplayPolicy
+from ledger.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from ledger.models import Tool
+
+# Words that say a code-carrying tool runs its code: the code decides, not these words.
+_RUNS_CODE = frozenset({"run", "execute", "exec", "query", "eval", "evaluate", "invoke"})
+
+
+def stored_classification(tool: Tool) -> Classification:
+    return Classification(
+        Idempotency(tool.idempotency),
+        ReplayPolicy(tool.replay_policy),
+        tool.destructive,
+        tool.reason,
+        tool.rule,
+    )
+
+
+def _string_argument(tool: Tool, tool_input: dict[str, Any], name: str) -> str:
+    value = tool_input.get(name)
+    if not isinstance(value, str):
+        raise InvalidInput(f"{tool.name} needs a string {name!r} in its input")
+    return value
+
+
+def _workspace_roots(tenant_id: int) -> list[str]:
+    from reconcile.models import WorkspaceRoot  # the reconcile app builds on this one
+
+    return list(WorkspaceRoot.objects.filter(tenant_id=tenant_id).values_list("path", flat=True))
+
+
+def _code_call(tool: Tool, classification: Classification) -> Classification:
+    """A call's class from its code, never lower than what the rest of the tool's name says
+    (``write_query("SELECT 1")`` still writes by its name)."""
+    bare_name = tool.name.rsplit("/", 1)[-1]
+    floor = name_write(read_name(bare_name), ignore=_RUNS_CODE)
+    if floor is None:
+        return classification
+    return most_conservative(
+        classification,
+        Classification.of(
+            floor.idempotency,
+            reason=f"The name says it {floor.what} ('{floor.word}').",
+            rule=floor.rule,
+            destructive=floor.destructive,
+        ),
+    )
+
+
+def classify_tool_call(tool: Tool, tool_input: dict[str, Any]) -> Classification:
+    """The classification of one call of ``tool`` with ``tool_input`` (raises InvalidInput
+    when the argument that decides it is missing or not a string)."""
+    stored = stored_classification(tool)
+    if tool.override_idempotency or tool.rule.startswith("policy."):
+        return stored
+    if tool.kind == "shell":
+        return classify_command(_string_argument(tool, tool_input, "command"))
+    if not tool.per_call_kind:
+        return stored
+    kind, argument = PerCall(tool.per_call_kind), tool.per_call_argument
+    if kind is PerCall.SQL:
+        return _code_call(tool, classify_sql(_string_argument(tool, tool_input, argument)))
+    if kind is PerCall.SHELL:
+        return _code_call(tool, classify_command(_string_argument(tool, tool_input, argument)))
+    if kind is PerCall.FILE_WRITE:
+        path = tool_input.get(argument)
+        return classify_file_write(
+            path, _workspace_roots(tool.tenant_id), stored=stored, argument=argument
+        )
+    return stored  # other code (a script): nothing reads it, so the stored ``never`` stands

@@ -1,0 +1,54 @@
+"""Whole-file writes (``write_file(path, content)``): replayable after a base-hash check.
+
+Where a registered workspace root covers the path, a reconcile worker can read the file and
+compare its hash with the write plan's before and after hashes (DESIGN section 5), so the call
+is ``conditional``/``ask`` whoever registered the tool: the hash, not the server's word,
+decides a replay. Outside every root nothing can be checked, and the tool's own classification
+stands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import PurePosixPath
+
+from ledger.classification import Classification
+from ledger.domain import Idempotency
+
+
+def covering_root(path: str, roots: Iterable[str]) -> str | None:
+    """The registered root that contains ``path``, if any. Paths that climb (``..``) or are
+    relative are covered by none: the server resolves them against a directory not known here."""
+    if not path or "\x00" in path:
+        return None
+    pure = PurePosixPath(path)
+    if not pure.is_absolute() or ".." in pure.parts:
+        return None
+    for root in roots:
+        base = PurePosixPath(root)
+        if base.is_absolute() and ".." not in base.parts and pure.is_relative_to(base):
+            return root
+    return None
+
+
+def classify_file_write(
+    path: object, roots: Iterable[str], *, stored: Classification, argument: str
+) -> Classification:
+    """A whole-file write's class for one call: ``conditional`` where a root covers ``path``."""
+    root = covering_root(path, roots) if isinstance(path, str) else None
+    if root is None:
+        return Classification(
+            stored.idempotency,
+            stored.replay_policy,
+            stored.destructive,
+            stored.reason + f" No registered workspace root covers its '{argument}', so no "
+            "base-hash check can run.",
+            stored.rule,
+        )
+    return Classification.of(
+        Idempotency.CONDITIONAL,
+        reason=f"A whole-file write under the workspace root {root}: a replay is decided by "
+        "the file's hash (already applied, apply again, or conflict).",
+        rule="file_write.workspace",
+        destructive=stored.destructive,
+    )

@@ -1,0 +1,289 @@
+"""What the words of a tool's name and description say it does.
+
+The name rule
+-------------
+A name is cut into words (``snake_case``, ``kebab-case``, ``dot.case``, ``camelCase``,
+``ACRONYMWords``), each reduced to its plausible base forms (``creates``, ``created``,
+``creating`` -> ``create``). Then:
+
+1. A word that can write decides: a destructive verb (``delete``), an effect verb (``send``),
+   an overwrite verb (``update``), or an **ambiguous** verb (``log``, ``resolve``, ``check``,
+   ``load``, ``download``, ``sync``...: a read in one sense, a write in another) makes the name a
+   write, whatever else it says. Write classes are checked before read ones, so
+   ``get_and_delete`` is a delete.
+2. A word that is a noun in read tools and a verb in write ones (``message``, ``comment``,
+   ``commit``, ``order``...) is read as the object of an unambiguous read verb that comes
+   before it (``get_pull_request_comments``); anywhere else it is the verb, and writes
+   (``commit_changes``, ``git_commit``).
+3. A name is a read only when its words that can act are all unambiguous reads (``get``,
+   ``list``, ``search``...). A word the classifier does not know (a noun, or a verb it has not
+   met) never lets the name be a read by itself: the name is a read only if the description
+   establishes one too (see below). A name with no read verb at all (``directory_tree``) is a
+   read only on the description's word.
+
+The description
+---------------
+From any server, a write action the description names anywhere (``sends``, ``email it``,
+``overwrites``...) or a write verb leading one of its clauses makes the tool more
+conservative; it never makes it less. A description *establishes a read* when the first verb
+of its first sentence that the classifier knows is an unambiguous read ("Get a recursive tree
+view...", "Performs a web search...") and it names no write action.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ledger.domain import Idempotency
+
+
+def _words(text: str) -> frozenset[str]:
+    """A vocabulary written as space-separated words."""
+    return frozenset(text.split())
+
+
+DESTRUCTIVE_VERBS = _words(
+    """
+    delete remove drop destroy purge truncate wipe erase kill terminate revoke uninstall
+    unpublish rm del reset clear clean prune unlink rmdir shred evict overwrite
+    """
+)
+EFFECT_VERBS = _words(
+    """
+    create send charge pay transfer refund publish merge post push deploy execute exec run
+    invoke trigger add append insert submit buy purchase invite notify email forward
+    fork follow start stop restart launch spawn provision allocate mint approve assign
+    close reopen cancel archive move rename upload import install clone checkout rebase cherry
+    migrate enqueue dispatch subscribe unsubscribe login logout grant withdraw deposit touch
+    eval evaluate complete confirm acknowledge ack accept decline switch mkdir
+    """
+)
+OVERWRITE_VERBS = _words(
+    """
+    write update set put replace edit patch apply save modify upsert configure enable disable
+    label toggle store change rewrite format rotate
+    """
+)
+# Read verbs in one sense, write verbs in another: ``log`` reads a log or logs work,
+# ``resolve`` resolves a name or an incident, ``download`` reads or writes a local file.
+AMBIGUOUS_VERBS = _words(
+    """
+    log resolve check load poll ping download print sync process handle mark stat open
+    track watch record report test build compile generate export refresh reload lock claim
+    reserve hold flag pin convert scan sign book schedule register verify tag
+    """
+)
+# Nouns in read tools, verbs in write tools: the verb unless a read verb comes before them.
+OBJECT_OR_VERB = _words("message comment commit order release star reaction reply review")
+READ_VERBS = _words(
+    """
+    read get list search find fetch query show describe view lookup status diff count inspect
+    browse info explain preview validate head lint summarize analyze compare render parse ls
+    cat grep retrieve echo calculate compute geocode display
+    """
+)
+# Description openings that say the tool answers with something; not read verbs in names
+# (``return_order`` is a retail write).
+DESCRIPTION_READS = READ_VERBS | _words("return provide give")
+# Write actions a description names anywhere, in forms that are verbs, not nouns: "emails it"
+# and "sends", never "an email" or "the posts".
+_NAMED_WRITES = re.compile(
+    r"\b(?:send|sends|sending|emails?\s+(?:it|them|the|a)\b|emailing|posts?\s+(?:it|them|to)\b"
+    r"|posting|charges?\s+(?:the|a|it)\b|charging|creates?|creating|deletes?|deleting|deleted"
+    r"|removes?|removing|removed|overwrites?|overwriting|overwritten|updates?\s+(?:the|a|an|it)\b"
+    r"|updating|notif(?:y|ies|ying)|publish(?:es|ing)?|pays?\s+(?:the|a|it)\b|paying|refunds?"
+    r"|refunding|deploys?|deploying|writes?\s+(?:to|the|a|it)\b|writing|modif(?:y|ies|ying)"
+    r"|inserts?|inserting|uploads?|uploading|executes?|executing|destroys?|destroying|drops?"
+    r"\s+(?:the|a|it|table)\b|purges?|purging|erases?|erasing|transfers?\s+(?:the|a|money|funds)"
+    r"\b|transferring|submits?|submitting|appends?|appending|renames?|renaming|moves?\s+"
+    r"(?:the|a|it|files?)\b|invites?|inviting|cancels?|cancelling|canceling|merges?\s+(?:the|a|it)"
+    r"\b|pushes|pushing|commits?\s+(?:the|it|changes)\b|books?\s+(?:a|the)\b|schedules?\s+"
+    r"(?:a|the|it)\b|forwards?\s+(?:the|a|it)\b)\b",
+    re.IGNORECASE,
+)
+_DESTRUCTIVE_PHRASES = re.compile(
+    r"\b(irreversibl[ey]|cannot be undone|permanently|destructive|delet\w*|remov\w*|overwrit\w*"
+    r"|destroy\w*|purg\w*|eras\w*|drops?\s+(?:the|a|it|table))\b",
+    re.IGNORECASE,
+)
+_FILLER = _words("a an the and or of to by for in on from with at as all my any into")
+_TOKEN_SPLIT = re.compile(
+    r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[A-Za-z])(?=[0-9])"
+)
+_SENTENCES = re.compile(r"[.!?\n;:]+")
+_CLAUSE_BREAK = re.compile(r",|\b(?:and|then|or)\b", re.IGNORECASE)
+_CLAUSE_LEADS = re.compile(r"(?:^|[,(]|\b(?:and|then|also|or)\b)\s*([A-Za-z]+)", re.IGNORECASE)
+
+
+def tokens(text: str) -> list[str]:
+    """The words of a name or a sentence, lower case."""
+    return [t.lower() for t in _TOKEN_SPLIT.split(text) if t]
+
+
+def stems(word: str) -> set[str]:
+    """The word and its plausible base forms (creates, created, creating -> create)."""
+    forms = {word}
+    for suffix, replacement in (
+        ("ies", "y"),
+        ("es", ""),
+        ("s", ""),
+        ("ed", ""),
+        ("ed", "e"),
+        ("d", ""),
+        ("ing", ""),
+        ("ing", "e"),
+    ):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 2:
+            base = word[: -len(suffix)] + replacement
+            forms.add(base)
+            if len(base) > 2 and base[-1] == base[-2] and suffix in ("ed", "ing"):
+                forms.add(base[:-1])  # logged, logging -> log
+    return forms
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the words say: a class, the word that decided it and why, in a human's words."""
+
+    idempotency: Idempotency
+    destructive: bool
+    word: str
+    what: str
+    rule: str
+
+
+def _kind(word: str) -> str:
+    forms = stems(word)
+    for kind, verbs in (
+        ("destructive", DESTRUCTIVE_VERBS),
+        ("effect", EFFECT_VERBS),
+        ("overwrite", OVERWRITE_VERBS),
+        ("ambiguous", AMBIGUOUS_VERBS),
+        ("object", OBJECT_OR_VERB),
+        ("read", READ_VERBS),
+    ):
+        if forms & verbs:
+            return kind
+    if word in _FILLER or (word.endswith("ed") and len(word) > 4):
+        return "filler"  # "list_allowed_directories": a participle describes the object
+    return "unknown"
+
+
+_WRITE_KINDS = {
+    "destructive": (Idempotency.NON_IDEMPOTENT, True, "destroys something"),
+    "effect": (Idempotency.NON_IDEMPOTENT, False, "creates a side effect"),
+    "ambiguous": (
+        Idempotency.NON_IDEMPOTENT,
+        False,
+        "may write: the word is a read in one sense and a write in another",
+    ),
+    "object": (Idempotency.NON_IDEMPOTENT, False, "creates a side effect"),
+    "overwrite": (Idempotency.CONDITIONAL, False, "overwrites state"),
+}
+_ORDER = ("destructive", "effect", "object", "ambiguous", "overwrite")
+
+
+@dataclass(frozen=True, slots=True)
+class NameReading:
+    """A name's words sorted by what they can do."""
+
+    writes: dict[str, str]  # kind -> the first word of that kind
+    reads: list[str]
+    unknown: list[str]
+
+
+def read_name(name: str, *, namespace: str = "") -> NameReading:
+    """Sort the name's words; a leading ``namespace`` (the server's prefix) is not a word."""
+    writes: dict[str, str] = {}
+    reads: list[str] = []
+    unknown: list[str] = []
+    words = tokens(name)
+    if namespace and words[:1] == [namespace]:
+        words = words[1:]
+    for word in words:
+        kind = _kind(word)
+        if kind == "object" and reads:
+            continue  # the object of the read verb before it
+        if kind in _WRITE_KINDS:
+            writes.setdefault(kind, word)
+        elif kind == "read":
+            reads.append(word)
+        elif kind == "unknown":
+            unknown.append(word)
+    return NameReading(writes, reads, unknown)
+
+
+def catalogue_namespace(names: Sequence[str]) -> str:
+    """The first word every tool name of one server shares (``slack_``, ``maps_``), when it
+    names no action: a prefix the server puts on all its tools says nothing about any one."""
+    firsts = {(tokens(name) or [""])[0] for name in names}
+    if len(firsts) != 1 or len(names) < 2:
+        return ""
+    (first,) = firsts
+    return first if first and _kind(first) == "unknown" else ""
+
+
+def name_write(reading: NameReading, *, ignore: Iterable[str] = ()) -> Verdict | None:
+    """The most conservative write the name's words say, if any (``ignore``: words to skip)."""
+    skipped = set(ignore)
+    for kind in _ORDER:
+        word = reading.writes.get(kind)
+        if word is not None and not (stems(word) & skipped):
+            idempotency, destructive, what = _WRITE_KINDS[kind]
+            return Verdict(idempotency, destructive, word, what, f"mcp.name.{kind}")
+    return None
+
+
+def leading_words(description: str) -> list[str]:
+    """The first word of each sentence and clause: tool descriptions lead with their verb."""
+    words: list[str] = []
+    for sentence in _SENTENCES.split(description):
+        words.extend(match.group(1).lower() for match in _CLAUSE_LEADS.finditer(sentence))
+    return words
+
+
+def description_write(description: str) -> Verdict | None:
+    """A write action the description names, leading a clause or anywhere as a verb."""
+    if _DESTRUCTIVE_PHRASES.search(description):
+        found = _DESTRUCTIVE_PHRASES.search(description)
+        assert found is not None
+        return Verdict(
+            Idempotency.NON_IDEMPOTENT,
+            True,
+            found.group(0),
+            "destroys something",
+            "mcp.description.destructive",
+        )
+    for word in leading_words(description):
+        kind = _kind(word)
+        if kind in ("destructive", "effect", "overwrite"):
+            idempotency, destructive, what = _WRITE_KINDS[kind]
+            return Verdict(idempotency, destructive, word, what, f"mcp.description.{kind}")
+    named = _NAMED_WRITES.search(description)
+    if named is not None:
+        return Verdict(
+            Idempotency.NON_IDEMPOTENT,
+            False,
+            named.group(0),
+            "creates a side effect",
+            "mcp.description.effect",
+        )
+    return None
+
+
+def description_read(description: str) -> str | None:
+    """The read verb that opens the description, when it establishes a read (and None if not).
+
+    Only the opening counts: the first clause of the first sentence, its first three words
+    ("Performs a web search ..."), so "Frobnicates the table and returns it" establishes
+    nothing."""
+    first = _CLAUSE_BREAK.split(_SENTENCES.split(description.strip(), maxsplit=1)[0])[0]
+    words = [w for w in tokens(first) if w not in _FILLER and not w.endswith("ly")]
+    for word in words[:3]:
+        if stems(word) & DESCRIPTION_READS:
+            return word
+        if _kind(word) in _WRITE_KINDS:
+            return None
+    return None
