@@ -205,3 +205,76 @@ def test_concurrent_declarations_of_a_new_tool_all_succeed() -> None:
         )
     )
     assert actions == ["tool.registered"] + ["tool.updated"] * (callers - 1)
+
+
+def _catalogue(name: str) -> dict:
+    return json.loads(
+        (Path(__file__).parent / "fixtures" / "mcp" / f"{name}_tools_list.json").read_text()
+    )
+
+
+def _import(tenant, server: str, catalogue: str, trust=ServerTrust.UNTRUSTED) -> dict[str, Tool]:
+    tools = import_mcp_tools(
+        tenant=tenant,
+        server_name=server,
+        trust=trust,
+        tools_list=_catalogue(catalogue),
+        actor="alice",
+        source="api",
+    )
+    return {t.name.split("/", 1)[1]: t for t in tools}
+
+
+def test_mcp_import_stores_the_argument_that_decides_each_call(tenant) -> None:
+    pg = _import(tenant, "pg", "server_postgres", trust=ServerTrust.TRUSTED)
+    fs = _import(tenant, "fs", "server_filesystem")
+    assert (pg["query"].per_call_kind, pg["query"].per_call_argument) == ("sql", "sql")
+    assert pg["query"].replay_policy == ReplayPolicy.NEVER
+    assert pg["query"].rule == "mcp.per_call.sql"
+    assert (fs["write_file"].per_call_kind, fs["write_file"].per_call_argument) == (
+        "file_write",
+        "path",
+    )
+    assert fs["edit_file"].per_call_kind == "" and fs["read_file"].per_call_kind == ""
+    event = AuditEvent.objects.get(action="tool.imported", target_id=str(pg["query"].pk))
+    assert event.after["per_call"] == "sql:sql"
+
+
+def test_reclassification_keeps_a_servers_namespace(tenant) -> None:
+    maps = _import(tenant, "maps", "server_google_maps")
+    assert maps["maps_geocode"].replay_policy == ReplayPolicy.AUTO
+    PolicyRule.objects.create(
+        tenant=tenant, pattern="nothing*", idempotency=Idempotency.IDEMPOTENT, reason="none"
+    )
+    assert reclassify_tenant_tools(tenant=tenant, actor="carol", source="console") == 0
+    cleared = override_tool(
+        tool=maps["maps_geocode"], idempotency=None, reason="none", actor="bob", source="console"
+    )
+    assert cleared.replay_policy == ReplayPolicy.AUTO
+
+
+def test_a_registered_code_argument_classifies_each_call_from_it(tenant) -> None:
+    from ledger.classification.arguments import DecidingArgument, PerCall
+    from ledger.classification.calls import classify_tool_call
+
+    tool = _register(
+        tenant,
+        "warehouse_sql",
+        declared_idempotency=Idempotency.IDEMPOTENT,
+        code_argument=DecidingArgument(PerCall.SQL, "q"),
+    )
+    assert tool.replay_policy == ReplayPolicy.NEVER and tool.rule == "mcp.per_call.sql"
+    assert classify_tool_call(tool, {"q": "SELECT 1"}).replay_policy is ReplayPolicy.AUTO
+    assert classify_tool_call(tool, {"q": "SELECT 1; DELETE FROM t"}).replay_policy is (
+        ReplayPolicy.NEVER
+    )
+    with pytest.raises(InvalidInput):
+        classify_tool_call(tool, {"sql": "SELECT 1"})
+
+
+def test_a_code_argument_hint_without_a_name_is_refused(tenant) -> None:
+    from ledger.classification.arguments import DecidingArgument, PerCall
+
+    with pytest.raises(InvalidInput):
+        _register(tenant, "warehouse_sql", code_argument=DecidingArgument(PerCall.SQL, " "))
+    assert not Tool.objects.exists()

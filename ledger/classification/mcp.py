@@ -132,7 +132,7 @@ def per_call_fallback(argument: DecidingArgument, result: Classification) -> Cla
         UNDECLARED.replay_policy,
         result.destructive,
         f"Classified per call from its {argument.kind.value} argument '{argument.name}', "
-        "whatever the server claims; this is the fallback.",
+        "whatever is claimed about the tool; this is the fallback.",
         f"mcp.per_call.{argument.kind.value}",
     )
 

@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ledger.classification import UNDECLARED, Classification, most_conservative
+from ledger.classification.arguments import DecidingArgument, PerCall
 from ledger.classification.catalogue import SHELL_TOOLS, catalogue_tool
-from ledger.classification.mcp import classify_mcp_tool
+from ledger.classification.mcp import classify_mcp_tool, per_call_fallback
 from ledger.domain import POLICY_FOR, Idempotency, ServerTrust
 
 
@@ -99,15 +100,20 @@ def base_classification(
     mcp_descriptor: dict[str, object] | None,
     trust: ServerTrust | None,
     namespace: str = "",
+    code_argument: DecidingArgument | None = None,
 ) -> Classification:
-    """The computed classification of a registry tool, before policy and overrides."""
+    """The computed classification of a registry tool, before policy and overrides;
+    ``code_argument`` is a registered hint that an argument carries code."""
     if tool_name in SHELL_TOOLS:
         return shell_tool_classification()
     if mcp_descriptor is not None:
         return classify_mcp_tool(
             mcp_descriptor, trust=trust or ServerTrust.UNTRUSTED, namespace=namespace
         )
-    return declared_classification(tool_name, declared)
+    declared_class = declared_classification(tool_name, declared)
+    if code_argument is not None and code_argument.kind is not PerCall.FILE_WRITE:
+        return per_call_fallback(code_argument, declared_class)
+    return declared_class
 
 
 def effective_classification(

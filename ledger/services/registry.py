@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ledger.classification import Classification
-from ledger.classification.arguments import deciding_argument
+from ledger.classification.arguments import DecidingArgument, PerCall, deciding_argument
 from ledger.classification.catalogue import SHELL_TOOLS, catalogue_tool
 from ledger.classification.mcp import validate_descriptor
 from ledger.classification.policy import (
@@ -80,6 +80,9 @@ def _classify(tool: Tool, rules: list[PolicyRule], namespace: str | None = None)
         namespace=(_server_namespace(tool.server_id) if namespace is None else namespace)
         if is_mcp
         else "",
+        code_argument=DecidingArgument(PerCall(tool.per_call_kind), tool.per_call_argument)
+        if tool.per_call_kind and not is_mcp
+        else None,
     )
     return effective_classification(
         base, tool_name=tool.name, rules=rules, override=_override(tool)
@@ -122,11 +125,17 @@ def register_tool(
     description: str = "",
     output_schema: dict[str, Any] | None = None,
     key_scope: KeyScope | None = None,
+    code_argument: DecidingArgument | None = None,
 ) -> Tool:
     """Create or update a tool declared by the tenant's runtime, and classify it. The row is
     locked ``FOR NO KEY UPDATE``: calls in flight keep checking their foreign key to it
-    (``FOR KEY SHARE``) instead of queueing behind the declaration."""
+    (``FOR KEY SHARE``) instead of queueing behind the declaration. ``code_argument`` says
+    which argument carries SQL, a command or code: each call is then classified from it."""
     validate_tool_name(name)
+    if code_argument is not None and code_argument.kind is PerCall.FILE_WRITE:
+        raise InvalidInput("a registered hint names an argument that carries code")
+    if code_argument is not None and not code_argument.name.strip():
+        raise InvalidInput("a code argument needs the argument's name")
     attempt = partial(
         _register_tool,
         tenant,
@@ -137,6 +146,7 @@ def register_tool(
         description,
         output_schema,
         key_scope,
+        code_argument,
     )
     try:
         return attempt()
@@ -157,6 +167,7 @@ def _register_tool(
     description: str,
     output_schema: dict[str, Any] | None,
     key_scope: KeyScope | None,
+    code_argument: DecidingArgument | None,
 ) -> Tool:
     with transaction.atomic():
         tool = Tool.objects.select_for_update(no_key=True).filter(tenant=tenant, name=name).first()
@@ -166,6 +177,8 @@ def _register_tool(
         elif tool.kind == Tool.Kind.MCP:
             raise InvalidInput(f"{name!r} was imported from an MCP server; re-import it instead")
         before = None if created else _snapshot(tool)
+        tool.per_call_kind = code_argument.kind.value if code_argument else ""
+        tool.per_call_argument = code_argument.name if code_argument else ""
         _declare(tool, tenant, declared_idempotency, description, output_schema, key_scope)
         tool.save()
         audit(
