@@ -149,7 +149,7 @@ def _directory_creation(
     That the tool behaves so is the server's claim, so only a trusted server's is believed."""
     words = set(reading.unknown)
     only_creates = set(reading.writes) == {"effect"} and bool(
-        stems(reading.writes["effect"]) & {"create", "make", "mkdir"}
+        stems(reading.writes["effect"]) & {"create", "mkdir"}
     )
     claims = _MKDIR_SEMANTICS.search(description) or _hint(annotations, "idempotentHint")
     if not (only_creates and words & _MKDIR_WORDS and claims and not result.destructive):

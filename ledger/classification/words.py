@@ -12,9 +12,9 @@ A name is cut into words (``snake_case``, ``kebab-case``, ``dot.case``, ``camelC
    write, whatever else it says. Write classes are checked before read ones, so
    ``get_and_delete`` is a delete.
 2. A word that is a noun in read tools and a verb in write ones (``message``, ``comment``,
-   ``commit``, ``order``...) is read as the object of an unambiguous read verb that comes
-   before it (``get_pull_request_comments``); anywhere else it is the verb, and writes
-   (``commit_changes``, ``git_commit``).
+   ``commit``, ``build``...) is read as the object of an unambiguous read verb that comes
+   before it in the same clause (``get_pull_request_comments``); anywhere else it is the verb,
+   and writes (``git_commit``, ``get_and_lock``).
 3. A name is a read only when its words that can act are all unambiguous reads (``get``,
    ``list``, ``search``...). A word the classifier does not know (a noun, or a verb it has not
    met) never lets the name be a read by itself: the name is a read only if the description
@@ -70,13 +70,18 @@ OVERWRITE_VERBS = _words(
 # ``resolve`` resolves a name or an incident, ``download`` reads or writes a local file.
 AMBIGUOUS_VERBS = _words(
     """
-    log resolve check load poll ping download print sync process handle mark stat open
-    track watch record report test build compile generate export refresh reload lock claim
-    reserve hold flag pin convert scan sign book schedule register verify tag
+    log resolve check load poll ping download print sync process handle mark open watch
+    compile generate refresh reload reserve convert scan sign register verify
     """
 )
-# Nouns in read tools, verbs in write tools: the verb unless a read verb comes before them.
-OBJECT_OR_VERB = _words("message comment commit order release star reaction reply review")
+# Nouns in read tools, verbs in write tools: the object of a read verb before them in the same
+# clause (``get_build_status``), the verb anywhere else (``build_image``, ``get_and_lock``).
+OBJECT_OR_VERB = _words(
+    """
+    message comment commit order release star reaction reply review record report build test
+    track tag schedule book flag pin hold claim lock export
+    """
+)
 READ_VERBS = _words(
     """
     read get list search find fetch query show describe view lookup status diff count inspect
@@ -108,7 +113,8 @@ _DESTRUCTIVE_PHRASES = re.compile(
     r"|destroy\w*|purg\w*|eras\w*|drops?\s+(?:the|a|it|table))\b",
     re.IGNORECASE,
 )
-_FILLER = _words("a an the and or of to by for in on from with at as all my any into")
+_CONJUNCTIONS = _words("and then or also")
+_FILLER = _CONJUNCTIONS | _words("a an the of to by for in on from with at as all my any into")
 _TOKEN_SPLIT = re.compile(
     r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[A-Za-z])(?=[0-9])"
 )
@@ -202,14 +208,18 @@ def read_name(name: str, *, namespace: str = "") -> NameReading:
     words = tokens(name)
     if namespace and words[:1] == [namespace]:
         words = words[1:]
+    object_of_read = False
     for word in words:
         kind = _kind(word)
-        if kind == "object" and reads:
-            continue  # the object of the read verb before it
+        if word in _CONJUNCTIONS:
+            object_of_read = False  # "get_and_lock": a second verb, not an object
+        if kind == "object" and object_of_read:
+            continue
         if kind in _WRITE_KINDS:
             writes.setdefault(kind, word)
         elif kind == "read":
             reads.append(word)
+            object_of_read = True
         elif kind == "unknown":
             unknown.append(word)
     return NameReading(writes, reads, unknown)

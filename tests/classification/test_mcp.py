@@ -302,3 +302,18 @@ def test_a_name_with_a_write_verb_is_never_auto_from_an_untrusted_server(
 ) -> None:
     result = classify_mcp_tool(_tool(name, description, **hints), trust=UNTRUSTED)
     assert result.replay_policy is not ReplayPolicy.AUTO, (name, result.reason)
+
+
+def test_a_second_verb_after_and_is_a_verb_not_an_object() -> None:
+    assert (
+        classify_mcp_tool(
+            _tool("get_build_status", "Get the status of a build."), trust=UNTRUSTED
+        ).replay_policy
+        is ReplayPolicy.AUTO
+    )
+    assert (
+        classify_mcp_tool(
+            _tool("get_and_lock", "Get a row and lock it."), trust=UNTRUSTED
+        ).replay_policy
+        is ReplayPolicy.NEVER
+    )
