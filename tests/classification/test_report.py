@@ -72,3 +72,56 @@ def test_the_capture_script_matches_the_stored_catalogue() -> None:
     assert [t["name"] for t in fresh["tools"]] == [t["name"] for t in stored["tools"]]
     manifest = json.loads((out / "catalogues.json").read_text())
     assert manifest["server_memory_tools_list.json"]["registry"] == "npm"
+
+
+def _import_filesystem(tenant) -> None:
+    from ledger.domain import ServerTrust
+    from ledger.services.registry import import_mcp_tools
+
+    import_mcp_tools(
+        tenant=tenant,
+        server_name="fs",
+        trust=ServerTrust.UNTRUSTED,
+        tools_list=json.loads(
+            (ROOT / "tests/fixtures/mcp/server_filesystem_tools_list.json").read_text()
+        ),
+        actor="alice",
+        source="api",
+    )
+
+
+@pytest.mark.django_db
+def test_the_report_of_an_imported_server_shows_the_registrys_classes(tenant) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from ledger.domain import Idempotency
+    from ledger.models import Tool
+    from ledger.services.registry import override_tool
+
+    _import_filesystem(tenant)
+    override_tool(
+        tool=Tool.objects.get(tenant=tenant, name="fs/move_file"),
+        idempotency=Idempotency.CONDITIONAL,
+        reason="moves inside the sandbox are checked by hand",
+        actor="bob",
+        source="console",
+    )
+    out = StringIO()
+    call_command("classify", "--server", "fs", "--tenant", tenant.slug, "--report", stdout=out)
+    rows = {r.split(" | ")[0].removeprefix("| "): r for r in out.getvalue().splitlines()}
+    assert "override: Overridden by bob" in rows["move_file"]
+    assert rows["directory_tree"].split(" | ")[1] == "idempotent/auto"
+    assert "idempotent/auto (mcp.directory_creation.idempotent)" in rows["create_directory"]
+    assert "registered untrusted" in out.getvalue().splitlines()[0]
+
+
+@pytest.mark.django_db
+def test_the_report_of_another_tenants_server_is_refused(tenant, other_tenant) -> None:
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    _import_filesystem(other_tenant)
+    with pytest.raises(CommandError, match="has imported no MCP server"):
+        call_command("classify", "--server", "fs", "--tenant", tenant.slug, "--report")

@@ -2,12 +2,14 @@
 
     classify --mcp FILE --trust trusted|untrusted   # an MCP tools/list result
     classify --mcp FILE --report [--trust ...]      # the same, as a report for people
+    classify --server NAME --tenant SLUG --report   # an imported server, from the registry
     classify --commands FILE                        # a JSON array of command strings
 
 Prints a JSON array of {name|command, idempotency, replay_policy, destructive, reason}. FILE may
 be ``-`` for standard input. ``--report`` prints a table instead: per tool its class, the rule
 and the words or argument that decided it, and what registering the server with the other
-trust would change (untrusted by default).
+trust would change (untrusted by default; an imported server's own trust). For an imported
+server the class is the registry's, org policy and overrides included.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ledger.classification import Classification
 from ledger.classification.arguments import PerCall, deciding_argument
+from ledger.classification.calls import stored_classification
 from ledger.classification.commands import classify_command
 from ledger.classification.mcp import classify_mcp_tool
 from ledger.classification.words import catalogue_namespace
 from ledger.domain import ServerTrust
+from ledger.models import McpServer, Tool
 
 
 def _load(path: str) -> Any:
@@ -56,6 +60,8 @@ class Command(BaseCommand):
         source = parser.add_mutually_exclusive_group(required=True)
         source.add_argument("--mcp", metavar="FILE", help="an MCP tools/list result (JSON)")
         source.add_argument("--commands", metavar="FILE", help="a JSON array of command strings")
+        source.add_argument("--server", help="with --tenant and --report: an imported MCP server")
+        parser.add_argument("--tenant", metavar="SLUG", help="the tenant that imported --server")
         parser.add_argument(
             "--trust",
             choices=[t.value for t in ServerTrust],
@@ -66,10 +72,20 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["server"]:
+            if not (options["tenant"] and options["report"]) or options["trust"]:
+                raise CommandError("--server needs --tenant and --report (and takes no --trust)")
+            self.stdout.write(_server_report(options["tenant"], options["server"]))
+            return
+        if options["tenant"]:
+            raise CommandError("--tenant only applies to --server")
         if options["mcp"]:
             if options["report"]:
                 trust = ServerTrust(options["trust"] or ServerTrust.UNTRUSTED)
-                self.stdout.write(_report(options["mcp"], trust))
+                mine = _classified(options["mcp"], trust)
+                theirs = _classified(options["mcp"], _other(trust))
+                title = f"{options['mcp']}, registered {trust.value}"
+                self.stdout.write(_report(title, mine, theirs, _other(trust)))
                 return
             rows = self._mcp(options["mcp"], options["trust"])
         else:
@@ -93,7 +109,10 @@ class Command(BaseCommand):
         return [_row("command", command, classify_command(command)) for command in data]
 
 
-def _classified(path: str, trust: ServerTrust) -> list[tuple[dict[str, Any], Classification]]:
+Classified = list[tuple[dict[str, Any], Classification]]
+
+
+def _classified(path: str, trust: ServerTrust) -> Classified:
     """Each tool of the tools/list result in ``path`` with its classification."""
     data = _load(path)
     tools = data.get("tools") if isinstance(data, dict) else None
@@ -128,11 +147,31 @@ def _per_call_note(tool: dict[str, Any]) -> str:
     return f" Per call: from the {argument.kind.value} in '{argument.name}'."
 
 
-def _report(path: str, trust: ServerTrust) -> str:
-    other = ServerTrust.TRUSTED if trust is ServerTrust.UNTRUSTED else ServerTrust.UNTRUSTED
-    mine, theirs = _classified(path, trust), _classified(path, other)
+def _other(trust: ServerTrust) -> ServerTrust:
+    return ServerTrust.TRUSTED if trust is ServerTrust.UNTRUSTED else ServerTrust.UNTRUSTED
+
+
+def _server_report(tenant: str, server_name: str) -> str:
+    """The report of a server a tenant imported: the registry's classes, and what the other
+    trust would give each tool's descriptor."""
+    server = McpServer.objects.filter(tenant__slug=tenant, name=server_name).first()
+    if server is None:
+        raise CommandError(f"tenant {tenant!r} has imported no MCP server {server_name!r}")
+    tools = list(Tool.objects.filter(server=server).order_by("pk"))
+    namespace = catalogue_namespace([str(t.descriptor.get("name", "")) for t in tools])
+    other = _other(ServerTrust(server.trust))
+    mine = [(t.descriptor, stored_classification(t)) for t in tools]
+    theirs = [
+        (t.descriptor, classify_mcp_tool(t.descriptor, trust=other, namespace=namespace))
+        for t in tools
+    ]
+    title = f"server {server_name!r} of tenant {tenant!r}, registered {server.trust}"
+    return _report(title, mine, theirs, other)
+
+
+def _report(title: str, mine: Classified, theirs: Classified, other: ServerTrust) -> str:
     lines = [
-        f"Classification of {path}, registered {trust.value}",
+        f"Classification of {title}",
         "",
         f"| tool | class | decided by | registered {other.value} |",
         "|---|---|---|---|",
