@@ -36,7 +36,6 @@ _SQL_NAMES = frozenset({"sql", "sql_query", "sqlquery", "statement", "statements
 _QUERY_NAMES = frozenset({"query", "q"})
 _SQL_MENTION = re.compile(r"\bSQL\b|SQLite|PostgreSQL|Postgres|MySQL|\bSELECT\b|\bINSERT\b")
 _SHELL_NAMES = frozenset({"command", "cmd", "shell_command", "bash_command", "commandline"})
-_SHELL_MENTION = re.compile(r"\b(shell|bash|terminal|command line|sh -c)\b", re.IGNORECASE)
 _CODE_NAMES = frozenset({"code", "script", "source", "javascript", "python", "js", "program"})
 _CODE_MENTION = re.compile(r"\b(execut\w*|run|runs|evaluat\w*|eval|interpret\w*)\b", re.IGNORECASE)
 _PATH_NAMES = ("path", "file_path", "filepath", "filename", "file")

@@ -256,9 +256,8 @@ def leading_words(description: str) -> list[str]:
 
 def description_write(description: str) -> Verdict | None:
     """A write action the description names, leading a clause or anywhere as a verb."""
-    if _DESTRUCTIVE_PHRASES.search(description):
-        found = _DESTRUCTIVE_PHRASES.search(description)
-        assert found is not None
+    found = _DESTRUCTIVE_PHRASES.search(description)
+    if found is not None:
         return Verdict(
             Idempotency.NON_IDEMPOTENT,
             True,
