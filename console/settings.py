@@ -139,6 +139,15 @@ if strict_bool(env, "DATABASE_TIMEOUTS_AT_CONNECT", default=True):
     DATABASES["default"]["OPTIONS"]["options"] = " ".join(
         f"-c {name}={value}" for name, value in DATABASE_TIMEOUTS_MS.items()
     )
+# A database host that stops answering (a partition, a failover) must not hold a process for
+# minutes: connecting gives up after this, and TCP keepalives notice a dead peer mid-query.
+DATABASES["default"]["OPTIONS"].update(
+    connect_timeout=positive_int(env, "DATABASE_CONNECT_TIMEOUT_SECONDS", default=5),
+    keepalives=1,
+    keepalives_idle=10,
+    keepalives_interval=5,
+    keepalives_count=3,
+)
 DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="") or None}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -23,7 +23,15 @@ import psycopg
 
 from drill.stack import BIN, ROOT, Process, Stack, free_port, port_open, wait_for
 
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+def _libfaketime() -> Path:
+    """Debian's libfaketime (package ``faketime``, which .ci/run installs) for this machine."""
+    found = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
+    if not found:
+        raise RuntimeError("the clock-skew drill needs libfaketime: apt-get install faketime")
+    return found[0]
+
+
 # The drills' lease: short, so a lapse judged on time (or not) shows within the drill.
 LEASE_SECONDS = 20
 
@@ -112,7 +120,7 @@ class FaultStore:
         extra = {}
         if skew:
             extra = {
-                "LD_PRELOAD": str(LIBFAKETIME),
+                "LD_PRELOAD": str(_libfaketime()),
                 "FAKETIME": skew,
                 "FAKETIME_NO_CACHE": "1",
             }

@@ -22,7 +22,7 @@ from ledger.store import CODE as STORE_CODE
 from ledger.store import forget_connection, store_trouble
 
 API_PREFIX = "/api/"
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _JSON_TYPE = re.compile(r"^application/([a-z0-9.+-]+\+)?json$")
 _BODY_METHODS = {"POST", "PUT", "PATCH"}
 
@@ -32,7 +32,9 @@ logger = logging.getLogger(__name__)
 def _bad_text(raw: str) -> bool:
     """Whether percent-decoded ``raw`` holds a control character or is not UTF-8."""
     try:
-        text = unquote_to_bytes(raw.replace("+", " ")).decode("utf-8")
+        # WSGI hands the bytes as sent in a latin-1 string: back to bytes, then decode.
+        sent = raw.replace("+", " ").encode("latin-1", errors="replace")
+        text = unquote_to_bytes(sent).decode("utf-8")
     except UnicodeDecodeError:
         return True
     return bool(_CONTROL.search(text))
@@ -129,7 +131,15 @@ def store_unavailable(request: HttpRequest, exc: BaseException) -> HttpResponse 
     if trouble is None:
         return None
     forget_connection(trouble)
-    logger.warning("store unavailable", extra={"reason": trouble.reason, "path": request.path})
+    logger.warning(
+        "store unavailable",
+        extra={
+            "reason": trouble.reason,
+            "sqlstate": getattr(exc.__cause__, "sqlstate", None),
+            "error": type(exc.__cause__ or exc).__name__,
+            "path": request.path,
+        },
+    )
     if request.path.startswith(API_PREFIX):
         response = problem(503, STORE_CODE, trouble.detail, extra={"reason": trouble.reason})
     else:

@@ -409,7 +409,8 @@ class LedgerEntry(models.Model):
         ),
         EntryStatus.UNCERTAIN: frozenset({EntryStatus.SUCCEEDED, EntryStatus.FAILED}),
         EntryStatus.SUCCEEDED: frozenset(),
-        EntryStatus.FAILED: frozenset(),
+        # Settled as not executed, then its executor reported it ran: uncertain again.
+        EntryStatus.FAILED: frozenset({EntryStatus.UNCERTAIN}),
     }
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="entries")

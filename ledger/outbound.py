@@ -47,4 +47,5 @@ def post_json(url: str, payload: Any, *, timeout: float = 5) -> httpx.Response:
     """POST ``payload`` to an allowed ``url`` (checked again now: DNS may have changed), never
     following a redirect."""
     check_url(url)
-    return httpx.post(url, json=payload, timeout=timeout, follow_redirects=False)
+    # No proxy from the environment either: the request goes where it was checked to go.
+    return httpx.post(url, json=payload, timeout=timeout, follow_redirects=False, trust_env=False)

@@ -19,21 +19,54 @@ SECRET_FIELD = re.compile(
     r"session|credential|private[_-]?key|card[_-]?(number|no)?|^pan$|cvc|cvv|ssn|iban|^otp$|^pin$",
     re.IGNORECASE,
 )
-# Each pattern starts only where its run of characters starts (a lookbehind for the same
-# class) and bounds what it may backtrack over, so the work is linear in the text's length: a
-# pattern free to start anywhere inside a long unbroken run rescans the run from every position
-# (quadratic; a 1 MB token would hold a web worker for minutes). An address's local part is at
-# most 64 characters and its domain 253 (RFC 5321).
-_EMAIL = re.compile(
-    r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9.-]{1,253}\.[A-Za-z]{2,63}"
-)
+# The work is linear in the text's length: a pattern free to start anywhere inside a long
+# unbroken run, and failing there, rescans the rest of the run from every position (quadratic;
+# a 1 MB token would hold a web worker for minutes). So an address starts only where its run of
+# characters starts (a lookbehind for the same class); patterns that, once they start, match the
+# whole run keep ``\b``; and JWTs, which may follow a ``-`` inside a word, are found by splitting
+# whole runs at their dots (``_redact_jwts``) rather than by a pattern that would start at every
+# ``eyJ``.
+_EMAIL = re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 _TOKEN = re.compile(
-    r"\bBearer\s+[A-Za-z0-9._~+/-]+=*|\bsk_(?:live|test)_[A-Za-z0-9]{8,}|"
-    r"\bgh[pousr]_[A-Za-z0-9]{20,}|(?<![A-Za-z0-9-])xox[abprs]-[A-Za-z0-9-]{10,}|"
-    r"\bAKIA[0-9A-Z]{16}|"
-    r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}|"
-    r"(?<![A-Za-z0-9_-])al_[A-Za-z0-9_-]{20,}"
+    r"\b(?:Bearer\s+[A-Za-z0-9._~+/-]+=*|sk_(?:live|test)_[A-Za-z0-9]{8,}|"
+    r"gh[pousr]_[A-Za-z0-9]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|"
+    r"al_[A-Za-z0-9_-]{20,})"
 )
+_TOKEN_RUN = re.compile(r"(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]{27,}")
+_JWT_HEAD = re.compile(r"eyJ[A-Za-z0-9_-]{8,}")
+_SEGMENT = re.compile(r"[A-Za-z0-9_-]{8,}")
+
+
+def _redact_jwts(match: re.Match[str]) -> str:
+    """A run of token characters with any JWT in it (three base64url segments joined by dots,
+    the first a JSON header, ``eyJ``) replaced: its parts between dots are each checked once."""
+    run = match.group()
+    if "eyJ" not in run:
+        return run
+    parts = run.split(".")
+    out: list[str] = []
+    i = 0
+    while i < len(parts):
+        head = parts[i]
+        start = head.find("eyJ")
+        while start > 0 and head[start - 1] not in "-_":
+            start = head.find("eyJ", start + 1)
+        if (
+            start >= 0
+            and i + 2 < len(parts)
+            and _JWT_HEAD.fullmatch(head, start)
+            and _SEGMENT.fullmatch(parts[i + 1])
+            and _SEGMENT.match(parts[i + 2])
+        ):
+            tail = parts[i + 2][_SEGMENT.match(parts[i + 2]).end() :]  # type: ignore[union-attr]
+            out.append(head[:start] + "[REDACTED:token]" + tail)
+            i += 3
+        else:
+            out.append(head)
+            i += 1
+    return ".".join(out)
+
+
 _CARD_CANDIDATE = re.compile(r"\b(?:\d[ -]?){12,18}\d\b")
 MAX_TEXT = 4_000
 CONFIDENTIAL_MAX_TEXT = 500
@@ -57,6 +90,7 @@ def _redact_card(match: re.Match[str]) -> str:
 
 def redact_text(text: str, *, limit: int = MAX_TEXT) -> str:
     text = _TOKEN.sub("[REDACTED:token]", text)
+    text = _TOKEN_RUN.sub(_redact_jwts, text)
     text = _EMAIL.sub("[REDACTED:email]", text)
     text = _CARD_CANDIDATE.sub(_redact_card, text)
     if len(text) > limit:

@@ -28,7 +28,6 @@ _UNAVAILABLE = {
     "57P03": "starting",
     "25P03": "idle_in_transaction_timeout",
     "57P05": "idle_session_timeout",
-    "25P02": "transaction_aborted",
 }
 
 CODE = "LEDGER_STORE_UNAVAILABLE"
@@ -46,12 +45,12 @@ class StoreTrouble:
     def detail(self) -> str:
         if self.reason in _BUSY.values():
             return (
-                f"The ledger's database is busy ({self.reason.replace('_', ' ')}); nothing was "
-                "changed. Send the request again after Retry-After."
+                f"The ledger's database is busy ({self.reason.replace('_', ' ')}). Send the "
+                "request again after Retry-After, with the same key."
             )
         return (
-            f"The ledger's database is unavailable ({self.reason.replace('_', ' ')}); nothing "
-            "was changed. Send the request again after Retry-After."
+            f"The ledger's database is unavailable ({self.reason.replace('_', ' ')}). Send the "
+            "request again after Retry-After, with the same key."
         )
 
 
@@ -66,17 +65,28 @@ def store_trouble(exc: BaseException) -> StoreTrouble | None:
         drop = sqlstate.startswith(_DROP_CONNECTION)
         return StoreTrouble(_UNAVAILABLE[sqlstate], 2, drop_connection=drop)
     if isinstance(exc, InterfaceError | OperationalError) and (
-        sqlstate is None or sqlstate.startswith("08")
+        (sqlstate is not None and sqlstate.startswith("08"))
+        or (sqlstate is None and _connection_lost())
     ):
         return StoreTrouble("unreachable", 2, drop_connection=True)
     return None
 
 
+def _connection_lost() -> bool:
+    """Whether the connection is closed or broken: an error without a SQLSTATE that is not
+    (a misuse of a cursor, say, is a fault of the code, answered as one)."""
+    raw = connections[DEFAULT_DB_ALIAS].connection
+    return raw is None or bool(getattr(raw, "closed", True)) or bool(getattr(raw, "broken", False))
+
+
 def forget_connection(trouble: StoreTrouble) -> None:
-    """Close the connection after a fatal or read-only error, unless a transaction still
-    holds it (it is closed when that ends)."""
+    """Close the connection after a fatal or read-only error; inside a transaction that still
+    holds it, at the end of the request instead (Django closes a connection past its
+    ``close_at``)."""
     if not trouble.drop_connection:
         return
     connection = connections[DEFAULT_DB_ALIAS]
-    if not connection.in_atomic_block:
+    if connection.in_atomic_block:
+        connection.close_at = 0
+    else:
         connection.close()

@@ -92,8 +92,8 @@ class Runtime:
             response = self.send("POST", f"/calls/{call['call_id']}/complete", body)
             if response is not None and response.status_code < 500:
                 return str(response.json().get("record_state") or response.status_code)
-            wait = float(response.headers.get("Retry-After", pause)) if response else pause
-            time.sleep(min(wait, pause))
+            told = float(response.headers.get("Retry-After", 0)) if response else 0.0
+            time.sleep(max(told, pause))  # never sooner than the server asked
             pause = min(pause * 2, 2.0)
         return "lost"
 

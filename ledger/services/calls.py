@@ -650,6 +650,11 @@ def complete_call(
             entry, now = _entry_with_locked_record(caller, call_id)
             record = entry.record
             assert record is not None
+            if record.state != RecordState.EXECUTING:
+                # Whoever moved the record on (a lapse, a settlement) may have moved this entry
+                # too, after the snapshot its row was read in: read its status again, now that
+                # the record's lock keeps it still.
+                entry.status = LedgerEntry.objects.values_list("status", flat=True).get(pk=entry.pk)
             if entry.fencing_token is None:
                 raise InvalidTransition("this call was never started, so it cannot be completed")
             if entry.fencing_token != fencing_token:

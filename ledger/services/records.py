@@ -9,6 +9,7 @@ the answer changes nothing (``answer_as_seen``), else under the row's lock.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -904,7 +905,7 @@ def complete_locked(
         else None
     )
     if locked.state == target.value:
-        if target is RecordState.SUCCEEDED and stored != locked.result:
+        if target is RecordState.SUCCEEDED and not _same_json(stored, locked.result):
             if _succeeded_by_report(locked):
                 # One token, two different results: two holders, the case fencing exists for.
                 raise refused(reason=REFUSED_DIFFERENT_RESULT)
@@ -916,6 +917,8 @@ def complete_locked(
     if locked.state == RecordState.FAILED_FINAL and target is not RecordState.FAILED_FINAL:
         _contradicted(locked, outcome, now=now, actor=actor, source=source, entry=entry)
         return locked
+    if _already_contradicted(locked, outcome):
+        return locked  # the same report again: a human has both facts already
     if locked.state not in (RecordState.EXECUTING, RecordState.UNKNOWN):
         raise refused(reason=REFUSED_SETTLED)
     _transition(
@@ -933,6 +936,18 @@ def complete_locked(
         error_retryable=retryable and target is RecordState.FAILED_FINAL,
     )
     return locked
+
+
+def _same_json(reported: Any, recorded: Any) -> bool:
+    """Whether two results are the same JSON as PostgreSQL stores it (``1e23`` is the number
+    ``100000000000000000000000`` once stored): compared as jsonb only when Python's equality
+    says they differ."""
+    if reported == recorded:
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::jsonb = %s::jsonb", [json.dumps(reported), json.dumps(recorded)])
+        row = cursor.fetchone()
+    return bool(row and row[0])
 
 
 def _succeeded_by_report(record: IdempotencyRecord) -> bool:
@@ -955,6 +970,14 @@ CONTRADICTION_ESCALATION = (
     "its executor, holding the current fencing token, reported {outcome}: the tool ran after "
     "all. Check the downstream for a duplicate before anyone retries."
 )
+
+
+def _already_contradicted(record: IdempotencyRecord, outcome: Outcome) -> bool:
+    return (
+        record.state == RecordState.UNKNOWN
+        and record.escalated_at is not None
+        and record.escalation_reason == CONTRADICTION_ESCALATION.format(outcome=outcome.value)
+    )
 
 
 def _contradicted(
@@ -987,6 +1010,14 @@ def _contradicted(
         and EntryStatus.UNCERTAIN in LedgerEntry.TRANSITIONS[EntryStatus(entry.status)]
         else None,
         announce=False,  # a human decides: no automatic look-up
+        # An approval given while the action was thought not to have run must not start it.
+        also=[
+            (
+                ApprovalRequest,
+                {"record_id": locked.pk, "state__in": list(ApprovalRequest.OPEN_STATES)},
+                {"state": ApprovalRequest.State.INVALIDATED},
+            )
+        ],
         escalated_at=now,
         escalation_reason=reason,
         error_retryable=False,

@@ -19,9 +19,9 @@ import httpx
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
-from django.utils import timezone
 
 from ledger import outbound
+from ledger.clock import db_now
 from ledger.errors import InvalidInput
 from ledger.models import AlertEvent, Tenant, Threshold, VersionCombination
 from ledger.services import combinations, metrics
@@ -100,7 +100,8 @@ def _evaluate_one(threshold_id: int, actor: str) -> list[AlertEvent]:
         threshold = (
             Threshold.objects.select_for_update().select_related("tenant").get(pk=threshold_id)
         )
-        since = timezone.now() - timedelta(minutes=threshold.window_minutes)
+        # The window by the database's clock: events are stamped by it (one clock).
+        since = db_now() - timedelta(minutes=threshold.window_minutes)
         for combination in VersionCombination.objects.filter(
             tenant=threshold.tenant, state__in=JUDGED
         ):

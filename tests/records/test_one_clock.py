@@ -30,7 +30,8 @@ SKEWS = [timedelta(hours=1), -timedelta(hours=1)]
 
 @pytest.fixture(params=SKEWS, ids=["ahead", "behind"])
 def skewed_process(request, monkeypatch) -> Iterator[timedelta]:
-    """This process's clock off by an hour, as Django and the standard library read it."""
+    """This process's clock, as Django reads it (``timezone.now``), off by an hour. (The drill
+    ``clock_skew`` moves a whole web process's clock with libfaketime.)"""
     skew: timedelta = request.param
     real_now = timezone.now
     monkeypatch.setattr(timezone, "now", lambda: real_now() + skew)

@@ -339,6 +339,8 @@ ALLOWED_ENTRY = {
     (EntryStatus.STARTED, EntryStatus.UNCERTAIN),
     (EntryStatus.UNCERTAIN, EntryStatus.SUCCEEDED),
     (EntryStatus.UNCERTAIN, EntryStatus.FAILED),
+    # Settled as not executed, then its executor reported that it ran.
+    (EntryStatus.FAILED, EntryStatus.UNCERTAIN),
 }
 
 
@@ -370,3 +372,38 @@ def test_entry_transition_loses_to_a_concurrent_change(tenant, create_order) -> 
 def test_reserve_key_signature_is_keyword_only() -> None:
     with pytest.raises(TypeError):
         reserve_key(None)  # type: ignore[misc]
+
+
+def test_a_contradicting_report_voids_open_approvals_and_its_retry_changes_nothing(
+    tenant, create_order
+) -> None:
+    """The executor's report arrives after a look-up settled the action as not run and an
+    approval to run it again was granted: the approval is voided (the action must not start a
+    second time), and the same report sent again is answered as before, changing nothing."""
+    from ledger.models import ApprovalRequest, LedgerEntry
+    from ledger.services import approvals
+    from tests.factories import make_entry
+
+    first = reserve(tenant, create_order)
+    complete_execution(record=first.record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
+    resolve_unknown(
+        record=first.record,
+        outcome=Outcome.FAILED,
+        actor="worker:w",
+        error={"code": "NOT_EXECUTED", "message": "not found downstream"},
+        detail="not found",
+    )
+    entry = make_entry(tenant, create_order)
+    LedgerEntry.objects.filter(pk=entry.pk).update(record=first.record)
+    approval = approvals.request_approval(
+        record=refresh(first.record), entry=entry, requested_by="token:x"
+    )
+    ApprovalRequest.objects.filter(pk=approval.pk).update(state="approved")
+    report = {"record": first.record, "fencing_token": 1, "actor": "w", "result": {"id": 1}}
+    complete_execution(**report, outcome=Outcome.SUCCEEDED)
+    assert ApprovalRequest.objects.get(pk=approval.pk).state == "invalidated"
+    escalated = refresh(first.record)
+    complete_execution(**report, outcome=Outcome.SUCCEEDED)  # its response was lost
+    again = refresh(first.record)
+    assert again.state == RecordState.UNKNOWN
+    assert (again.escalated_at, again.updated_at) == (escalated.escalated_at, escalated.updated_at)
