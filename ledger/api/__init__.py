@@ -22,7 +22,7 @@ from ledger.middleware import store_unavailable
 from ledger.problems import PROBLEM_CONTENT_TYPE, problem
 from ledger.services.runs import RunHalted
 
-TEXT_PATTERN = "^[^\\u0000-\\u001f\\u007f]*$"
+TEXT_PATTERN = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
 _TIMEOUT_PARAMETER = {
     "name": deadline.HEADER,
     "in": "header",
