@@ -6,4 +6,5 @@ class ConsoleConfig(AppConfig):
     verbose_name = "Operator console"
 
     def ready(self) -> None:
-        from console import language  # noqa: F401 - connects the sign-in receiver
+        # Imported for what they register: sign-in receivers and the demo-password deploy check.
+        from console import demo, language, signin  # noqa: F401

@@ -282,6 +282,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+AUTHENTICATION_BACKENDS = [
+    # Refuses the published demo password whenever DEBUG is off (console/demo.py).
+    "console.demo.DemoPasswordRefusal",
+    "django.contrib.auth.backends.ModelBackend",
+]
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"

@@ -7,8 +7,15 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.test import override_settings
 
-from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry, VersionCombination
+from ledger.models import (
+    ApiToken,
+    ApprovalRequest,
+    IdempotencyRecord,
+    LedgerEntry,
+    VersionCombination,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -16,7 +23,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 def test_demo_agent_produces_every_kind_of_decision(django_user_model) -> None:
     django_user_model.objects.create_user("approver", password="pw-123456789")
     out = StringIO()
-    call_command("demo_agent", runs=3, stdout=out)
+    with override_settings(DEBUG=True):  # the demo runs in development only
+        call_command("demo_agent", runs=3, stdout=out)
+    assert ApiToken.objects.exists()
+    assert not ApiToken.objects.filter(revoked_at__isnull=True).exists()  # the demo is over
     combos = {c.label: c.state for c in VersionCombination.objects.all()}
     assert combos == {"baseline": "active", "candidate": "canary"}
     decisions = set(LedgerEntry.objects.values_list("decision", flat=True))
@@ -33,7 +43,8 @@ def test_demo_agent_produces_every_kind_of_decision(django_user_model) -> None:
     }
     assert uncertain["candidate"] > uncertain["baseline"]
     again = StringIO()
-    call_command("demo_agent", runs=1, if_empty=True, stdout=again)
+    with override_settings(DEBUG=True):
+        call_command("demo_agent", runs=1, if_empty=True, stdout=again)
     assert "nothing to do" in again.getvalue()
 
 
@@ -107,6 +118,7 @@ def test_a_demo_left_part_way_is_reported_not_served_as_complete() -> None:
     tenant = Tenant.objects.create(slug="demo", name="Demo Co")
     Run.objects.create(tenant=tenant, run_id="half-done", user_id="u")  # no completion mark
     out, err = StringIO(), StringIO()
-    call_command("demo_agent", runs=1, if_empty=True, stdout=out, stderr=err)
+    with override_settings(DEBUG=True):
+        call_command("demo_agent", runs=1, if_empty=True, stdout=out, stderr=err)
     assert "incomplete" in err.getvalue() and "delete var/" in err.getvalue()
     assert "nothing to do" not in out.getvalue()

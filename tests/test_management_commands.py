@@ -83,8 +83,14 @@ def test_bad_settings_stop_start_up_with_a_clear_message(env: dict[str, str], me
     assert message in result.stderr
 
 
+@pytest.mark.django_db
 def test_production_settings_pass_the_deploy_check() -> None:
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]  # the test database: migrated, no demo users
     env = {
+        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}"
+        f"/{database['NAME']}",
         "DEBUG": "false",
         "SECRET_KEY": "a-long-random-production-secret-" + "x" * 40,
         "ALLOWED_HOSTS": "ledger.example.com",

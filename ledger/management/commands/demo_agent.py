@@ -6,7 +6,8 @@ the sandbox itself on free loopback ports for the duration, so it works on the e
 PostgreSQL of ``make run`` as on any other. Two version combinations are used; the candidate
 one hits more faults, so its metrics are visibly worse.
 
-Running it again adds more runs; ``make run`` runs it once, on an empty ledger.
+Running it again adds more runs; ``make run`` runs it once, on an empty ledger. It runs only
+with ``DEBUG`` on, and the token it issues is revoked when it ends, however it ends.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from typing import Any
 import httpx
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
 from django.core.wsgi import get_wsgi_application
+from django.utils import timezone
 
 from agent_ledger_client import CallContext, LedgerClient, Run, ToolError
 from ledger.models import ApiToken, ApprovalRequest, AuditEvent, Tenant, VersionCombination
@@ -225,6 +227,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if not settings.DEBUG:
+            raise CommandError("demo_agent fills a ledger with demo data: DEBUG only.")
         tenant, _ = Tenant.objects.get_or_create(
             slug=options["tenant"], defaults={"name": "Demo Co"}
         )
@@ -239,24 +243,11 @@ class Command(BaseCommand):
                 )
             return
         combinations = self._combinations(tenant)
-        _token, plaintext = ApiToken.issue(tenant=tenant, name=f"demo-agent-{uuid.uuid4().hex[:6]}")
-        with (
-            _serving() as (url, sandbox),
-            LedgerClient(url, plaintext, agent_id="demo-agent", request_timeout=10) as client,
-        ):
-            demo = Demo(client, sandbox, self.stdout.write)
-            for label, combination in combinations.items():
-                worse = label == "candidate"
-                for index in range(options["runs"]):
-                    run = client.start_run(
-                        user_id=f"customer-{index}", combination_id=combination.pk
-                    )
-                    demo.script(run, index, worse=worse)
-                    run.finish("completed")
-            stats = {
-                s: httpx.get(f"{sandbox.url}/{s}/stats", timeout=5).json()
-                for s in ("orders", "payments", "email")
-            }
+        token, plaintext = ApiToken.issue(tenant=tenant, name=f"demo-agent-{uuid.uuid4().hex[:6]}")
+        try:
+            stats = self._drive(plaintext, combinations, runs=options["runs"])
+        finally:
+            ApiToken.objects.filter(pk=token.pk).update(revoked_at=timezone.now())
         self._reject_one(tenant)
         metrics.roll_up()  # so the dashboards have numbers without a worker running
         audit(
@@ -273,6 +264,28 @@ class Command(BaseCommand):
                 for s, v in stats.items()
             )
         )
+
+    def _drive(
+        self, plaintext: str, combinations: dict[str, VersionCombination], *, runs: int
+    ) -> dict[str, Any]:
+        """The scripted runs under each combination; the sandbox's counts per service."""
+        with (
+            _serving() as (url, sandbox),
+            LedgerClient(url, plaintext, agent_id="demo-agent", request_timeout=10) as client,
+        ):
+            demo = Demo(client, sandbox, self.stdout.write)
+            for label, combination in combinations.items():
+                worse = label == "candidate"
+                for index in range(runs):
+                    run = client.start_run(
+                        user_id=f"customer-{index}", combination_id=combination.pk
+                    )
+                    demo.script(run, index, worse=worse)
+                    run.finish("completed")
+            return {
+                s: httpx.get(f"{sandbox.url}/{s}/stats", timeout=5).json()
+                for s in ("orders", "payments", "email")
+            }
 
     def _combinations(self, tenant: Tenant) -> dict[str, VersionCombination]:
         out = {}

@@ -14,13 +14,11 @@ from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from console.demo import DEMO_PASSWORD, DEMO_USERS
 from console.models import Membership
 from ledger.classification.catalogue import CATALOGUE
 from ledger.models import Tenant
 from ledger.services.registry import ensure_catalogue_tool
-
-DEMO_PASSWORD = "demo-ledger-2026"  # noqa: S105 - local demo only; refused when DEBUG is off
-DEMO_USERS = ["admin", "operator", "approver", "manager"]
 
 
 class Command(BaseCommand):
