@@ -23,7 +23,8 @@ REFUSED_REASON = "demo password refused: DEBUG is off"
 
 class DemoPasswordRefusal:
     """An authentication backend listed before the others: with ``DEBUG`` off it stops any
-    sign-in with the demo password, whoever the user is, before a password is even checked."""
+    sign-in with the demo password, whoever the user is, before a password is even checked.
+    It has no ``get_user``: it never signs anyone in, so no session names it."""
 
     def authenticate(
         self, request: HttpRequest | None, password: str | None = None, **credentials: Any
@@ -32,9 +33,6 @@ class DemoPasswordRefusal:
             if request is not None:
                 request.login_refusal = REFUSED_REASON  # type: ignore[attr-defined]
             raise PermissionDenied(REFUSED_REASON)  # Django then reports the failed sign-in
-        return None
-
-    def get_user(self, user_id: int) -> None:
         return None
 
 

@@ -8,6 +8,7 @@ Production (``DEBUG`` off) is secure by default and ``manage.py check --deploy``
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -283,10 +284,26 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 AUTHENTICATION_BACKENDS = [
+    # Refuses a locked-out account or address before any password is checked (django-axes).
+    "console.signin.ThrottledSignIn",
     # Refuses the published demo password whenever DEBUG is off (console/demo.py).
     "console.demo.DemoPasswordRefusal",
     "django.contrib.auth.backends.ModelBackend",
 ]
+# Login throttling on every view that signs in through authenticate() (/login/, /admin/login/):
+# after this many failures an account, and separately an address, is locked for a while.
+INSTALLED_APPS += ["axes"]
+MIDDLEWARE += ["axes.middleware.AxesMiddleware"]  # answers a locked-out attempt with a 429 page
+AXES_FAILURE_LIMIT = positive_int(env, "LOGIN_FAILURE_LIMIT", default=20)
+AXES_COOLOFF_TIME = timedelta(minutes=positive_int(env, "LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+# The lock lasts the configured time from the last counted failure; attempts during it do not
+# extend it, so an attacker cannot keep an account locked for ever.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_LOCKOUT_TEMPLATE = "console/locked_out.html"
+AXES_CLIENT_IP_CALLABLE = "console.signin.client_address"
+AXES_DISABLE_ACCESS_LOG = True  # sign-ins are in the audit trail (console/signin.py)
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"

@@ -5,12 +5,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from axes.backends import AxesStandaloneBackend
+from axes.exceptions import AxesBackendPermissionDenied
+from django.conf import settings
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.dispatch import receiver
 from django.http import HttpRequest
 
 from ledger.models import AuditEvent
 from ledger.services.audit import audit
+
+THROTTLED = "throttled: too many failed sign-ins, locked for a while"
+
+
+class ThrottledSignIn(AxesStandaloneBackend):
+    """django-axes' lock-out check, first of the backends; it marks the attempts it refuses so
+    the audit tells a throttled attempt from a wrong password."""
+
+    def authenticate(self, request: HttpRequest, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().authenticate(request, *args, **kwargs)
+        except AxesBackendPermissionDenied:
+            request.login_refusal = THROTTLED  # type: ignore[attr-defined]
+            raise
 
 
 def _source(request: HttpRequest | None) -> str:
@@ -20,7 +37,14 @@ def _source(request: HttpRequest | None) -> str:
 
 
 def client_address(request: HttpRequest | None) -> str:
-    return request.META.get("REMOTE_ADDR", "") if request is not None else ""
+    """The signing-in client's address: behind the TLS proxy (``SECURE_PROXY_SSL``), the one the
+    proxy appended to X-Forwarded-For, since every request would otherwise share the proxy's."""
+    if request is None:
+        return ""
+    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
+    if forwarded and getattr(settings, "SECURE_PROXY_SSL_HEADER", None):
+        return forwarded.rsplit(",", 1)[-1].strip()
+    return str(request.META.get("REMOTE_ADDR", ""))
 
 
 @receiver(user_login_failed)
@@ -30,10 +54,11 @@ def audit_failed_sign_in(
     # Django has already masked the password in ``credentials``; only the name is kept.
     username = str(credentials.get("username", ""))[:150]
     reason = getattr(request, "login_refusal", "") or "wrong user name or password"
+    throttled = reason == THROTTLED
     audit(
         tenant=None,
         actor=username or "anonymous",
-        action="login.failed",
+        action="login.throttled" if throttled else "login.failed",
         target=("user", username),
         source=_source(request),
         outcome=AuditEvent.Outcome.DENIED,

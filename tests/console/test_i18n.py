@@ -53,7 +53,8 @@ def test_each_user_gets_their_own_language_in_any_browser(django_user_model, ten
 
     # Signing in from another browser brings the choice along; other users keep theirs.
     fresh = Client()
-    assert fresh.login(username="li", password="pw-123456789")
+    signing_in = fresh.post("/login/", {"username": "li", "password": "pw-123456789"}, secure=True)
+    assert signing_in.status_code == 302
     assert "现在需要人工处理的事项" in fresh.get("/", secure=True).content.decode()
     assert "What needs a human now" in signed_in(en).get("/", secure=True).content.decode()
 
