@@ -11,6 +11,7 @@ import json
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -97,7 +98,7 @@ def approvals(request: HttpRequest, tenant: Tenant) -> HttpResponse:
 def _get_approval_for_user(tenant: Tenant, pk: int) -> ApprovalRequest:
     approval = (
         ApprovalRequest.objects.select_related(
-            "record__tool", "entry__run", "entry__tool", "entry__combination"
+            "record__tool", "entry__run", "entry__tool", "entry__combination", "requested_by_user"
         )
         .filter(tenant=tenant, pk=pk)
         .first()
@@ -112,13 +113,13 @@ def approval_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
     approval = _get_approval_for_user(tenant, pk)
     plan = WritePlan.objects.filter(entry__record=approval.record).order_by("pk").first()
     lines = diffs.parse(plan.diff) if plan else []
-    own = approval.requested_by == request.user.get_username()
+    assert isinstance(request.user, AbstractBaseUser)  # console_view signed them in
+    own = approvals_service.refusal_of_decider(approval, request.user) is not None
     check = approval.record.reconcile_attempts_log.order_by("-created_at").first()
     timeline = selectors.approval_timeline(approval)
     requested = next((e for e in timeline if e.action == "approval.requested"), None)
     pending = approval.state == ApprovalRequest.State.PENDING
     void = approvals_service.void_reason(approval) if pending else None
-    assert isinstance(request.user, AbstractBaseUser)  # console_view signed them in
     taken_by = claims.claim(approval, request.user) if pending and not own else None
     return render(
         request,
@@ -152,6 +153,8 @@ def approval_decide(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
         approvals_service.decide(
             approval=approval, user=request.user, approve=approve, reason=reason
         )
+    except approvals_service.DeciderRefused as exc:
+        raise PermissionDenied(exc.message) from None  # audited by decide
     except LedgerError as exc:
         messages.error(request, exc.message)
         return redirect("console:approval", pk=approval.pk)

@@ -109,13 +109,68 @@ def test_issue_token_prints_a_token_once_and_stores_only_its_hash(tenant) -> Non
     from ledger.models import ApiToken, AuditEvent
 
     out = StringIO()
-    call_command("issue_token", "acme", "runtime-1", stdout=out)
+    call_command("issue_token", "acme", "runtime-1", "--service-account", "runtime", stdout=out)
     plaintext = out.getvalue().strip()
     token = ApiToken.objects.get(tenant=tenant)
     assert plaintext.startswith("al_") and len(plaintext) > 40
     assert token.token_hash == ApiToken.hash(plaintext) and plaintext not in token.token_hash
     assert token.prefix == plaintext[:10]
     assert AuditEvent.objects.filter(action="token.issued", target_id=str(token.pk)).exists()
+    assert token.user.service_account.name == "runtime"
+    assert not token.user.has_usable_password()
+
+
+def _documented_issue_token_args() -> list[str]:
+    import shlex
+
+    [line] = [
+        line
+        for line in (ROOT / "docs" / "api.md").read_text().splitlines()
+        if "manage.py issue_token" in line
+    ]
+    words = shlex.split(line, comments=True)
+    return words[words.index("issue_token") + 1 :]
+
+
+@pytest.mark.django_db
+def test_issue_token_works_on_a_fresh_database_as_the_docs_write_it() -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from ledger.models import ApiToken, Tenant
+
+    out = StringIO()
+    call_command("issue_token", *_documented_issue_token_args(), stdout=out)
+    token = ApiToken.objects.get(token_hash=ApiToken.hash(out.getvalue().strip()))
+    assert token.tenant == Tenant.objects.get(slug="demo")
+    assert token.user.service_account.tenant == token.tenant
+
+
+@pytest.mark.django_db
+def test_issue_token_for_a_member_is_owned_by_them(tenant, django_user_model) -> None:
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    from console.models import Membership
+    from ledger.models import ApiToken
+
+    alice = django_user_model.objects.create_user("alice", password="pw-123456789")
+    with pytest.raises(CommandError, match="'alice' is not a member of tenant 'acme'"):
+        call_command("issue_token", "acme", "laptop", "--user", "alice")
+    Membership.objects.create(user=alice, tenant=tenant)
+    out = StringIO()
+    call_command("issue_token", "acme", "laptop", "--user", "alice", stdout=out)
+    assert ApiToken.objects.get(token_hash=ApiToken.hash(out.getvalue().strip())).user == alice
+    with pytest.raises(CommandError, match="no active user 'bob'"):
+        call_command("issue_token", "acme", "laptop", "--user", "bob")
+
+
+def test_issue_token_needs_an_owner() -> None:
+    result = _manage("issue_token", "acme", "runtime-1")
+    assert result.returncode != 0
+    assert "one of the arguments --user --service-account is required" in result.stderr
 
 
 @pytest.mark.django_db
@@ -123,7 +178,7 @@ def test_issue_token_for_an_unknown_tenant_is_a_clear_error() -> None:
     from django.core.management import CommandError, call_command
 
     with pytest.raises(CommandError, match="no tenant 'nope'"):
-        call_command("issue_token", "nope", "runtime-1")
+        call_command("issue_token", "nope", "runtime-1", "--service-account", "runtime")
 
 
 def test_env_example_is_a_valid_configuration() -> None:

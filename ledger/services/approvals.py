@@ -19,6 +19,7 @@ from ledger.models import (
     IdempotencyRecord,
     LedgerEntry,
     Run,
+    ServiceAccount,
     VersionCombination,
     WritePlan,
 )
@@ -63,11 +64,13 @@ def request_approval(
     record: IdempotencyRecord,
     entry: LedgerEntry,
     requested_by: str,
+    requester_id: int | None = None,
     detail: str = "",
     condition: str = "",
 ) -> ApprovalRequest:
-    """The open approval request for this record, created if there is none. ``condition`` is
-    the outcome of a conditional write's file check (``apply_again``), kept for the approver."""
+    """The open approval request for this record, created if there is none. ``requester_id``
+    is the user behind the request (who may not decide it); ``condition`` is the outcome of a
+    conditional write's file check (``apply_again``), kept for the approver."""
     existing = open_approval(record)
     if existing is not None:
         return existing
@@ -79,6 +82,7 @@ def request_approval(
                 entry=entry,
                 action_hash=action_hash(entry),
                 requested_by=requested_by,
+                requested_by_user_id=requester_id,
                 expires_at=db_now() + timedelta(seconds=settings.LEDGER_APPROVAL_EXPIRY_SECONDS),
             )
             audit(
@@ -141,6 +145,23 @@ def void_open_approvals(*, combination_id: int, actor: str, source: str, detail:
     return voided
 
 
+class DeciderRefused(ApprovalError):
+    """This user may not decide this request (the requester, or a service account)."""
+
+
+def refusal_of_decider(approval: ApprovalRequest, user: AbstractBaseUser) -> str | None:
+    """Why this user may not decide this request, or None. The requester never decides their
+    own request: neither the user behind the requesting token nor the person who asked; and a
+    service account never decides at all, so its requests always need a human."""
+    if approval.requested_by_user_id is not None and approval.requested_by_user_id == user.pk:
+        return "the requester cannot approve their own request (it came with their token)"
+    if approval.requested_by == user.get_username():
+        return "the requester cannot approve their own request"
+    if ServiceAccount.objects.filter(user_id=user.pk).exists():
+        return "a service account cannot decide an approval: a human must"
+    return None
+
+
 def decide(
     *,
     approval: ApprovalRequest,
@@ -155,6 +176,7 @@ def decide(
     actor = user.get_username()
     now = db_now()
     denial: str | None = None
+    self_approval = False
     with transaction.atomic():
         locked = (
             ApprovalRequest.objects.select_for_update(of=("self",))
@@ -164,8 +186,9 @@ def decide(
         before: dict[str, Any] = {"state": locked.state}
         if locked.state != Approval.PENDING:
             denial = f"the request is already {locked.state}"
-        elif locked.requested_by == actor:
-            denial = "the requester cannot approve their own request"
+        elif (refusal := refusal_of_decider(locked, user)) is not None:
+            denial = refusal
+            self_approval = True
         elif not approve and not reason.strip():
             raise InvalidInput("a rejection needs a reason for the model")
         elif (why := void_reason(locked, now=now)) is not None:
@@ -199,7 +222,7 @@ def decide(
             outcome=AuditEvent.Outcome.DENIED,
             detail=denial,
         )
-        raise ApprovalError(denial)
+        raise (DeciderRefused if self_approval else ApprovalError)(denial)
     return locked
 
 

@@ -88,6 +88,11 @@ class Caller:
         token = f"token:{self.token.prefix}" if self.token else "system"
         return f"{token}/{self.agent_id}" if self.agent_id else token
 
+    @property
+    def user_id(self) -> int | None:
+        """The user behind the call: its token's owner."""
+        return self.token.user_id if self.token else None
+
 
 @dataclass(frozen=True, slots=True)
 class WritePlanInput:
@@ -506,7 +511,7 @@ def _ask_for_approval(result: CallResult, record: IdempotencyRecord, caller: Cal
         )
         return
     result.approval = approvals.request_approval(
-        record=record, entry=result.entry, requested_by=caller.identity
+        record=record, entry=result.entry, requested_by=caller.identity, requester_id=caller.user_id
     )
 
 
@@ -828,6 +833,7 @@ def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None
                     record=locked,
                     entry=entry,
                     requested_by=caller.identity,
+                    requester_id=caller.user_id,
                     **_condition(locked, current_hash),
                 )
     result = CallResult(entry, decision, classification, lease=lease, approval=approval)

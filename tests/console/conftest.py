@@ -10,7 +10,7 @@ from django.test import Client
 
 from console.models import Membership
 from ledger.models import ApprovalRequest, IdempotencyRecord, Tenant
-from tests.api.conftest import client_for
+from tests.api.conftest import ApiClient, client_for
 
 
 def make_user(django_user_model, name: str, tenant: Tenant, *roles: str):
@@ -31,9 +31,12 @@ def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def make_pending(tenant: Tenant, path: str = "app.py", run_id: str = "run-1") -> ApprovalRequest:
-    """A conditional write whose replay waits for an approval, with an HTML-laden diff."""
-    api = client_for(tenant)
+def make_pending(
+    tenant: Tenant, path: str = "app.py", run_id: str = "run-1", api: ApiClient | None = None
+) -> ApprovalRequest:
+    """A conditional write whose replay waits for an approval, with an HTML-laden diff,
+    requested with ``api``'s token (by default a new one of a service account)."""
+    api = api or client_for(tenant)
     api.start_run(run_id)
     plan = {
         "workspace": "repo",

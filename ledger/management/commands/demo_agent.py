@@ -29,7 +29,14 @@ from django.core.wsgi import get_wsgi_application
 from django.utils import timezone
 
 from agent_ledger_client import CallContext, LedgerClient, Run, ToolError
-from ledger.models import ApiToken, ApprovalRequest, AuditEvent, Tenant, VersionCombination
+from ledger.models import (
+    ApiToken,
+    ApprovalRequest,
+    AuditEvent,
+    ServiceAccount,
+    Tenant,
+    VersionCombination,
+)
 from ledger.services import combinations, metrics
 from ledger.services.approvals import decide
 from ledger.services.audit import audit
@@ -243,7 +250,10 @@ class Command(BaseCommand):
                 )
             return
         combinations = self._combinations(tenant)
-        token, plaintext = ApiToken.issue(tenant=tenant, name=f"demo-agent-{uuid.uuid4().hex[:6]}")
+        runtime = ServiceAccount.named(tenant=tenant, name="demo-agent").user
+        token, plaintext = ApiToken.issue(
+            tenant=tenant, name=f"demo-agent-{uuid.uuid4().hex[:6]}", user=runtime
+        )
         try:
             stats = self._drive(plaintext, combinations, runs=options["runs"])
         finally:
