@@ -1,4 +1,5 @@
-"""Access rules for every console view: signed in, right role, own tenant, right method."""
+"""Access rules for every console view: signed in, right method, own tenant, the right role
+in that tenant."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def _audit_denied(request: HttpRequest, view_name: str, roles: tuple[Role, ...])
 
 
 def console_view(*roles: Role, methods: tuple[str, ...] = ("GET",)) -> Callable[[View], View]:
-    """Sign-in, method, role and tenant checks, in that order; the view gets ``tenant``."""
+    """Sign-in, method, tenant and role checks, in that order; the view gets ``tenant``."""
 
     def decorate(view: View) -> View:
         @wraps(view)
@@ -68,10 +69,11 @@ def console_view(*roles: Role, methods: tuple[str, ...] = ("GET",)) -> Callable[
                 return redirect_to_login(request.get_full_path())
             if request.method not in methods:
                 return HttpResponseNotAllowed(methods)
-            if roles and not has_role(request.user, *roles):
+            tenant = current_tenant(request)
+            if roles and not has_role(request.user, tenant, *roles):
                 _audit_denied(request, view.__name__, roles)
-                raise PermissionDenied("Your role does not allow this page.")
-            return view(request, *args, tenant=current_tenant(request), **kwargs)
+                raise PermissionDenied("Your role in this tenant does not allow this page.")
+            return view(request, *args, tenant=tenant, **kwargs)
 
         return wrapped
 

@@ -46,7 +46,7 @@ def context_for(request: HttpRequest, tenant: Tenant, **extra: object) -> dict[s
     return {
         "tenant": tenant,
         "tenants": tenants_of(request),
-        "roles": {r.value for r in roles_of(request.user)},
+        "roles": {r.value for r in roles_of(request.user, tenant)},
         **extra,
     }
 
@@ -318,7 +318,7 @@ def tools_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             request,
             tenant,
             tools=tools,
-            can_edit=has_role(request.user, Role.MANAGER),
+            can_edit=has_role(request.user, tenant, Role.MANAGER),
             idempotency_choices=[i.value for i in Idempotency],
         ),
     )

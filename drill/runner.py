@@ -32,7 +32,6 @@ def _setup(stack: Stack) -> Any:
     os.environ.update(stack.env())
     django.setup()
     from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Group
 
     from agent_ledger_client import LedgerClient
     from console.models import Membership
@@ -47,8 +46,7 @@ def _setup(stack: Stack) -> Any:
     _t, token = ApiToken.issue(tenant=tenant, name="drill-runtime")
     _o, other_token = ApiToken.issue(tenant=other, name="other-runtime")
     approver = get_user_model().objects.create_user("drill-approver", password=None)
-    approver.groups.add(Group.objects.get_or_create(name="approver")[0])
-    Membership.objects.create(user=approver, tenant=tenant)
+    Membership.objects.create(user=approver, tenant=tenant, role="approver")
     with LedgerClient(stack.web_url, token, request_timeout=15) as client:
         client.register_tool("create_order")
         client.register_tool("charge_customer")

@@ -1,17 +1,95 @@
 """Admin pages for every model, so the data can be inspected before the console exists.
 
 Records, entries and audit events are read-only here: their state changes only through the
-services, which check transitions and write the audit trail.
+services, which check transitions and write the audit trail. What can be changed here is
+audited too (``AuditedAdmin``).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from typing import Any
 
 from django.contrib import admin
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models as db
 from django.http import HttpRequest
 
 from ledger import models
+from ledger.services.audit import audit
+
+# Never copied into an audit event, even hashed.
+SECRET_FIELDS = frozenset({"password", "token_hash"})
+
+
+def _values(obj: db.Model, names: Iterable[str]) -> dict[str, Any]:
+    fields = {f.name: f for f in obj._meta.concrete_fields}
+    picked = {
+        name: fields[name].value_from_object(obj)
+        for name in names
+        if name in fields and name not in SECRET_FIELDS
+    }
+    return json.loads(json.dumps(picked, cls=DjangoJSONEncoder))
+
+
+class AuditedAdmin(admin.ModelAdmin):
+    """Every add, change and delete made in /admin/ is an audit event (source ``admin``), written
+    in the admin's own transaction, with the changed fields' values before and after."""
+
+    def _tenant_of(self, obj: db.Model) -> int | None:
+        if isinstance(obj, models.Tenant):
+            return obj.pk
+        tenant_id = getattr(obj, "tenant_id", None)
+        return tenant_id if isinstance(tenant_id, int) else None
+
+    def _audit(self, request: HttpRequest, obj: db.Model, verb: str, **values: Any) -> None:
+        audit(
+            tenant=self._tenant_of(obj),
+            actor=request.user.get_username(),
+            action=f"admin.{obj._meta.model_name}.{verb}",
+            target=obj,
+            source=models.AuditEvent.Source.ADMIN,
+            detail=str(obj)[:500],
+            **values,
+        )
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if change:  # the stored values, before this save replaces them, for log_change
+            stored = type(obj)._default_manager.filter(pk=obj.pk).first()
+            request._audit_change = (  # type: ignore[attr-defined]
+                list(form.changed_data),
+                _values(stored, form.changed_data) if stored else {},
+            )
+        super().save_model(request, obj, form, change)
+
+    def log_addition(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        entry = super().log_addition(request, obj, message)
+        names = [f.name for f in obj._meta.concrete_fields]
+        self._audit(request, obj, "added", after=_values(obj, names))
+        return entry
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        entry = super().log_change(request, obj, message)
+        # A change without save_model (a password set by the user admin's own form) names its
+        # fields only in the message.
+        names, before = getattr(request, "_audit_change", ([], None))
+        self._audit(
+            request,
+            obj,
+            "changed",
+            before=before,
+            after=_values(obj, names) or {"changed": names or str(message)[:500]},
+        )
+        return entry
+
+    def log_deletions(self, request: HttpRequest, queryset: Any) -> Any:
+        objects = list(queryset)  # still there: the admin logs before it deletes
+        entries = super().log_deletions(request, queryset)
+        for obj in objects:
+            names = [f.name for f in obj._meta.concrete_fields]
+            self._audit(request, obj, "deleted", before=_values(obj, names))
+        return entries
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -39,6 +117,12 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tokens are issued by `manage.py issue_token`, which shows them once
+
+
+@admin.register(models.ServiceAccount)
+class ServiceAccountAdmin(ReadOnlyAdmin):
+    list_display = ("name", "tenant", "user", "created_at")
+    list_filter = ("tenant",)
 
 
 @admin.register(models.McpServer)

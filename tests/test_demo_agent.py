@@ -21,7 +21,17 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def test_demo_agent_produces_every_kind_of_decision(django_user_model) -> None:
-    django_user_model.objects.create_user("approver", password="pw-123456789")
+    from console.models import Membership
+    from ledger.models import Tenant
+
+    approver = django_user_model.objects.create_user("approver", password="pw-123456789")
+    demo = Tenant.objects.create(slug="demo", name="Demo Co")
+    Membership.objects.create(user=approver, tenant=demo, role="approver")
+    # An approver of another tenant does not decide this one's approvals.
+    elsewhere = django_user_model.objects.create_user("elsewhere", password="pw-123456789")
+    Membership.objects.create(
+        user=elsewhere, tenant=Tenant.objects.create(slug="other", name="Other"), role="approver"
+    )
     out = StringIO()
     with override_settings(DEBUG=True):  # the demo runs in development only
         call_command("demo_agent", runs=3, stdout=out)
@@ -34,7 +44,7 @@ def test_demo_agent_produces_every_kind_of_decision(django_user_model) -> None:
     states = set(IdempotencyRecord.objects.values_list("state", flat=True))
     assert {"succeeded", "unknown", "failed_final"} <= states
     assert ApprovalRequest.objects.filter(state="pending").exists()
-    assert ApprovalRequest.objects.filter(state="rejected").count() == 1
+    assert ApprovalRequest.objects.get(state="rejected").decided_by == approver
     assert "(max 1 per key)" in out.getvalue() and "(max 2" not in out.getvalue()
     # The candidate combination is visibly worse: more calls end uncertain.
     uncertain = {

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import Group
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from console.models import Membership
@@ -70,11 +69,9 @@ def shot(page: Page, name: str) -> None:
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
-def console_user(django_user_model, tenant: Tenant, name: str, *roles: str):
+def console_user(django_user_model, tenant: Tenant, name: str, role: str = ""):
     user = django_user_model.objects.create_user(name, password=PASSWORD)
-    for role in roles:
-        user.groups.add(Group.objects.get_or_create(name=role)[0])
-    Membership.objects.create(user=user, tenant=tenant)
+    Membership.objects.create(user=user, tenant=tenant, role=role)
     return user
 
 

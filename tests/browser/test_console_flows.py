@@ -95,7 +95,7 @@ def test_the_flows_work_without_javascript(
     page_without_js: Page, live_server, django_user_model, tenant_with_work
 ) -> None:
     tenant, _api, _replay = tenant_with_work
-    console_user(django_user_model, tenant, "nojs", "approver", "operator")
+    console_user(django_user_model, tenant, "nojs", "admin")  # approves and resolves
     page = page_without_js
     sign_in(page, live_server.url, "nojs")
     page.goto(f"{live_server.url}/approvals/{ApprovalRequest.objects.get().pk}/")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from django.contrib.auth.models import Group
 from django.test import Client
 
 from console.models import Membership
@@ -13,11 +12,10 @@ from ledger.models import ApprovalRequest, IdempotencyRecord, Tenant
 from tests.api.conftest import ApiClient, client_for
 
 
-def make_user(django_user_model, name: str, tenant: Tenant, *roles: str):
+def make_user(django_user_model, name: str, tenant: Tenant, role: str = ""):
+    """A user who is a member of ``tenant`` with ``role`` there (none by default)."""
     user = django_user_model.objects.create_user(name, password="pw-123456789")
-    for role in roles:
-        user.groups.add(Group.objects.get_or_create(name=role)[0])
-    Membership.objects.create(user=user, tenant=tenant)
+    Membership.objects.create(user=user, tenant=tenant, role=role)
     return user
 
 

@@ -125,7 +125,7 @@ def test_a_runs_timeline_shows_every_decision_and_dedup_hit(operator, calls):
 def test_another_tenants_run_is_a_404_and_their_calls_are_not_listed(
     django_user_model, other_tenant, calls
 ):
-    them = signed_in(make_user(django_user_model, "them", other_tenant, "operator", "manager"))
+    them = signed_in(make_user(django_user_model, "them", other_tenant, "operator"))
     run = Run.objects.get(run_id="run-1")
     assert them.get(f"/ledger/runs/{run.pk}/", secure=True).status_code == 404
     assert them.get("/ledger/", secure=True).context["rows"] == []

@@ -29,6 +29,7 @@ from django.core.wsgi import get_wsgi_application
 from django.utils import timezone
 
 from agent_ledger_client import CallContext, LedgerClient, Run, ToolError
+from console.roles import Role
 from ledger.models import (
     ApiToken,
     ApprovalRequest,
@@ -318,8 +319,16 @@ class Command(BaseCommand):
         return out
 
     def _reject_one(self, tenant: Tenant) -> None:
-        """One rejected approval, so the console shows what a rejection looks like."""
-        approver = get_user_model().objects.filter(username="approver").first()
+        """One rejected approval, so the console shows what a rejection looks like, decided
+        by an approver of this tenant."""
+        approver = (
+            get_user_model()
+            .objects.filter(
+                memberships__tenant=tenant, memberships__role=Role.APPROVER, is_active=True
+            )
+            .order_by("pk")
+            .first()
+        )
         pending = ApprovalRequest.objects.filter(tenant=tenant, state="pending").order_by("pk")
         first = pending.first()
         if approver is not None and first is not None and pending.count() > 1:

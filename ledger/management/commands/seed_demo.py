@@ -10,7 +10,6 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
@@ -41,7 +40,7 @@ class Command(BaseCommand):
                         is_staff=username == "admin",
                         is_superuser=username == "admin",
                     )
-                role, _ = Group.objects.get_or_create(name=username)  # the role of that name
-                user.groups.add(role)
-                Membership.objects.get_or_create(user=user, tenant=tenant)
+                Membership.objects.update_or_create(  # each has the role of its name
+                    user=user, tenant=tenant, defaults={"role": username}
+                )
         self.stdout.write(f"Demo ready: users {', '.join(DEMO_USERS)} / {DEMO_PASSWORD}")

@@ -1,0 +1,63 @@
+"""Memberships in /admin/: a tenant's admins manage who belongs to it and with which role.
+
+A staff user who is an admin of some tenants sees and edits only those tenants' memberships; a
+superuser sees all. Every change is audited (``ledger.admin.AuditedAdmin``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from console.models import Membership
+from console.roles import Role
+from ledger.admin import AuditedAdmin
+from ledger.models import Tenant
+
+
+def administered_tenants(request: HttpRequest) -> QuerySet[Tenant]:
+    """The tenants this user may manage the members of."""
+    if getattr(request.user, "is_superuser", False):
+        return Tenant.objects.all()
+    return Tenant.objects.filter(members__user=request.user.pk or 0, members__role=Role.ADMIN)
+
+
+@admin.register(Membership)
+class MembershipAdmin(AuditedAdmin):
+    list_display = ("user", "tenant", "role", "created_at")
+    list_filter = ("role", "tenant")
+    search_fields = ("user__username", "tenant__slug")
+    raw_id_fields = ("user",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Membership]:
+        queryset = super().get_queryset(request).select_related("user", "tenant")
+        return queryset.filter(tenant__in=administered_tenants(request))
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "tenant":
+            kwargs["queryset"] = administered_tenants(request)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def _is_tenant_admin(self, request: HttpRequest, obj: Membership | None = None) -> bool:
+        tenants = administered_tenants(request)
+        if obj is not None:
+            return tenants.filter(pk=obj.tenant_id).exists()
+        return tenants.exists()
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self._is_tenant_admin(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._is_tenant_admin(request, obj)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return self._is_tenant_admin(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._is_tenant_admin(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._is_tenant_admin(request, obj)
