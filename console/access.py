@@ -1,23 +1,25 @@
 """Access rules for every console view: signed in, right method, own tenant, the right role
-in that tenant."""
+in that tenant. Every refusal is audited (``console.denials``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.db import models
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 
+from console.denials import Reason, audit_denial
 from console.models import Membership
 from console.roles import Role, has_role
-from ledger.models import AuditEvent, Tenant
-from ledger.services.audit import audit
+from ledger.models import Tenant
 
 TENANT_SESSION_KEY = "console_tenant_id"
 View = Callable[..., HttpResponse]
+M = TypeVar("M", bound=models.Model)
 
 
 def _user_id(request: HttpRequest) -> int:
@@ -42,25 +44,69 @@ def current_tenant(request: HttpRequest) -> Tenant:
     return membership.tenant
 
 
-def _audit_denied(request: HttpRequest, view_name: str, roles: tuple[Role, ...]) -> None:
-    """A refused attempt is part of the audit trail (issue 6: "including denied attempts")."""
+def tenant_or_none(request: HttpRequest) -> Tenant | None:
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return None
     try:
-        tenant: Tenant | None = current_tenant(request)
+        return current_tenant(request)
     except PermissionDenied:
-        tenant = None
-    audit(
+        return None
+
+
+def get_for_tenant(
+    request: HttpRequest, tenant: Tenant, queryset: models.QuerySet[M], pk: int, missing: str
+) -> M:
+    """The tenant's object with this id, or 404. Another tenant's object is a 404 too (its
+    existence is not revealed) and an audited denial naming it."""
+    found = queryset.filter(tenant=tenant, pk=pk).first()
+    if found is not None:
+        return found
+    model = queryset.model
+    if model._default_manager.filter(pk=pk).exists():
+        audit_denial(
+            request,
+            reason=Reason.TENANT,
+            tenant=tenant,
+            target=(model._meta.model_name or "", str(pk)),
+            detail=f"{request.method} {request.path}: it belongs to another tenant",
+        )
+    raise Http404(missing)
+
+
+def audit_foreign_ids(
+    request: HttpRequest, tenant: Tenant, model: type[models.Model], ids: list[int]
+) -> None:
+    """Audit each of ``ids`` that names another tenant's object (a tampered selection)."""
+    foreign = model._default_manager.filter(pk__in=ids).exclude(tenant=tenant)
+    for pk in foreign.values_list("pk", flat=True):
+        audit_denial(
+            request,
+            reason=Reason.TENANT,
+            tenant=tenant,
+            target=(model._meta.model_name or "", str(pk)),
+            detail=f"{request.method} {request.path}: it belongs to another tenant",
+        )
+
+
+def _audit_role_denied(
+    request: HttpRequest, tenant: Tenant, target: str, roles: tuple[Role, ...], kwargs: Any
+) -> None:
+    pk = kwargs.get("pk")
+    audit_denial(
+        request,
+        reason=Reason.ROLE,
         tenant=tenant,
-        actor=request.user.get_username(),
-        action="console.denied",
-        target=("view", view_name),
-        source=AuditEvent.Source.CONSOLE,
-        outcome=AuditEvent.Outcome.DENIED,
-        detail=f"{request.method} {request.path} needs {' or '.join(roles)}",
+        target=(target, str(pk)) if target and pk is not None else ("page", request.path[:100]),
+        detail=f"{request.method} {request.path} needs {' or '.join(roles)} in this tenant",
     )
 
 
-def console_view(*roles: Role, methods: tuple[str, ...] = ("GET",)) -> Callable[[View], View]:
-    """Sign-in, method, tenant and role checks, in that order; the view gets ``tenant``."""
+def console_view(
+    *roles: Role, methods: tuple[str, ...] = ("GET",), target: str = ""
+) -> Callable[[View], View]:
+    """Sign-in, method, tenant and role checks, in that order; the view gets ``tenant``.
+    ``target`` names the model of the view's ``pk``, so a denial names the object."""
 
     def decorate(view: View) -> View:
         @wraps(view)
@@ -71,7 +117,7 @@ def console_view(*roles: Role, methods: tuple[str, ...] = ("GET",)) -> Callable[
                 return HttpResponseNotAllowed(methods)
             tenant = current_tenant(request)
             if roles and not has_role(request.user, tenant, *roles):
-                _audit_denied(request, view.__name__, roles)
+                _audit_role_denied(request, tenant, target, roles, kwargs)
                 raise PermissionDenied("Your role in this tenant does not allow this page.")
             return view(request, *args, tenant=tenant, **kwargs)
 

@@ -15,7 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 from django.utils.translation import gettext_lazy as _
 
-from console.access import console_view
+from console.access import console_view, get_for_tenant
 from console.params import parse_id
 from console.roles import Role
 from console.views import context_for
@@ -188,14 +188,13 @@ def runs(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     return _list_page(request, tenant, form, "console/explorer_runs.html", search_runs)
 
 
-@console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER)
+@console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER, target="run")
 def run_timeline(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
     """Every call of one run in order: its decision, observation, and whether it was a dedup hit
     (the key already had a record, so no second side effect could start). Keyset pages of
     ``TIMELINE_PAGE`` calls on (created_at, id), ``after=<id of the last call shown>``."""
-    run = Run.objects.filter(tenant=tenant, pk=pk).select_related("combination").first()
-    if run is None:
-        raise Http404("No such run.")
+    runs = Run.objects.select_related("combination")
+    run = get_for_tenant(request, tenant, runs, pk, "No such run.")
     entries = LedgerEntry.objects.filter(run=run)
     after = request.GET.get("after", "")
     if after:

@@ -61,3 +61,24 @@ class Preferences(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id}: {self.language}"
+
+
+class DenialWindow(models.Model):
+    """How many denials of one actor (or address) fell in one minute: the first few are audit
+    events, the rest only counted here, so a flood of refused requests cannot flood the
+    append-only audit table. A past window's count becomes one summary event
+    (``console.denials``)."""
+
+    key = models.CharField(max_length=200)
+    window_start = models.DateTimeField()
+    audited = models.PositiveIntegerField(default=0)
+    suppressed = models.PositiveIntegerField(default=0)
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.CASCADE)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["key", "window_start"], name="denialwindow_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} @ {self.window_start}: {self.audited} + {self.suppressed}"

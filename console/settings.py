@@ -333,6 +333,12 @@ STORAGES = {
 }
 
 # --- Security (secure unless DEBUG is on) -------------------------------------------------
+# Refused requests are audited, this many per actor and minute; the rest are counted and the
+# count recorded (console/denials.py), so a flood of denials cannot flood the audit table.
+CONSOLE_DENIALS_AUDITED_PER_MINUTE = positive_int(
+    env, "CONSOLE_DENIALS_AUDITED_PER_MINUTE", default=10
+)
+CSRF_FAILURE_VIEW = "console.denials.csrf_failure"  # Django's page, after an audit event
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True

@@ -12,6 +12,7 @@ from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.dispatch import receiver
 from django.http import HttpRequest
 
+from console.denials import Reason, audit_denial
 from ledger.models import AuditEvent
 from ledger.services.audit import audit
 
@@ -54,15 +55,28 @@ def audit_failed_sign_in(
     # Django has already masked the password in ``credentials``; only the name is kept.
     username = str(credentials.get("username", ""))[:150]
     reason = getattr(request, "login_refusal", "") or "wrong user name or password"
-    throttled = reason == THROTTLED
+    address = client_address(request) or "unknown address"
+    if reason == THROTTLED and request is not None:
+        # Counted per address: a locked-out flood is bounded like any other denial.
+        audit_denial(
+            request,
+            reason=Reason.THROTTLED,
+            tenant=None,
+            target=("user", username),
+            detail=f"sign-in refused while locked (from {address})",
+            actor=username or "anonymous",
+            action="login.throttled",
+            key=f"address:{address}",
+        )
+        return
     audit(
         tenant=None,
         actor=username or "anonymous",
-        action="login.throttled" if throttled else "login.failed",
+        action="login.failed",
         target=("user", username),
         source=_source(request),
         outcome=AuditEvent.Outcome.DENIED,
-        detail=f"{reason} (from {client_address(request) or 'unknown address'})",
+        detail=f"{reason} (from {address})",
     )
 
 

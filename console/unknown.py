@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from console import selectors
-from console.access import console_view
+from console.access import audit_foreign_ids, console_view, get_for_tenant
 from console.params import parse_id
 from console.roles import Role
 from console.views import context_for
@@ -39,15 +39,9 @@ BULK_ACTIONS = {
 }
 
 
-def _get_unknown_for_user(tenant: Tenant, pk: int) -> IdempotencyRecord:
-    record = (
-        IdempotencyRecord.objects.select_related("tool", "combination", "run")
-        .filter(tenant=tenant, pk=pk)
-        .first()
-    )
-    if record is None:
-        raise Http404("No such call.")
-    return record
+def _get_unknown_for_user(request: HttpRequest, tenant: Tenant, pk: int) -> IdempotencyRecord:
+    records = IdempotencyRecord.objects.select_related("tool", "combination", "run")
+    return get_for_tenant(request, tenant, records, pk, "No such call.")
 
 
 def apply_action(record: IdempotencyRecord, action: str, note: str, actor: str) -> str:
@@ -110,9 +104,9 @@ def unknown_calls(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     )
 
 
-@console_view(Role.OPERATOR)
+@console_view(Role.OPERATOR, target="idempotencyrecord")
 def unknown_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
-    record = _get_unknown_for_user(tenant, pk)
+    record = _get_unknown_for_user(request, tenant, pk)
     return render(
         request,
         "console/unknown_detail.html",
@@ -120,10 +114,10 @@ def unknown_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespons
     )
 
 
-@console_view(Role.OPERATOR, methods=("POST",))
+@console_view(Role.OPERATOR, methods=("POST",), target="idempotencyrecord")
 def unknown_action(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
     """Look up now, mark succeeded (evidence required), mark did-not-happen, or escalate."""
-    record = _get_unknown_for_user(tenant, pk)
+    record = _get_unknown_for_user(request, tenant, pk)
     try:
         done = apply_action(
             record,
@@ -162,6 +156,9 @@ def _selection(request: HttpRequest, tenant: Tenant) -> list[IdempotencyRecord]:
         for r in IdempotencyRecord.objects.filter(tenant=tenant, pk__in=ids).select_related("tool")
     }
     if len(records) != len(ids):
+        audit_foreign_ids(
+            request, tenant, IdempotencyRecord, [pk for pk in ids if pk not in records]
+        )
         raise InvalidInput(_("Some selected calls do not exist in this tenant."))
     return [records[pk] for pk in ids]
 

@@ -20,7 +20,8 @@ from django.utils.translation import gettext as _
 
 from console import charts as charts_mod
 from console import claims, diffs, selectors
-from console.access import TENANT_SESSION_KEY, console_view, tenants_of
+from console.access import TENANT_SESSION_KEY, console_view, get_for_tenant, tenants_of
+from console.denials import Reason, audit_denial
 from console.language import save_language
 from console.params import parse_id
 from console.roles import Role, has_role, roles_of
@@ -77,6 +78,13 @@ def set_language(request: HttpRequest, tenant: Tenant) -> HttpResponse:
 def switch_tenant(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     wanted = request.POST.get("tenant", "")
     if not any(str(t.pk) == wanted for t in tenants_of(request)):
+        audit_denial(
+            request,
+            reason=Reason.TENANT,
+            tenant=tenant,
+            target=("tenant", wanted[:100]),
+            detail="switching to a tenant they are not a member of",
+        )
         raise Http404("No such tenant.")
     request.session[TENANT_SESSION_KEY] = int(wanted)
     return redirect("console:home")
@@ -95,22 +103,16 @@ def approvals(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     )
 
 
-def _get_approval_for_user(tenant: Tenant, pk: int) -> ApprovalRequest:
-    approval = (
-        ApprovalRequest.objects.select_related(
-            "record__tool", "entry__run", "entry__tool", "entry__combination", "requested_by_user"
-        )
-        .filter(tenant=tenant, pk=pk)
-        .first()
+def _get_approval_for_user(request: HttpRequest, tenant: Tenant, pk: int) -> ApprovalRequest:
+    approvals = ApprovalRequest.objects.select_related(
+        "record__tool", "entry__run", "entry__tool", "entry__combination", "requested_by_user"
     )
-    if approval is None:
-        raise Http404("No such approval.")  # another tenant's approval is not found either
-    return approval
+    return get_for_tenant(request, tenant, approvals, pk, "No such approval.")
 
 
-@console_view(Role.APPROVER)
+@console_view(Role.APPROVER, target="approvalrequest")
 def approval_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
-    approval = _get_approval_for_user(tenant, pk)
+    approval = _get_approval_for_user(request, tenant, pk)
     plan = WritePlan.objects.filter(entry__record=approval.record).order_by("pk").first()
     lines = diffs.parse(plan.diff) if plan else []
     assert isinstance(request.user, AbstractBaseUser)  # console_view signed them in
@@ -143,9 +145,9 @@ def approval_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
     )
 
 
-@console_view(Role.APPROVER, methods=("POST",))
+@console_view(Role.APPROVER, methods=("POST",), target="approvalrequest")
 def approval_decide(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
-    approval = _get_approval_for_user(tenant, pk)
+    approval = _get_approval_for_user(request, tenant, pk)
     approve = request.POST.get("decision") == "approve"
     reason = request.POST.get("reason", "").strip()
     assert isinstance(request.user, AbstractBaseUser)  # console_view signed them in
@@ -181,17 +183,15 @@ def combinations_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     )
 
 
-def _get_combination_for_user(tenant: Tenant, pk: int) -> VersionCombination:
-    combination = VersionCombination.objects.filter(tenant=tenant, pk=pk).first()
-    if combination is None:
-        raise Http404("No such combination.")
-    return combination
+def _get_combination_for_user(request: HttpRequest, tenant: Tenant, pk: int) -> VersionCombination:
+    combinations = VersionCombination.objects.all()
+    return get_for_tenant(request, tenant, combinations, pk, "No such combination.")
 
 
-@console_view(Role.MANAGER, methods=("GET", "POST"))
+@console_view(Role.MANAGER, methods=("GET", "POST"), target="versioncombination")
 def rollback_page(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
     """GET: what a rollback would do (a dry run). POST: do it, then show the report."""
-    combination = _get_combination_for_user(tenant, pk)
+    combination = _get_combination_for_user(request, tenant, pk)
     actor = request.user.get_username()
     data = request.POST if request.method == "POST" else request.GET
     reason = data.get("reason", "").strip()
@@ -240,10 +240,10 @@ def rollback_page(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse
     )
 
 
-@console_view(Role.MANAGER, methods=("POST",))
+@console_view(Role.MANAGER, methods=("POST",), target="versioncombination")
 def combination_action(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
     """Halt a combination, or set its canary share."""
-    combination = _get_combination_for_user(tenant, pk)
+    combination = _get_combination_for_user(request, tenant, pk)
     actor = request.user.get_username()
     try:
         if request.POST.get("action") == "halt":
@@ -324,12 +324,10 @@ def tools_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     )
 
 
-@console_view(Role.MANAGER, methods=("POST",))
+@console_view(Role.MANAGER, methods=("POST",), target="tool")
 def tool_override(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
     """Set or clear a human override of a tool's classification (a reason is required)."""
-    tool = Tool.objects.filter(tenant=tenant, pk=pk).first()
-    if tool is None:
-        raise Http404("No such tool.")
+    tool = get_for_tenant(request, tenant, Tool.objects.all(), pk, "No such tool.")
     choice = request.POST.get("idempotency", "")
     try:
         idempotency = Idempotency(choice) if choice else None

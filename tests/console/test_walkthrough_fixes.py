@@ -27,7 +27,11 @@ def test_denied_attempts_are_in_the_audit_log(django_user_model, tenant, pending
     )
     assert operator.get("/combinations/", secure=True).status_code == 403
     denied = AuditEvent.objects.filter(outcome="denied", action="console.denied", actor="olga")
-    assert sorted(e.target_id for e in denied) == ["approval_decide", "combinations_page"]
+    assert sorted((e.target_type, e.target_id) for e in denied) == [
+        ("approvalrequest", str(pending.pk)),
+        ("page", "/combinations/"),
+    ]
+    assert {e.after["reason"] for e in denied} == {"role"}
     assert all(e.tenant_id == tenant.pk for e in denied)
     page = operator.get("/audit/", {"outcome": "denied"}, secure=True)
     assert len(page.context["events"]) == 2
