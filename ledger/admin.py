@@ -33,6 +33,17 @@ def _values(obj: db.Model, names: Iterable[str]) -> dict[str, Any]:
     return json.loads(json.dumps(picked, cls=DjangoJSONEncoder))
 
 
+def audit_every_admin(site: admin.AdminSite) -> None:
+    """Make every registered ModelAdmin audited, the other apps' too (users, groups, sign-in
+    lock-outs): their own class with ``AuditedAdmin`` mixed in."""
+    for model, model_admin in list(site._registry.items()):
+        if isinstance(model_admin, AuditedAdmin):
+            continue
+        cls = type(model_admin)
+        site.unregister(model)
+        site.register(model, type(f"Audited{cls.__name__}", (AuditedAdmin, cls), {}))
+
+
 class AuditedAdmin(admin.ModelAdmin):
     """Every add, change and delete made in /admin/ is an audit event (source ``admin``), written
     in the admin's own transaction, with the changed fields' values before and after."""
@@ -92,7 +103,7 @@ class AuditedAdmin(admin.ModelAdmin):
         return entries
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(AuditedAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -104,16 +115,18 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 @admin.register(models.Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(AuditedAdmin):
     list_display = ("slug", "name", "created_at")
     search_fields = ("slug", "name")
 
 
 @admin.register(models.ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ("name", "prefix", "tenant", "created_at", "revoked_at")
+class ApiTokenAdmin(AuditedAdmin):
+    list_display = ("name", "prefix", "tenant", "user", "created_at", "revoked_at")
     list_filter = ("tenant",)
-    readonly_fields = ("prefix", "token_hash", "created_at")
+    # A token's tenant and owner are fixed when it is issued: moving a token would hand one
+    # tenant's runtime another's data, and change who stands behind its requests.
+    readonly_fields = ("tenant", "user", "prefix", "token_hash", "created_at")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tokens are issued by `manage.py issue_token`, which shows them once
@@ -126,7 +139,7 @@ class ServiceAccountAdmin(ReadOnlyAdmin):
 
 
 @admin.register(models.McpServer)
-class McpServerAdmin(admin.ModelAdmin):
+class McpServerAdmin(AuditedAdmin):
     list_display = ("name", "tenant", "trust", "created_at")
     list_filter = ("tenant", "trust")
 

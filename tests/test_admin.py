@@ -138,3 +138,71 @@ def test_a_member_who_is_not_a_tenant_admin_cannot_manage_memberships(tenant) ->
     client = Client()
     client.force_login(user)
     assert client.get("/admin/console/membership/").status_code == 403
+
+
+def test_every_admin_page_is_audited() -> None:
+    from ledger.admin import AuditedAdmin
+
+    assert admin.site._registry
+    assert all(isinstance(a, AuditedAdmin) for a in admin.site._registry.values())
+
+
+def test_editing_a_tenant_or_an_mcp_servers_trust_is_audited(staff_client: Client, tenant) -> None:
+    changed = staff_client.post(
+        f"/admin/ledger/tenant/{tenant.pk}/change/", {"slug": tenant.slug, "name": "Acme Ltd"}
+    )
+    assert changed.status_code == 302
+    event = models.AuditEvent.objects.get(action="admin.tenant.changed")
+    assert event.actor == "root" and event.tenant == tenant and event.source == "admin"
+    assert event.before == {"name": tenant.name} and event.after == {"name": "Acme Ltd"}
+
+    server = models.McpServer.objects.create(tenant=tenant, name="git", trust="untrusted")
+    staff_client.post(
+        f"/admin/ledger/mcpserver/{server.pk}/change/",
+        {"tenant": tenant.pk, "name": "git", "trust": "trusted"},
+    )
+    event = models.AuditEvent.objects.get(action="admin.mcpserver.changed")
+    assert event.before == {"trust": "untrusted"} and event.after == {"trust": "trusted"}
+
+
+def test_a_tokens_tenant_cannot_be_changed_in_the_admin(
+    staff_client: Client, tenant, other_tenant
+) -> None:
+    token, _plaintext = models.ApiToken.issue(tenant=tenant, name="runtime")
+    page = staff_client.get(f"/admin/ledger/apitoken/{token.pk}/change/").content.decode()
+    assert 'name="tenant"' not in page and 'name="user"' not in page
+    response = staff_client.post(
+        f"/admin/ledger/apitoken/{token.pk}/change/",
+        {"name": "renamed", "tenant": other_tenant.pk, "revoked_at_0": "", "revoked_at_1": ""},
+    )
+    assert response.status_code == 302
+    token.refresh_from_db()
+    assert token.tenant == tenant and token.name == "renamed"
+    event = models.AuditEvent.objects.get(action="admin.apitoken.changed")
+    assert event.after == {"name": "renamed"} and "token_hash" not in str(event.before)
+
+
+def test_a_password_set_in_the_admin_is_audited_without_the_password(
+    staff_client: Client,
+) -> None:
+    user = get_user_model().objects.create_user("someone", password="old-password-123")
+    response = staff_client.post(
+        f"/admin/auth/user/{user.pk}/password/",
+        {"password1": "new-password-4567!", "password2": "new-password-4567!"},
+    )
+    assert response.status_code == 302
+    event = models.AuditEvent.objects.get(action="admin.user.changed")
+    assert event.target_id == str(user.pk) and event.actor == "root"
+    assert "new-password" not in str(event.after) and "pbkdf2" not in str(event.after)
+
+
+def test_unlocking_a_locked_out_sign_in_is_audited(staff_client: Client) -> None:
+    from axes.models import AccessAttempt
+
+    attempt = AccessAttempt.objects.create(
+        username="alice", ip_address="10.0.0.1", failures_since_start=20, user_agent=""
+    )
+    response = staff_client.post(f"/admin/axes/accessattempt/{attempt.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302 and not AccessAttempt.objects.exists()
+    event = models.AuditEvent.objects.get(action="admin.accessattempt.deleted")
+    assert event.before["username"] == "alice"
