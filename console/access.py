@@ -11,6 +11,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.utils.cache import add_never_cache_headers
 
 from console.denials import Reason, audit_denial
 from console.models import Membership
@@ -119,7 +120,11 @@ def console_view(
             if roles and not has_role(request.user, tenant, *roles):
                 _audit_role_denied(request, tenant, target, roles, kwargs)
                 raise PermissionDenied("Your role in this tenant does not allow this page.")
-            return view(request, *args, tenant=tenant, **kwargs)
+            response = view(request, *args, tenant=tenant, **kwargs)
+            # Every console page shows a tenant's evidence (diffs, results, audit): no copy of
+            # it may stay in a browser's or proxy's cache.
+            add_never_cache_headers(response)
+            return response
 
         return wrapped
 

@@ -339,6 +339,58 @@ CONSOLE_DENIALS_AUDITED_PER_MINUTE = positive_int(
     env, "CONSOLE_DENIALS_AUDITED_PER_MINUTE", default=10
 )
 CSRF_FAILURE_VIEW = "console.denials.csrf_failure"  # Django's page, after an audit event
+# Signed out after this long without activity (console/sessions.py), and after at most
+# SESSION_COOKIE_AGE whatever happens.
+SESSION_IDLE_MINUTES = positive_int(env, "SESSION_IDLE_MINUTES", default=30)
+SESSION_COOKIE_AGE = positive_int(env, "SESSION_MAX_HOURS", default=12) * 3600
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+    "console.sessions.IdleTimeoutMiddleware",
+)
+# Content-Security-Policy (django-csp): the console's scripts, styles and images are its own
+# static files (htmx included, charts are inline SVG), so nothing inline and nothing from
+# elsewhere runs; Chromium reports any violation, and the browser tests fail on one.
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1,
+    "csp.middleware.CSPMiddleware",
+)
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+# Powerful browser features the console never uses are off for it and anything it embeds.
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1,
+    "django_permissions_policy.PermissionsPolicyMiddleware",
+)
+PERMISSIONS_POLICY: dict[str, list[str]] = {
+    feature: []
+    for feature in (
+        "accelerometer",
+        "autoplay",
+        "camera",
+        "display-capture",
+        "geolocation",
+        "gyroscope",
+        "magnetometer",
+        "microphone",
+        "midi",
+        "payment",
+        "publickey-credentials-get",
+        "usb",
+        "xr-spatial-tracking",
+    )
+}
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True

@@ -46,13 +46,36 @@ def browser() -> Iterator[Browser]:
         chromium.close()
 
 
+# Reports every Content-Security-Policy violation of every page, before any of its own code.
+REPORT_VIOLATIONS = """
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.reportCspViolation(
+    `${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}:${e.lineNumber}`
+  );
+});
+"""
+
+
 def _page(browser: Browser, *, javascript: bool) -> Iterator[Page]:
+    """A page that fails its test if the console breaks its own Content-Security-Policy:
+    Chromium reports a violation on the console and (with JavaScript on) as an event."""
     context = browser.new_context(
         viewport={"width": 1280, "height": 860}, java_script_enabled=javascript
     )
+    violations: list[str] = []
+    if javascript:
+        context.expose_function("reportCspViolation", lambda text: violations.append(text))
+        context.add_init_script(REPORT_VIOLATIONS)
     page = context.new_page()
+    page.on(
+        "console",
+        lambda message: (
+            violations.append(message.text) if "Content Security Policy" in message.text else None
+        ),
+    )
     yield page
     context.close()
+    assert violations == [], f"Content-Security-Policy violations: {violations}"
 
 
 @pytest.fixture

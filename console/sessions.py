@@ -1,0 +1,51 @@
+"""A console session ends after ``SESSION_IDLE_MINUTES`` without activity. The inbox's own
+polling (marked ``X-Console-Poll``) is not activity, so an unattended screen still times out."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from django.conf import settings
+from django.contrib.auth import logout
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+
+from ledger.models import AuditEvent
+from ledger.services.audit import audit
+
+LAST_ACTIVITY = "console_last_activity"
+POLL_HEADER = "X-Console-Poll"
+# The stored time is refreshed at most this often, so a busy user costs no session write a request.
+RESOLUTION_SECONDS = 60
+
+
+class IdleTimeoutMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        user = getattr(request, "user", None)
+        if user is None or not user.is_authenticated:
+            return self.get_response(request)
+        now = int(time.time())
+        last = request.session.get(LAST_ACTIVITY)
+        if isinstance(last, int) and now - last > settings.SESSION_IDLE_MINUTES * 60:
+            username = user.get_username()
+            logout(request)
+            audit(
+                tenant=None,
+                actor=username,
+                action="session.expired",
+                target=("user", str(user.pk)),
+                source=AuditEvent.Source.CONSOLE,
+                detail=f"idle for {(now - last) // 60} minutes",
+            )
+            if request.headers.get("HX-Request"):
+                # htmx follows this header with a full page load instead of swapping a fragment.
+                return HttpResponse(status=204, headers={"HX-Redirect": settings.LOGIN_URL})
+            return redirect_to_login(request.get_full_path())
+        polled = request.headers.get(POLL_HEADER) == "true"
+        if not polled and (not isinstance(last, int) or now - last >= RESOLUTION_SECONDS):
+            request.session[LAST_ACTIVITY] = now
+        return self.get_response(request)
