@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import logout
+from django.contrib.auth.signals import user_logged_in
 from django.contrib.auth.views import redirect_to_login
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
 from ledger.models import AuditEvent
@@ -18,6 +21,13 @@ LAST_ACTIVITY = "console_last_activity"
 POLL_HEADER = "X-Console-Poll"
 # The stored time is refreshed at most this often, so a busy user costs no session write a request.
 RESOLUTION_SECONDS = 60
+
+
+@receiver(user_logged_in)
+def start_idle_clock(sender: object, request: HttpRequest | None, **kwargs: Any) -> None:
+    """Signing in is activity: the clock starts with the session."""
+    if request is not None and hasattr(request, "session"):
+        request.session[LAST_ACTIVITY] = int(time.time())
 
 
 class IdleTimeoutMiddleware:

@@ -177,12 +177,13 @@ def test_cleanup_keeps_the_ledger_and_drops_what_only_served_the_record(
 
 def test_a_relation_cleanup_cannot_follow_in_sql_is_an_error_not_a_row_left_behind() -> None:
     """The one-statement delete follows every relation Django's delete would; one it cannot
-    express (here the PROTECT of an approval's decider, were users cleaned up) is refused
-    when the statement is built, naming the field."""
+    express (here a PROTECT of a user: a token's owner, an approval's requester or decider,
+    were users cleaned up) is refused when the statement is built, naming the field."""
     from django.core.exceptions import ImproperlyConfigured
 
     with pytest.raises(
-        ImproperlyConfigured, match=r"ApprovalRequest.decided_by is on_delete=PROTECT"
+        ImproperlyConfigured,
+        match=r"ledger\.(ApiToken\.user|ApprovalRequest\.\w+) is on_delete=PROTECT",
     ):
         cleanup._on_delete(get_user_model()._meta, "doomed", set())
 
