@@ -12,10 +12,10 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse
-from django.utils import timezone
 from django.views.csrf import csrf_failure as django_csrf_failure
 
 from console.models import DenialWindow
+from ledger.clock import db_now
 from ledger.models import AuditEvent, Tenant
 from ledger.services.audit import audit
 
@@ -49,7 +49,7 @@ def audit_denial(
     returns whether an event was written."""
     actor = actor or actor_of(request)
     tenant_id = tenant.pk if isinstance(tenant, Tenant) else tenant
-    if not _count(key or actor, tenant_id, timezone.now()):
+    if not _count(key or actor, tenant_id, db_now()):
         return False
     audit(
         tenant=tenant_id,

@@ -1,9 +1,9 @@
 """A console session ends after ``SESSION_IDLE_MINUTES`` without activity. The inbox's own
-polling (marked ``X-Console-Poll``) is not activity, so an unattended screen still times out."""
+polling (marked ``X-Console-Poll``) is not activity, so an unattended screen still times out.
+Times are the database's (``ledger.clock``), so web processes with skewed clocks agree."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +14,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
+from ledger.clock import db_now
 from ledger.models import AuditEvent
 from ledger.services.audit import audit
 
@@ -23,11 +24,15 @@ POLL_HEADER = "X-Console-Poll"
 RESOLUTION_SECONDS = 60
 
 
+def _now() -> int:
+    return int(db_now().timestamp())
+
+
 @receiver(user_logged_in)
 def start_idle_clock(sender: object, request: HttpRequest | None, **kwargs: Any) -> None:
     """Signing in is activity: the clock starts with the session."""
     if request is not None and hasattr(request, "session"):
-        request.session[LAST_ACTIVITY] = int(time.time())
+        request.session[LAST_ACTIVITY] = _now()
 
 
 class IdleTimeoutMiddleware:
@@ -38,7 +43,7 @@ class IdleTimeoutMiddleware:
         user = getattr(request, "user", None)
         if user is None or not user.is_authenticated:
             return self.get_response(request)
-        now = int(time.time())
+        now = _now()
         last = request.session.get(LAST_ACTIVITY)
         if isinstance(last, int) and now - last > settings.SESSION_IDLE_MINUTES * 60:
             username = user.get_username()

@@ -26,7 +26,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
 from django.core.wsgi import get_wsgi_application
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from agent_ledger_client import CallContext, LedgerClient, Run, ToolError
 from console.roles import Role
@@ -258,7 +258,7 @@ class Command(BaseCommand):
         try:
             stats = self._drive(plaintext, combinations, runs=options["runs"])
         finally:
-            ApiToken.objects.filter(pk=token.pk).update(revoked_at=timezone.now())
+            ApiToken.objects.filter(pk=token.pk).update(revoked_at=Now())
         self._reject_one(tenant)
         metrics.roll_up()  # so the dashboards have numbers without a worker running
         audit(
