@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml client/pyproject.toml | sha256sum | cut -c1-12)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
@@ -25,10 +25,12 @@ TEST_ENV = DATABASE_URL=$$(TEST_DATABASE_URL=$(TEST_DATABASE_URL) PY=$(PY) scrip
 
 .PHONY: install run stop worker test lint format services clean messages drill bench
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e ".[dev]"
+	# The client is a distribution of its own (client/); tests, drill/ and bench/ import it.
+	$(VENV)/bin/pip install --quiet -e "./client[mcp]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -81,7 +83,7 @@ format: install
 
 # Re-extract the console's strings into locale/*/django.po and compile them (needs GNU gettext).
 # Translate any new empty msgstr, then run it again; commit both the .po and the .mo.
-MESSAGE_IGNORES := $(foreach d,.venv staticfiles var tests drill bench test-artifacts sandbox agent_ledger_client,--ignore '$(d)/*')
+MESSAGE_IGNORES := $(foreach d,.venv staticfiles var tests drill bench test-artifacts sandbox client,--ignore '$(d)/*')
 messages: install
 	DEBUG=true DATABASE_URL=postgres://messages@127.0.0.1/messages $(PY) manage.py makemessages -l zh_Hans --no-location $(MESSAGE_IGNORES)
 	DEBUG=true DATABASE_URL=postgres://messages@127.0.0.1/messages $(PY) manage.py compilemessages $(MESSAGE_IGNORES)
