@@ -227,12 +227,12 @@ class DrillContext:
                     }
         combinations: dict[int, dict[str, Any]] = {}
         for run_id in result.run_ids:
-            run = client._json("GET", f"/runs/{run_id}")
+            run = client.request("GET", f"/runs/{run_id}")
             combination = None
             if run["combination_id"]:
                 cid = int(run["combination_id"])
                 if cid not in combinations:
-                    c = client._json("GET", f"/combinations/{cid}")
+                    c = client.request("GET", f"/combinations/{cid}")
                     combinations[cid] = {
                         "id": cid,
                         "label": c["label"],

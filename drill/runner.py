@@ -60,10 +60,10 @@ def _setup(stack: Stack) -> Any:
             output_schema={"type": "object", "required": ["id", "ticket_number"]},
         )
         # Every run is pinned to a version combination, so the evidence names one.
-        baseline = client._json(
+        baseline = client.request(
             "POST", "/combinations", json={"label": "drill-baseline", **VERSIONS["baseline"]}
         )
-        client._json("POST", f"/combinations/{baseline['id']}/activate")
+        client.request("POST", f"/combinations/{baseline['id']}/activate")
     for tool_name, service in ADAPTERS.items():
         DownstreamAdapter.objects.create(
             tenant=tenant,

@@ -2,14 +2,26 @@
 
 from agent_ledger_client.aio import AsyncLedgerClient, AsyncRun
 from agent_ledger_client.client import LedgerClient, Run
-from agent_ledger_client.protocol import CallContext, LedgerRequestError, ToolError
+from agent_ledger_client.errors import (
+    InvalidToolInput,
+    LedgerRequestError,
+    LedgerUnavailableError,
+    ToolError,
+)
+from agent_ledger_client.protocol import CallContext, LedgerProtocol
+
+__version__ = "0.2.0"
 
 __all__ = [
     "AsyncLedgerClient",
     "AsyncRun",
     "CallContext",
+    "InvalidToolInput",
     "LedgerClient",
+    "LedgerProtocol",
     "LedgerRequestError",
+    "LedgerUnavailableError",
     "Run",
     "ToolError",
+    "__version__",
 ]

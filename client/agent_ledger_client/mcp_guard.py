@@ -24,7 +24,8 @@ from mcp import ClientSession
 from mcp.types import CallToolResult, ListToolsResult, TextContent
 
 from agent_ledger_client.aio import AsyncLedgerClient, AsyncRun
-from agent_ledger_client.protocol import CallContext, ToolError
+from agent_ledger_client.errors import ToolError
+from agent_ledger_client.protocol import CallContext
 
 
 class LedgerGuard:

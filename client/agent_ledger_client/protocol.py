@@ -1,6 +1,17 @@
-"""What the sync and async clients share: types, request bodies, and reading the answers.
+"""The Agent Ledger protocol as a state machine with no I/O, in the sans-IO habit of h11 and
+wsproto.
 
-Nothing here does I/O, so both clients follow exactly the same protocol.
+Every operation is a *flow*: a generator that yields actions (``Send`` a request, ``Sleep``,
+``Execute`` the tool) and is sent the replies (a ``Response`` or ``TransportFailure``, nothing,
+an ``Executed``). The sync and async clients are drivers that only perform the actions, so they
+follow exactly the same decisions: send, wait, execute, report, replay.
+
+The client's side of the server contract lives here: every request says how long its caller
+still waits (``X-Ledger-Timeout-Ms``); store trouble (5xx, ``503`` with ``Retry-After``) is
+retried with jittered backoff within the client's time budget, then a call fails closed; the
+heartbeat runs every ``lease.seconds / 3`` on the client's own monotonic clock; ``complete`` is
+retried with the same fencing token for at least the lease length; a refused ``complete``
+returns the server's observation instead of raising.
 """
 
 from __future__ import annotations
@@ -8,14 +19,23 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import time
 import uuid
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
+
+from agent_ledger_client.errors import LedgerRequestError, LedgerUnavailableError, ToolError
+from agent_ledger_client.observations import normalised, unavailable, unreported
 
 DEFAULT_TOOL_TIMEOUT = 30.0  # seconds; seed 001's timeout_seconds
 DEFAULT_WAIT_DEADLINE = 60.0
-DEFAULT_APPROVAL_DEADLINE = 300.0
+DEFAULT_APPROVAL_DEADLINE = 60.0
+#: The lease length assumed when an answer does not say (the server's default).
+DEFAULT_LEASE_SECONDS = 60
+#: How long a cancelled call may spend reporting itself uncertain before the cancel goes on.
+CANCEL_REPORT_SECONDS = 2.0
+TIMEOUT_HEADER = "X-Ledger-Timeout-Ms"
 
 #: Tools the client may run without the ledger (read-only by nature). Everything else fails
 #: closed: if the ledger cannot be reached, it is not executed.
@@ -23,28 +43,7 @@ KNOWN_IDEMPOTENT_TOOLS = frozenset(
     {"read_file", "list_files", "search_code", "get_order_status", "pure_compute"}
 )
 
-
-class LedgerRequestError(Exception):
-    """The ledger refused the request itself (bad input, unknown run or tool, auth)."""
-
-    def __init__(self, status: int, problem: dict[str, Any]) -> None:
-        super().__init__(f"{status} {problem.get('code')}: {problem.get('detail')}")
-        self.status = status
-        self.problem = problem
-
-
-class ToolError(Exception):
-    """Raise from a tool to report a definite failure.
-
-    ``retryable=True`` says the call failed *without* side effect (it may be retried under
-    the same key); an error code such as ``PERMISSION_DENIED`` is final whatever you say.
-    """
-
-    def __init__(self, code: str, message: str = "", *, retryable: bool = False) -> None:
-        super().__init__(f"{code}: {message}" if message else code)
-        self.code = code
-        self.message = message
-        self.retryable = retryable
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -60,6 +59,146 @@ class CallContext:
     fencing_token: int
 
 
+# --- what a flow asks its driver to do -------------------------------------------------------
+@dataclass(frozen=True)
+class Request:
+    """One HTTP request to the ledger; ``timeout`` is how long the caller waits for it."""
+
+    method: str
+    path: str
+    json: Any = None
+    params: dict[str, str] | None = None
+    timeout: float = 10.0
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {TIMEOUT_HEADER: str(max(1, int(self.timeout * 1000)))}
+
+
+@dataclass(frozen=True)
+class Send:
+    request: Request
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Execute:
+    """Run the tool with a timeout; while it runs, heartbeat every ``heartbeat_every`` seconds
+    (``None``: there is no lease to keep, the tool runs without the ledger)."""
+
+    execute: Callable[[CallContext], Any]
+    context: CallContext
+    timeout: float
+    heartbeat_every: float | None
+
+
+# --- what the driver sends back --------------------------------------------------------------
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: Any
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class TransportFailure:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Executed:
+    outcome: str  # succeeded, failed or uncertain
+    result: Any = None
+    error: ToolError | None = None
+    cancelled: bool = False
+
+
+Action = Send | Sleep | Execute
+Reply = Response | TransportFailure | Executed | None
+Flow = Generator[Action, Reply, T]
+
+
+def api_base(base_url: str) -> str:
+    return base_url.rstrip("/") + "/api/v1"
+
+
+def auth_headers(token: str, agent_id: str) -> dict[str, str]:
+    headers = {"Authorization": f"Bearer {token}"}
+    if agent_id:
+        headers["X-Agent-Id"] = agent_id
+    return headers
+
+
+def response_of(status: int, headers: Mapping[str, str], content: bytes) -> Response:
+    """A driver's HTTP answer as the protocol reads it."""
+    try:
+        body: Any = json.loads(content) if content else None
+    except ValueError:
+        body = {"code": "HTTP_ERROR", "detail": content[:500].decode(errors="replace")}
+    try:
+        retry_after: float | None = float(headers.get("Retry-After", ""))
+    except ValueError:
+        retry_after = None
+    return Response(status, body, retry_after)
+
+
+def executed_after(error: BaseException) -> Executed:
+    """How a tool that raised ended: a ``ToolError`` is a definite failure; a cancel or any
+    other exception (timeouts, lost connections) may have happened, so it is uncertain."""
+    if isinstance(error, ToolError):
+        return Executed("failed", error=error)
+    return Executed("uncertain", cancelled=not isinstance(error, Exception))
+
+
+def heartbeat_request(context: CallContext, timeout: float) -> Request:
+    return Request(
+        "POST",
+        f"/calls/{context.call_id}/heartbeat",
+        {"fencing_token": context.fencing_token},
+        timeout=timeout,
+    )
+
+
+def next_heartbeat(reply: Response | TransportFailure, every: float) -> float | None:
+    """Seconds until the next heartbeat, or None when the lease is gone (refused)."""
+    if isinstance(reply, TransportFailure) or reply.status >= 500:
+        return every  # the lease may still hold; keep trying
+    if reply.status >= 400:
+        return None
+    seconds = reply.body.get("lease_seconds") if isinstance(reply.body, dict) else None
+    return seconds / 3 if isinstance(seconds, int | float) and seconds > 0 else every
+
+
+def backoff(attempt: int, retry_after: float | None, cap: float = 5.0) -> float:
+    """Full-jitter exponential backoff, never shorter than the server's Retry-After (plus a
+    little jitter, so callers told the same Retry-After do not return together)."""
+    base = min(cap, 0.2 * (2**attempt))
+    delay = random.uniform(base / 2, base)  # noqa: S311 - jitter, not security
+    if retry_after:
+        return retry_after + random.uniform(0, min(1.0, retry_after / 4))  # noqa: S311
+    return delay
+
+
+def problem(reply: Response) -> dict[str, Any]:
+    body = reply.body
+    return body if isinstance(body, dict) else {"code": "HTTP_ERROR", "detail": str(body)}
+
+
+def parsed(reply: Response | TransportFailure) -> Any:
+    """The JSON of a successful answer; raises for a refusal or an unreachable ledger."""
+    if isinstance(reply, TransportFailure):
+        raise LedgerUnavailableError(reply.reason)
+    if reply.status >= 500:
+        raise LedgerUnavailableError(f"HTTP {reply.status} {problem(reply).get('code', '')}")
+    if reply.status >= 400:
+        raise LedgerRequestError(reply.status, problem(reply))
+    return reply.body
+
+
 @dataclass
 class CallOptions:
     step_id: str | None = None
@@ -71,6 +210,8 @@ class CallOptions:
     write_plan: dict[str, Any] | None = None
     wait_deadline: float = DEFAULT_WAIT_DEADLINE
     approval_deadline: float = DEFAULT_APPROVAL_DEADLINE
+    #: False: an ``approval_required`` decision returns ``APPROVAL_REQUIRED`` at once.
+    wait_for_approval: bool = True
     max_replays: int = 2
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -108,7 +249,7 @@ def call_body(
 
 
 def context_from(call: dict[str, Any], tool_input: dict[str, Any]) -> CallContext:
-    lease = call["lease"] or {}
+    lease = call.get("lease") or {}
     return CallContext(
         call_id=call["call_id"],
         run_id=call["run_id"],
@@ -120,69 +261,314 @@ def context_from(call: dict[str, Any], tool_input: dict[str, Any]) -> CallContex
     )
 
 
-def lease_seconds(call: dict[str, Any], now: datetime) -> float:
-    expires = datetime.fromisoformat(call["lease"]["expires_at"].replace("Z", "+00:00"))
-    return max(1.0, (expires - now).total_seconds())
+def lease_seconds(call: dict[str, Any]) -> float:
+    """The lease length granted, as the server says it; never read off a server timestamp."""
+    seconds = (call.get("lease") or {}).get("seconds")
+    return (
+        float(seconds)
+        if isinstance(seconds, int | float) and seconds > 0
+        else DEFAULT_LEASE_SECONDS
+    )
 
 
-def complete_body(
-    context: CallContext, outcome: str, *, result: Any = None, error: ToolError | None = None
-) -> dict[str, Any]:
-    body: dict[str, Any] = {"fencing_token": context.fencing_token, "outcome": outcome}
-    if outcome == "succeeded":
-        body["result"] = result
-    if error is not None:
-        body["error"] = {"code": error.code, "message": error.message[:4000]}
-        body["retryable"] = error.retryable
+def complete_body(context: CallContext, done: Executed) -> dict[str, Any]:
+    body: dict[str, Any] = {"fencing_token": context.fencing_token, "outcome": done.outcome}
+    if done.outcome == "succeeded":
+        body["result"] = done.result
+    if done.error is not None:
+        body["error"] = {"code": done.error.code, "message": done.error.message[:4000]}
+        body["retryable"] = done.error.retryable
     return body
 
 
-def backoff(attempt: int, retry_after: float | None, cap: float = 5.0) -> float:
-    """Full-jitter exponential backoff, never shorter than the server's Retry-After."""
-    base = min(cap, 0.2 * (2**attempt))
-    delay = random.uniform(base / 2, base)  # noqa: S311 - jitter, not security
-    return max(delay, retry_after or 0.0)
+def _reason(reply: Response | TransportFailure) -> str:
+    if isinstance(reply, TransportFailure):
+        return reply.reason
+    return f"HTTP {reply.status} {problem(reply).get('code', '')}".strip()
 
 
-def unavailable(tool: str, reason: str, *, executed: bool = False) -> dict[str, Any]:
-    """The observation when the ledger cannot be reached (fail closed)."""
-    if executed:
-        content = f"{tool} ran without the ledger (read-only tool); nothing was recorded."
-    else:
-        content = (
-            f"{tool} was NOT executed: the ledger is unreachable ({reason}) and {tool} is not "
-            "known to be read-only. Try again later or ask the user."
-        )
-    return {
-        "ok": executed,
-        "code": "LEDGER_UNAVAILABLE",
-        "content": content,
-        "metadata": {"retryable": True, "recorded": False, "next_action": "retry_later"},
-    }
+class LedgerProtocol:
+    """One tenant's conversation with the ledger, as flows. Holds no connection."""
 
+    def __init__(
+        self,
+        *,
+        request_timeout: float = 10.0,
+        ledger_budget: float | None = None,
+        tool_timeouts: dict[str, float] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.request_timeout = request_timeout
+        #: How long a request keeps trying an unreachable or overloaded ledger.
+        self.ledger_budget = request_timeout * 3 if ledger_budget is None else ledger_budget
+        self.tool_timeouts = dict(tool_timeouts or {})
+        self.idempotent_tools = set(KNOWN_IDEMPOTENT_TOOLS)
+        self.clock = clock
 
-def local_outcome(
-    tool: str, outcome: str, result: Any, error: ToolError | None, context: CallContext
-) -> dict[str, Any]:
-    """The observation when the outcome could not be reported to the ledger."""
-    metadata = {
-        "call_id": context.call_id,
-        "idempotency_key": context.idempotency_key,
-        "recorded": False,
-    }
-    if outcome == "succeeded":
-        return {"ok": True, "content": result, "metadata": metadata}
-    if outcome == "failed" and error is not None:
-        return {
-            "ok": False,
-            "code": error.code,
-            "content": f"{tool} failed: {error.message}",
-            "metadata": {**metadata, "retryable": error.retryable},
+    # --- plumbing ---------------------------------------------------------------------------
+    def exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, str] | None = None,
+        budget: float | None = None,
+    ) -> Flow[Response | TransportFailure]:
+        """One request, retried on transport errors and 5xx (honouring ``Retry-After``, with
+        jitter) while the time budget lasts; the last reply when it runs out."""
+        deadline = self.clock() + (self.ledger_budget if budget is None else budget)
+        attempt = 0
+        while True:
+            timeout = min(self.request_timeout, max(0.1, deadline - self.clock()))
+            reply = yield Send(Request(method, path, json, params, timeout))
+            assert isinstance(reply, Response | TransportFailure)
+            if isinstance(reply, Response) and reply.status < 500:
+                return reply
+            delay = backoff(attempt, reply.retry_after if isinstance(reply, Response) else None)
+            if self.clock() + delay >= deadline:
+                return reply
+            yield Sleep(delay)
+            attempt += 1
+
+    def request(self, method: str, path: str, *, json: Any = None) -> Flow[Any]:
+        """Any API request; its JSON answer, or ``LedgerRequestError``."""
+        return parsed((yield from self.exchange(method, path, json=json)))
+
+    def _learn(self, tools: list[dict[str, Any]]) -> None:
+        for tool in tools:
+            if tool["classification"]["idempotency"] == "idempotent":
+                self.idempotent_tools.add(tool["name"])
+
+    # --- the registry and look-ups ----------------------------------------------------------
+    def register_tool(
+        self,
+        name: str,
+        *,
+        idempotency: str | None = None,
+        output_schema: dict[str, Any] | None = None,
+        key_scope: str | None = None,
+        key_fields: list[str] | None = None,
+        description: str = "",
+    ) -> Flow[dict[str, Any]]:
+        """Declare a tool; the server computes its classification."""
+        body = {
+            "name": name,
+            "idempotency": idempotency,
+            "output_schema": output_schema,
+            "key_scope": key_scope,
+            "key_fields": key_fields,
+            "description": description,
         }
-    return {
-        "ok": False,
-        "code": "SIDE_EFFECT_UNCERTAIN",
-        "content": f"{tool} may or may not have taken effect; do not retry it. Look it up by "
-        "idempotency key or ask the user.",
-        "metadata": {**metadata, "retryable": False, "next_action": "lookup"},
-    }
+        tool = yield from self.request("POST", "/tools", json={k: v for k, v in body.items() if v})
+        self._learn([tool])
+        return tool
+
+    def import_mcp_tools(
+        self, server: str, trust: str, tools_list: dict[str, Any]
+    ) -> Flow[list[dict[str, Any]]]:
+        """Import an MCP server's tools/list result; the ledger re-classifies every tool."""
+        tools = yield from self.request(
+            "POST",
+            "/tools/import-mcp",
+            json={"server": server, "trust": trust, "tools_list": tools_list},
+        )
+        self._learn(tools)
+        return tools
+
+    def classify(self, tool: str, tool_input: dict[str, Any]) -> Flow[dict[str, Any]]:
+        """The classification of one call, recording nothing."""
+        return (
+            yield from self.request(
+                "POST", "/tools/classify", json={"tool": tool, "input": tool_input}
+            )
+        )
+
+    def lookup(self, idempotency_key: str) -> Flow[dict[str, Any] | None]:
+        """The idempotency record of a key, or None."""
+        reply = yield from self.exchange("GET", "/records", params={"key": idempotency_key})
+        if isinstance(reply, Response) and reply.status == 404:
+            return None
+        return parsed(reply)
+
+    def get_call(self, call_id: str) -> Flow[dict[str, Any]]:
+        """A call with its current observation."""
+        return (yield from self.request("GET", f"/calls/{call_id}"))
+
+    def start_run(
+        self, *, user_id: str, run_id: str | None = None, combination_id: int | None = None
+    ) -> Flow[dict[str, Any]]:
+        body: dict[str, Any] = {"user_id": user_id}
+        if run_id:
+            body["run_id"] = run_id
+        if combination_id:
+            body["combination_id"] = combination_id
+        return (yield from self.request("POST", "/runs", json=body))
+
+    def finish_run(self, run_id: str, termination_reason: str) -> Flow[dict[str, Any]]:
+        return (
+            yield from self.request(
+                "POST", f"/runs/{run_id}/finish", json={"termination_reason": termination_reason}
+            )
+        )
+
+    # --- the decision loop ------------------------------------------------------------------
+    def call(
+        self,
+        run_id: str,
+        tool: str,
+        tool_input: dict[str, Any],
+        *,
+        execute: Callable[[CallContext], Any],
+        **options: Any,
+    ) -> Flow[dict[str, Any]]:
+        """Record, decide, execute if allowed, report, and return the model's observation."""
+        opts = CallOptions(**options)
+        body = call_body(run_id, tool, tool_input, opts, read_only=tool in self.idempotent_tools)
+        return (yield from self._decide("/calls", body, tool, tool_input, execute, opts))
+
+    def replay(
+        self,
+        call_id: str,
+        tool_input: dict[str, Any],
+        *,
+        execute: Callable[[CallContext], Any],
+        current_hash: str | None = None,
+        **options: Any,
+    ) -> Flow[dict[str, Any]]:
+        """Recover an uncertain or failed call by the ledger's recovery table: replay it,
+        wait for a human's approval (a conditional write is first checked against
+        ``current_hash``, the file's sha256 now), or return why it must not run again."""
+        opts = CallOptions(**options)
+        body = {"current_hash": current_hash} if current_hash else {}
+        return (
+            yield from self._decide(
+                f"/calls/{call_id}/replay", body, None, tool_input, execute, opts
+            )
+        )
+
+    def _decide(
+        self,
+        path: str,
+        body: dict[str, Any],
+        tool: str | None,
+        tool_input: dict[str, Any],
+        execute: Callable[[CallContext], Any],
+        opts: CallOptions,
+    ) -> Flow[dict[str, Any]]:
+        """Follow the ledger's decisions until there is an observation for the model."""
+        replays = attempt = 0
+        deadline = self.clock() + opts.wait_deadline
+        while True:
+            reply = yield from self.exchange("POST", path, json=body)
+            if isinstance(reply, TransportFailure) or reply.status >= 500:
+                return (
+                    yield from self._without_ledger(tool, tool_input, execute, opts, _reason(reply))
+                )
+            call = reply.body
+            if reply.status >= 400 and not (isinstance(call, dict) and "decision" in call):
+                raise LedgerRequestError(reply.status, problem(reply))
+            decision = call["decision"]
+            if decision == "execute":
+                observation, done = yield from self._execute(call, tool_input, execute, opts)
+                if (
+                    observation.get("metadata", {}).get("next_action") == "replay"
+                    and replays < opts.max_replays
+                    and not done.cancelled
+                ):
+                    replays += 1  # an idempotent call whose outcome is unknown: run it again
+                    continue
+                return observation
+            if decision == "wait" and self.clock() < deadline:
+                remaining = max(0.0, deadline - self.clock())
+                yield Sleep(min(backoff(attempt, reply.retry_after), remaining))
+                attempt += 1
+                continue
+            if decision == "approval_required" and opts.wait_for_approval:
+                return (yield from self._await_approval(call, tool_input, execute, opts))
+            return normalised(call["observation"])
+
+    def _timeout(self, tool: str, opts: CallOptions) -> float:
+        return opts.timeout or self.tool_timeouts.get(tool, DEFAULT_TOOL_TIMEOUT)
+
+    def _without_ledger(
+        self,
+        tool: str | None,
+        tool_input: dict[str, Any],
+        execute: Callable[[CallContext], Any],
+        opts: CallOptions,
+        reason: str,
+    ) -> Flow[dict[str, Any]]:
+        """Fail closed: only a read-only tool runs while the ledger is unreachable."""
+        if tool is None or tool not in self.idempotent_tools:
+            return unavailable(tool or "the tool", reason)
+        context = CallContext("", "", opts.step_id or "", tool, tool_input, "", 0)
+        done = yield Execute(execute, context, self._timeout(tool, opts), None)
+        assert isinstance(done, Executed)
+        if done.outcome == "succeeded":
+            return unavailable(tool, reason, result=done.result, executed=True)
+        return unreported(tool, done.outcome, "", "")
+
+    def _execute(
+        self,
+        call: dict[str, Any],
+        tool_input: dict[str, Any],
+        execute: Callable[[CallContext], Any],
+        opts: CallOptions,
+    ) -> Flow[tuple[dict[str, Any], Executed]]:
+        context = context_from(call, tool_input)
+        lease = lease_seconds(call)
+        done = yield Execute(execute, context, self._timeout(context.tool, opts), lease / 3)
+        assert isinstance(done, Executed)
+        return (yield from self._complete(context, done, lease)), done
+
+    def _complete(self, context: CallContext, done: Executed, lease: float) -> Flow[dict[str, Any]]:
+        """Report the outcome with the same fencing token until the ledger answers (for at
+        least the lease length; a cancelled call only briefly). A refusal (409) carries the
+        observation the model gets; without one the outcome is uncertain."""
+        budget = CANCEL_REPORT_SECONDS if done.cancelled else max(lease, self.request_timeout)
+        reply = yield from self.exchange(
+            "POST",
+            f"/calls/{context.call_id}/complete",
+            json=complete_body(context, done),
+            budget=budget,
+        )
+        if isinstance(reply, Response) and isinstance(reply.body, dict):
+            observation = reply.body.get("observation")
+            if isinstance(observation, dict) and reply.status < 500:
+                return normalised(observation)
+        return unreported(context.tool, done.outcome, context.call_id, context.idempotency_key)
+
+    def _await_approval(
+        self,
+        call: dict[str, Any],
+        tool_input: dict[str, Any],
+        execute: Callable[[CallContext], Any],
+        opts: CallOptions,
+    ) -> Flow[dict[str, Any]]:
+        """Poll the call until a human decides or the approval deadline passes."""
+        deadline = self.clock() + opts.approval_deadline
+        attempt = 0
+        latest = call
+        while self.clock() < deadline:
+            reply = yield from self.exchange("GET", f"/calls/{call['call_id']}")
+            if isinstance(reply, Response) and reply.status < 400:
+                latest = reply.body
+                if latest.get("approval_state") == "approved":
+                    started = yield from self.request("POST", f"/calls/{call['call_id']}/start")
+                    if started["decision"] != "execute":
+                        return normalised(started["observation"])
+                    observation, _done = yield from self._execute(
+                        started, tool_input, execute, opts
+                    )
+                    return observation
+                if latest.get("approval_state") in (
+                    "rejected",
+                    "invalidated",
+                    "expired",
+                ) or latest.get("record_state") in ("succeeded", "failed_final"):
+                    return normalised(latest["observation"])
+            remaining = max(0.0, deadline - self.clock())
+            yield Sleep(min(backoff(attempt, None, cap=2.0), remaining))
+            attempt += 1
+        return normalised(latest["observation"])

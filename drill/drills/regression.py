@@ -43,7 +43,7 @@ class _Replayer:
         finished = self.fixture.get("finish")
         if finished:
             run.finish(finished)
-        elif client._json("GET", f"/runs/{run.run_id}")["status"] == "running":
+        elif client.request("GET", f"/runs/{run.run_id}")["status"] == "running":
             run.finish("completed")
 
     def _keep(
@@ -180,7 +180,7 @@ class _Replayer:
             "records": records,
             "side_effects": side_effects,
             "file_contents": {p: self.ctx.file_content(p) for p in sorted(self.paths)},
-            "termination_reason": client._json("GET", f"/runs/{run_id}")["termination_reason"],
+            "termination_reason": client.request("GET", f"/runs/{run_id}")["termination_reason"],
         }
 
 

@@ -33,7 +33,7 @@ RUNS = 4
 
 
 def _combination(client: LedgerClient, label: str) -> dict[str, Any]:
-    created: dict[str, Any] = client._json(
+    created: dict[str, Any] = client.request(
         "POST", "/combinations", json={"label": f"drill-{label}", **VERSIONS[label]}
     )
     return created
@@ -43,8 +43,8 @@ def halt_while_runs_are_in_flight(ctx: DrillContext, result: DrillResult) -> Non
     client = ctx.client()
     baseline = _combination(client, "baseline")
     candidate = _combination(client, "candidate")
-    client._json("POST", f"/combinations/{baseline['id']}/activate")
-    client._json("POST", f"/combinations/{candidate['id']}/activate")
+    client.request("POST", f"/combinations/{baseline['id']}/activate")
+    client.request("POST", f"/combinations/{candidate['id']}/activate")
     result.facts["combinations"] = {"baseline": baseline["id"], "candidate": candidate["id"]}
 
     # Two orders answer slowly (they complete after the rollback), two time out after
@@ -97,7 +97,7 @@ def halt_while_runs_are_in_flight(ctx: DrillContext, result: DrillResult) -> Non
     for thread in agents:
         thread.start()
     in_flight.wait(30)  # every run is in the middle of its order
-    report = client._json(
+    report = client.request(
         "POST",
         f"/combinations/{candidate['id']}/rollback",
         json={"reason": "drill: candidate goes bad under load"},

@@ -52,14 +52,14 @@ def unauthorized_input(ctx: DrillContext, result: DrillResult) -> None:
             refusals["other_tenant_reads_call"] = _status(lambda: other.get_call(call_id))
             refusals["other_tenant_reads_record"] = other.lookup(key)
             refusals["other_tenant_completes_call"] = _status(
-                lambda: other._json(
+                lambda: other.request(
                     "POST",
                     f"/calls/{call_id}/complete",
                     json={"fencing_token": 1, "outcome": "failed", "error": {"code": "X"}},
                 )
             )
             refusals["other_tenant_uses_run"] = _status(
-                lambda: other._json("POST", "/calls", json=body)
+                lambda: other.request("POST", "/calls", json=body)
             )
         headers = {"Authorization": f"Bearer {ctx.tenant.token}"}
         refusals["malformed_json"] = httpx.post(

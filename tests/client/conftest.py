@@ -1,12 +1,17 @@
-"""A live ledger server (Django's threaded live server) and a client for one tenant."""
+"""A live ledger server (Django's threaded live server) and a client for one tenant, once per
+driver: the same tests run against ``LedgerClient`` and ``AsyncLedgerClient``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
-from agent_ledger_client import LedgerClient
+from agent_ledger_client import AsyncLedgerClient, AsyncRun, LedgerClient
 from ledger.models import ApiToken, Tenant
 
 
@@ -17,9 +22,72 @@ def ledger_token(transactional_db) -> str:
     return plaintext
 
 
-@pytest.fixture
-def client(live_server, ledger_token: str) -> Iterator[LedgerClient]:
-    with LedgerClient(
-        live_server.url, ledger_token, agent_id="test-agent", request_timeout=10
-    ) as ledger:
+class BlockingRun:
+    """An ``AsyncRun`` seen through blocking calls."""
+
+    def __init__(self, owner: BlockingAsyncClient, run: AsyncRun) -> None:
+        self.owner = owner
+        self.run = run
+        self.run_id = run.run_id
+        self.data = run.data
+
+    def call(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self.owner.wait(self.run.call(*args, **kwargs))
+
+    def finish(self, termination_reason: str) -> dict[str, Any]:
+        return self.owner.wait(self.run.finish(termination_reason))
+
+
+class BlockingAsyncClient:
+    """The asyncio driver on an event loop of its own, behind blocking calls, so a test
+    written against ``LedgerClient`` drives ``AsyncLedgerClient`` too. Tool functions stay
+    plain functions: the async driver runs them in a thread."""
+
+    def __init__(self, url: str, token: str, **settings: Any) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.client = AsyncLedgerClient(url, token, **settings)
+        self.protocol = self.client.protocol
+
+    def wait(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=120)
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        operation = getattr(self.client, name)
+        return lambda *args, **kwargs: self.wait(operation(*args, **kwargs))
+
+    def start_run(self, **start: Any) -> BlockingRun:
+        return BlockingRun(self, self.wait(self.client.start_run(**start)))
+
+    @contextmanager
+    def run(self, **start: Any) -> Iterator[BlockingRun]:
+        """The async client's own ``run()`` context, entered and left on its loop."""
+        manager = self.client.run(**start)
+        run = BlockingRun(self, self.wait(manager.__aenter__()))
+        try:
+            yield run
+        except BaseException as exc:
+            self.wait(manager.__aexit__(type(exc), exc, exc.__traceback__))
+            raise
+        self.wait(manager.__aexit__(None, None, None))
+
+    def close(self) -> None:
+        self.wait(self.client.aclose())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+@pytest.fixture(params=["sync", "async"])
+def client(request, live_server, ledger_token: str) -> Iterator[Any]:
+    settings = {"agent_id": "test-agent", "request_timeout": 10}
+    if request.param == "sync":
+        with LedgerClient(live_server.url, ledger_token, **settings) as ledger:
+            yield ledger
+        return
+    ledger = BlockingAsyncClient(live_server.url, ledger_token, **settings)
+    try:
         yield ledger
+    finally:
+        ledger.close()

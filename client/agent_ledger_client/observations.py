@@ -1,0 +1,60 @@
+"""The observations the client writes itself, when the ledger cannot write them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def normalised(observation: dict[str, Any]) -> dict[str, Any]:
+    """Every observation says whether it was answered from the record (``metadata.replayed``),
+    so ``observation["metadata"]["replayed"]`` holds for every decision."""
+    metadata = observation.setdefault("metadata", {})
+    metadata.setdefault("replayed", False)
+    return observation
+
+
+def unavailable(tool: str, reason: str, *, result: Any = None, executed: bool = False) -> dict:
+    """The ledger cannot be reached: fail closed, unless the tool is read-only and ran."""
+    if executed:
+        return {
+            "ok": True,
+            "content": result,
+            "metadata": {"recorded": False, "replayed": False, "next_action": "none"},
+        }
+    return {
+        "ok": False,
+        "code": "LEDGER_UNAVAILABLE",
+        "content": (
+            f"{tool} was NOT executed: the ledger is unreachable ({reason}) and {tool} is not "
+            "known to be read-only. Try again later or ask the user."
+        ),
+        "metadata": {
+            "retryable": True,
+            "recorded": False,
+            "replayed": False,
+            "next_action": "retry_later",
+        },
+    }
+
+
+def unreported(tool: str, outcome: str, call_id: str, idempotency_key: str) -> dict[str, Any]:
+    """The outcome could not be reported within the lease: the ledger will treat the call as
+    unknown, so the model hears the same."""
+    ran = {
+        "succeeded": f"{tool} reported success, but the ledger could not record it.",
+        "failed": f"{tool} reported a failure, but the ledger could not record it.",
+    }.get(outcome, f"{tool} was started and its outcome is unknown.")
+    return {
+        "ok": False,
+        "code": "SIDE_EFFECT_UNCERTAIN",
+        "content": f"{ran} It may have taken effect; do not retry it. Look it up by "
+        "idempotency key or ask the user.",
+        "metadata": {
+            "call_id": call_id,
+            "idempotency_key": idempotency_key,
+            "recorded": False,
+            "replayed": False,
+            "retryable": False,
+            "next_action": "lookup",
+        },
+    }

@@ -1,0 +1,268 @@
+"""The sans-IO protocol on its own: flows fed scripted replies, on a clock of the test's own.
+
+Each test plays the server's side of the contract (the answers ``POST /calls``, ``complete``
+and ``heartbeat`` give) and checks what the flow asks its driver to do next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from agent_ledger_client import InvalidToolInput, LedgerRequestError, ToolError
+from agent_ledger_client.protocol import (
+    TIMEOUT_HEADER,
+    Execute,
+    Executed,
+    Flow,
+    LedgerProtocol,
+    Request,
+    Response,
+    Send,
+    Sleep,
+    TransportFailure,
+    executed_after,
+    next_heartbeat,
+    response_of,
+)
+
+UNAVAILABLE = Response(503, {"code": "LEDGER_STORE_UNAVAILABLE"}, retry_after=2.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _execute_answer(*, lease_seconds: int | None = 30, fencing_token: int = 7) -> Response:
+    lease: dict[str, Any] = {"fencing_token": fencing_token, "expires_at": "2000-01-01T00:00:00Z"}
+    if lease_seconds is not None:
+        lease["seconds"] = lease_seconds
+    return Response(
+        200,
+        {
+            "decision": "execute",
+            "call_id": "c-1",
+            "run_id": "r-1",
+            "step_id": "s-1",
+            "tool": "create_order",
+            "idempotency_key": "agent:acme:u:r-1:create_order:cart-9",
+            "lease": lease,
+            "observation": None,
+        },
+    )
+
+
+class Script:
+    """Drives a flow: each ``Send`` gets the next scripted reply, ``Sleep`` moves the clock."""
+
+    def __init__(self, protocol: LedgerProtocol, clock: Clock) -> None:
+        self.protocol = protocol
+        self.clock = clock
+        self.sent: list[Request] = []
+        self.slept: list[float] = []
+        self.executed: list[Execute] = []
+
+    def run(self, flow: Flow[Any], replies: list[Any], executed: Executed | None = None) -> Any:
+        reply: Any = None
+        try:
+            while True:
+                action = flow.send(reply)
+                if isinstance(action, Send):
+                    self.sent.append(action.request)
+                    reply = replies.pop(0) if replies else UNAVAILABLE
+                elif isinstance(action, Sleep):
+                    self.slept.append(action.seconds)
+                    self.clock.now += action.seconds
+                    reply = None
+                else:
+                    self.executed.append(action)
+                    reply = executed or Executed("succeeded", {"order": "o-1"})
+        except StopIteration as done:
+            return done.value
+
+
+def _protocol(**settings: Any) -> tuple[LedgerProtocol, Script]:
+    clock = Clock()
+    protocol = LedgerProtocol(clock=clock, **settings)
+    return protocol, Script(protocol, clock)
+
+
+def _call(protocol: LedgerProtocol, tool: str = "create_order", **options: Any) -> Flow[Any]:
+    return protocol.call("r-1", tool, {"cart": "cart-9"}, execute=lambda ctx: None, **options)
+
+
+def test_every_request_says_how_long_its_caller_waits() -> None:
+    protocol, script = _protocol(request_timeout=4.0, ledger_budget=3.0)
+    script.run(_call(protocol), [UNAVAILABLE, UNAVAILABLE])
+    first, *_rest, last = script.sent
+    assert first.headers[TIMEOUT_HEADER] == "3000"  # the budget is shorter than the timeout
+    assert 0 < int(last.headers[TIMEOUT_HEADER]) < 3000
+
+
+def test_store_trouble_is_retried_after_retry_after_then_fails_closed() -> None:
+    protocol, script = _protocol(request_timeout=5.0, ledger_budget=7.0)
+    observation = script.run(_call(protocol), [])
+    assert script.executed == []  # create_order is not idempotent: it never runs
+    assert observation["code"] == "LEDGER_UNAVAILABLE" and observation["ok"] is False
+    assert "503 LEDGER_STORE_UNAVAILABLE" in observation["content"]
+    assert all(2.0 <= delay <= 2.5 for delay in script.slept)  # Retry-After plus jitter
+    assert len(script.sent) == len(script.slept) + 1 >= 3
+    assert sum(script.slept) < 7.0  # within the budget, never past it
+
+
+def test_a_read_only_tool_runs_without_the_ledger_but_unrecorded() -> None:
+    protocol, script = _protocol(ledger_budget=1.0)
+    observation = script.run(_call(protocol, tool="read_file"), [])
+    assert len(script.executed) == 1 and script.executed[0].heartbeat_every is None
+    assert observation["ok"] is True and observation["metadata"]["recorded"] is False
+
+
+def test_the_ledger_answering_after_a_503_decides_as_usual() -> None:
+    protocol, script = _protocol()
+    complete = Response(200, {"observation": {"ok": True, "content": {"order": "o-1"}}})
+    observation = script.run(_call(protocol), [UNAVAILABLE, _execute_answer(), complete])
+    assert len(script.executed) == 1
+    assert observation == {"ok": True, "content": {"order": "o-1"}, "metadata": {"replayed": False}}
+
+
+@pytest.mark.parametrize(("seconds", "every"), [(30, 10.0), (6, 2.0), (None, 20.0)])
+def test_the_heartbeat_runs_every_third_of_the_lease_granted(
+    seconds: int | None, every: float
+) -> None:
+    protocol, script = _protocol()
+    complete = Response(200, {"observation": {"ok": True, "content": 1}})
+    script.run(_call(protocol), [_execute_answer(lease_seconds=seconds), complete])
+    assert script.executed[0].heartbeat_every == every
+
+
+def test_a_heartbeat_answer_resets_the_interval_and_a_refusal_stops_it() -> None:
+    assert next_heartbeat(Response(200, {"lease_seconds": 90}), 10.0) == 30.0
+    assert next_heartbeat(Response(200, {"lease_expires_at": "..."}), 10.0) == 10.0
+    assert next_heartbeat(TransportFailure("reset"), 10.0) == 10.0
+    assert next_heartbeat(UNAVAILABLE, 10.0) == 10.0
+    assert next_heartbeat(Response(409, {"code": "LEASE_EXPIRED"}), 10.0) is None
+
+
+def test_complete_is_retried_with_the_same_token_for_the_lease_then_uncertain() -> None:
+    protocol, script = _protocol(request_timeout=2.0)
+    failures = [TransportFailure("reset"), Response(502, None)] * 50
+    observation = script.run(_call(protocol), [_execute_answer(lease_seconds=20), *failures])
+    completes = [r for r in script.sent if r.path.endswith("/complete")]
+    assert len(completes) > 3
+    assert {r.json["fencing_token"] for r in completes} == {7}
+    assert {r.json["outcome"] for r in completes} == {"succeeded"}
+    assert sum(script.slept) >= 20 - 5  # kept trying for the lease length (less one backoff)
+    assert observation["code"] == "SIDE_EFFECT_UNCERTAIN"
+    assert observation["metadata"]["recorded"] is False and observation["metadata"]["call_id"]
+
+
+def test_a_refused_complete_returns_the_servers_observation() -> None:
+    protocol, script = _protocol()
+    told = {"ok": False, "code": "SIDE_EFFECT_UNCERTAIN", "content": "lease lapsed", "metadata": {}}
+    refused = Response(
+        409, {"code": "LEASE_EXPIRED", "record_state": "unknown", "observation": told}
+    )
+    observation = script.run(_call(protocol), [_execute_answer(), refused])
+    assert (
+        observation["code"] == "SIDE_EFFECT_UNCERTAIN" and observation["content"] == "lease lapsed"
+    )
+    assert observation["metadata"]["replayed"] is False
+
+
+def test_a_refused_complete_without_observation_is_uncertain_not_an_exception() -> None:
+    protocol, script = _protocol()
+    refused = Response(409, {"code": "STALE_FENCING_TOKEN"})
+    observation = script.run(_call(protocol), [_execute_answer(), refused])
+    assert observation["code"] == "SIDE_EFFECT_UNCERTAIN"
+
+
+def test_a_cancelled_call_reports_uncertain_briefly_and_never_replays() -> None:
+    protocol, script = _protocol(request_timeout=10.0)
+    answer = _execute_answer()
+    replay_next = Response(
+        200, {"observation": {"ok": False, "metadata": {"next_action": "replay"}}}
+    )
+    cancelled = Executed("uncertain", cancelled=True)
+    observation = script.run(_call(protocol), [answer, replay_next], executed=cancelled)
+    assert [r.path for r in script.sent] == ["/calls", "/calls/c-1/complete"]
+    assert script.sent[1].json["outcome"] == "uncertain"
+    assert int(script.sent[1].headers[TIMEOUT_HEADER]) <= 2000
+    assert observation["metadata"]["next_action"] == "replay"
+
+
+def test_a_cancelled_report_gives_up_within_two_seconds() -> None:
+    protocol, script = _protocol(request_timeout=10.0)
+    cancelled = Executed("uncertain", cancelled=True)
+    script.run(_call(protocol), [_execute_answer()], executed=cancelled)
+    assert sum(script.slept) <= 2.0
+
+
+@pytest.mark.parametrize(
+    ("error", "outcome", "cancelled", "retryable"),
+    [
+        (ToolError("PERMISSION_DENIED", "no"), "failed", False, False),
+        (ToolError("RATE_LIMITED", "later", retryable=True), "failed", False, True),
+        (InvalidToolInput("cart is required"), "failed", False, True),
+        (TimeoutError("downstream"), "uncertain", False, None),
+        (ConnectionResetError("lost"), "uncertain", False, None),
+        (ValueError("bug in the tool"), "uncertain", False, None),
+        (asyncio.CancelledError(), "uncertain", True, None),
+        (KeyboardInterrupt(), "uncertain", True, None),
+    ],
+)
+def test_how_a_raised_tool_ended(
+    error: BaseException, outcome: str, cancelled: bool, retryable: bool | None
+) -> None:
+    done = executed_after(error)
+    assert (done.outcome, done.cancelled) == (outcome, cancelled)
+    assert (done.error.retryable if done.error else None) == retryable
+
+
+def test_an_approval_is_not_awaited_in_non_blocking_mode() -> None:
+    protocol, script = _protocol()
+    asked = Response(
+        200,
+        {
+            "decision": "approval_required",
+            "call_id": "c-1",
+            "observation": {"ok": False, "code": "APPROVAL_REQUIRED", "metadata": {}},
+        },
+    )
+    observation = script.run(_call(protocol, wait_for_approval=False), [asked])
+    assert observation["code"] == "APPROVAL_REQUIRED"
+    assert len(script.sent) == 1 and script.slept == []
+
+
+def test_an_approval_wait_is_bounded() -> None:
+    protocol, script = _protocol()
+    pending = {
+        "decision": "approval_required",
+        "call_id": "c-1",
+        "approval_state": "pending",
+        "observation": {"ok": False, "code": "APPROVAL_REQUIRED", "metadata": {}},
+    }
+    polls = [Response(200, pending)] * 200
+    observation = script.run(
+        _call(protocol, approval_deadline=10), [Response(200, pending), *polls]
+    )
+    assert observation["code"] == "APPROVAL_REQUIRED"
+    assert 9.0 <= sum(script.slept) <= 10.0
+
+
+def test_bad_input_raises_and_runs_nothing() -> None:
+    protocol, script = _protocol()
+    with pytest.raises(LedgerRequestError) as raised:
+        script.run(_call(protocol), [Response(400, {"code": "INVALID_INPUT", "detail": "x"})])
+    assert raised.value.status == 400 and script.executed == []
+
+
+def test_a_driver_reads_retry_after_and_non_json_bodies() -> None:
+    answer = response_of(503, {"Retry-After": "3"}, b"<html>busy</html>")
+    assert answer.retry_after == 3.0 and answer.body["code"] == "HTTP_ERROR"
+    assert response_of(200, {}, b'{"a": 1}') == Response(200, {"a": 1}, None)
