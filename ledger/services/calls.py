@@ -621,9 +621,17 @@ def heartbeat_call(*, caller: Caller, call_id: str, fencing_token: int) -> datet
 
 
 def _validate_result(tool: Tool, result: Any) -> str | None:
-    """Why ``result`` does not match the tool's output schema, or None when it does."""
+    """Why ``result`` does not match the tool's output schema, or None when it does.
+
+    An MCP tool's result is a ``CallToolResult``; its ``outputSchema`` describes the
+    ``structuredContent`` inside it, which the specification requires of such a tool.
+    """
     if not tool.output_schema:
         return None
+    if tool.kind == Tool.Kind.MCP:
+        if not isinstance(result, dict) or not isinstance(result.get("structuredContent"), dict):
+            return f"{tool.name} declares an outputSchema but returned no structuredContent"
+        result = result["structuredContent"]
     try:
         jsonschema.validate(result, tool.output_schema)
     except jsonschema.ValidationError as exc:

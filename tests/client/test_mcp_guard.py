@@ -31,12 +31,14 @@ class Flaky:
     async def list_tools(self) -> Any:
         return await self.session.list_tools()
 
-    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> Any:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any] | None = None, **options: Any
+    ) -> Any:
         self.calls += 1
         mode, self.fail_next = self.fail_next, None
         if mode == "before":
             raise ConnectionResetError("connection to the MCP server was lost")
-        result = await self.session.call_tool(name, arguments)
+        result = await self.session.call_tool(name, arguments, **options)
         if mode == "after":
             raise TimeoutError("the MCP server did not answer in time")
         return result

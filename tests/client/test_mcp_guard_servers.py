@@ -1,0 +1,251 @@
+"""The MCP guard against the official servers, started from the registries (npx), through the
+fault-injecting stdio shim: structured results, isError, the key in ``_meta``, lost responses,
+a dead server, and file writes settled by hash."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shutil
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from agent_ledger_client import AsyncLedgerClient
+from agent_ledger_client.mcp_guard import KEY_META_KEY, LEDGER_META_KEY, LedgerGuard
+from ledger.models import IdempotencyRecord, PolicyRule, Tenant, WritePlan
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("npx") is None, reason="the official servers need Node (npx)"),
+]
+SHIM = Path(__file__).with_name("mcp_shim.py")
+FILESYSTEM = ["npx", "-y", "@modelcontextprotocol/server-filesystem"]
+MEMORY = ["npx", "-y", "@modelcontextprotocol/server-memory"]
+
+
+class Shim:
+    def __init__(self, folder: Path) -> None:
+        self.faults = folder / "faults.json"
+        self.log = folder / "calls.jsonl"
+        self.faults.write_text("{}")
+        self.log.write_text("")
+
+    def arm(self, tool: str, mode: str) -> None:
+        self.faults.write_text(json.dumps({"tool": tool, "mode": mode}))
+
+    def calls(self, tool: str) -> list[dict[str, Any]]:
+        lines = [json.loads(line) for line in self.log.read_text().splitlines() if line]
+        return [call for call in lines if call.get("name") == tool]
+
+    def parameters(self, upstream: list[str], env: dict[str, str] | None = None) -> Any:
+        args = [str(SHIM), "--faults", str(self.faults), "--log", str(self.log), "--", *upstream]
+        return StdioServerParameters(command=sys.executable, args=args, env=env)
+
+
+Scenario = Callable[[LedgerGuard, Shim], Awaitable[Any]]
+
+
+def _run(
+    live_server: Any, token: str, shim: Shim, upstream: list[str], scenario: Scenario, **guard: Any
+) -> Any:
+    async def main() -> Any:
+        async with (
+            stdio_client(shim.parameters(upstream)) as (read, write),
+            ClientSession(read, write) as session,
+            AsyncLedgerClient(live_server.url, token) as ledger,
+            ledger.run(user_id="u1") as run,
+        ):
+            await session.initialize()
+            subject = LedgerGuard(session, ledger, run, tool_timeout=3, **guard)
+            await subject.list_tools()
+            return await scenario(subject, shim)
+
+    return asyncio.run(main())
+
+
+@pytest.fixture
+def shim(tmp_path: Path) -> Shim:
+    return Shim(tmp_path)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    folder = tmp_path / "files"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("old\n")
+    return folder
+
+
+def test_a_read_returns_its_structured_result_after_one_execution(
+    live_server, ledger_token: str, shim: Shim, root: Path
+) -> None:
+    async def scenario(guard: LedgerGuard, shim: Shim) -> Any:
+        return await guard.call_tool("read_text_file", {"path": str(root / "notes.txt")})
+
+    result = _run(live_server, ledger_token, shim, [*FILESYSTEM, str(root)], scenario, server="fs")
+    assert result.is_error is not True
+    assert result.structured_content == {"content": "old\n"}
+    answer = result.meta[LEDGER_META_KEY]
+    assert answer["ok"] is True and answer["replayed"] is False and answer["call_id"]
+    assert len(shim.calls("read_text_file")) == 1
+    record = IdempotencyRecord.objects.get(tool__name="fs/read_text_file")
+    assert (record.state, record.executions) == ("succeeded", 1)
+
+
+def test_the_idempotency_key_reaches_the_server_in_meta(
+    live_server, ledger_token: str, shim: Shim, root: Path
+) -> None:
+    async def scenario(guard: LedgerGuard, shim: Shim) -> Any:
+        return await guard.call_tool(
+            "list_directory",
+            {"path": str(root)},
+            traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        )
+
+    result = _run(live_server, ledger_token, shim, [*FILESYSTEM, str(root)], scenario, server="fs")
+    (sent,) = shim.calls("list_directory")
+    assert sent["_meta"][KEY_META_KEY] == result.meta[LEDGER_META_KEY]["idempotency_key"]
+    assert sent["_meta"]["traceparent"].startswith("00-4bf92f35")
+
+
+def test_is_error_is_a_failed_call_with_its_text(
+    live_server, ledger_token: str, shim: Shim, root: Path
+) -> None:
+    async def scenario(guard: LedgerGuard, shim: Shim) -> Any:
+        return await guard.call_tool("read_text_file", {"path": str(root / "missing.txt")})
+
+    result = _run(live_server, ledger_token, shim, [*FILESYSTEM, str(root)], scenario, server="fs")
+    observation = json.loads(result.content[0].text)
+    assert result.is_error is True and observation["code"] == "MCP_TOOL_ERROR"
+    assert "missing.txt" in observation["content"]
+    assert IdempotencyRecord.objects.get().state == "failed_final"
+
+
+def test_a_lost_memory_write_is_never_executed_again(
+    live_server, ledger_token: str, shim: Shim
+) -> None:
+    entity = {"entities": [{"name": "Ada", "entityType": "person", "observations": ["x"]}]}
+
+    async def scenario(guard: LedgerGuard, shim: Shim) -> Any:
+        shim.arm("create_entities", "drop_response")
+        first = await guard.call_tool("create_entities", entity, tool_call_id="tc-1")
+        again = await guard.call_tool("create_entities", entity, tool_call_id="tc-1")
+        graph = await guard.call_tool("read_graph", {})
+        return first, again, graph
+
+    first, again, graph = _run(live_server, ledger_token, shim, MEMORY, scenario, server="memory")
+    for result in (first, again):
+        assert result.is_error is True
+        assert json.loads(result.content[0].text)["code"] == "SIDE_EFFECT_UNCERTAIN"
+    assert len(shim.calls("create_entities")) == 1
+    assert [e["name"] for e in graph.structured_content["entities"]] == ["Ada"]
+
+
+def test_a_dead_server_is_uncertain(live_server, ledger_token: str, shim: Shim) -> None:
+    entity = {"entities": [{"name": "Bo", "entityType": "person", "observations": []}]}
+
+    async def scenario(guard: LedgerGuard, shim: Shim) -> Any:
+        shim.arm("create_entities", "kill")
+        return await guard.call_tool("create_entities", entity, tool_call_id="tc-1")
+
+    result = _run(live_server, ledger_token, shim, MEMORY, scenario, server="memory")
+    assert json.loads(result.content[0].text)["code"] == "SIDE_EFFECT_UNCERTAIN"
+    assert IdempotencyRecord.objects.get().state == "unknown"
+
+
+def _conditional_writes() -> None:
+    """The tenant's policy: file writes are conditional (checked by hash, then approved)."""
+    PolicyRule.objects.create(
+        tenant=Tenant.objects.get(),
+        pattern="fs/write_file",
+        idempotency="conditional",
+        reason="file writes are settled by the file's hash",
+    )
+
+
+def test_a_lost_write_file_that_landed_settles_already_applied(
+    live_server, ledger_token: str, shim: Shim, root: Path
+) -> None:
+    _conditional_writes()
+    target = root / "notes.txt"
+
+    async def scenario(guard: LedgerGuard, shim: Shim) -> Any:
+        shim.arm("write_file", "drop_response")
+        return await guard.call_tool(
+            "write_file", {"path": str(target), "content": "new\n"}, tool_call_id="tc-1"
+        )
+
+    result = _run(
+        live_server,
+        ledger_token,
+        shim,
+        [*FILESYSTEM, str(root)],
+        scenario,
+        server="fs",
+        file_root=root,
+    )
+    assert result.is_error is False, result.content[0].text
+    assert result.meta[LEDGER_META_KEY]["code"] == "ALREADY_APPLIED"
+    assert target.read_text() == "new\n" and len(shim.calls("write_file")) == 1
+    assert IdempotencyRecord.objects.get(tool__name="fs/write_file").state == "succeeded"
+
+
+def test_a_lost_write_file_that_never_landed_asks_a_human_without_blocking(
+    live_server, ledger_token: str, shim: Shim, root: Path
+) -> None:
+    _conditional_writes()
+    target = root / "notes.txt"
+
+    async def scenario(guard: LedgerGuard, shim: Shim) -> Any:
+        shim.arm("write_file", "hang")  # never reaches the server
+        return await guard.call_tool(
+            "write_file", {"path": str(target), "content": "new\n"}, tool_call_id="tc-1"
+        )
+
+    result = _run(
+        live_server,
+        ledger_token,
+        shim,
+        [*FILESYSTEM, str(root)],
+        scenario,
+        server="fs",
+        file_root=root,
+        wait_for_approval=False,
+    )
+    assert result.is_error is True
+    assert result.meta[LEDGER_META_KEY]["code"] == "APPROVAL_REQUIRED"
+    assert target.read_text() == "old\n"
+    plan = WritePlan.objects.get()
+    assert plan.before_hash == hashlib.sha256(b"old\n").hexdigest()
+    assert plan.after_hash == hashlib.sha256(b"new\n").hexdigest()
+    assert "-old\n+new" in plan.diff
+
+
+def test_a_write_outside_the_root_fails_before_reaching_the_server(
+    live_server, ledger_token: str, shim: Shim, root: Path
+) -> None:
+    async def scenario(guard: LedgerGuard, shim: Shim) -> Any:
+        return await guard.call_tool(
+            "write_file", {"path": str(root / ".." / "escape.txt"), "content": "x"}
+        )
+
+    result = _run(
+        live_server,
+        ledger_token,
+        shim,
+        [*FILESYSTEM, str(root)],
+        scenario,
+        server="fs",
+        file_root=root,
+    )
+    assert json.loads(result.content[0].text)["code"] == "INVALID_TOOL_INPUT"
+    assert shim.calls("write_file") == []
+    assert not (root.parent / "escape.txt").exists()
