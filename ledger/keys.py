@@ -4,18 +4,27 @@ The key is built by the runtime from the business intent (DESIGN section 3), nev
 ``agent:{tenant}:{user}:{run}:{tool}:{object}`` for the ``run`` scope and
 ``agent:{tenant}:{user}:{tool}:{object}`` for the ``business`` scope. Without a business object
 the step id stands in, which makes the action run-scoped whatever the tool's scope.
+
+A tool may declare key fields, argument paths such as ``cart.id`` (in the manner of
+Powertools' ``event_key_jmespath``): the business object is derived from their values, so a
+call the model re-issues with a new tool-call id maps to the same key.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 from ledger.domain import KeyScope
 
 MAX_COMPONENT_LENGTH = 200
 MAX_KEY_LENGTH = 1024
+#: Longer derived business objects are replaced by their hash (still one per value set).
+MAX_READABLE_OBJECT = 120
+KEY_FIELD_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$")
+MAX_KEY_FIELDS = 10
 
 
 class KeyBuildError(ValueError):
@@ -59,6 +68,48 @@ def build_idempotency_key(
     if len(key) > MAX_KEY_LENGTH:
         raise KeyBuildError(f"the idempotency key would be longer than {MAX_KEY_LENGTH} characters")
     return key
+
+
+def validate_key_fields(paths: list[str]) -> list[str]:
+    """The key fields as declared, or ``KeyBuildError`` saying which one is malformed."""
+    if len(paths) > MAX_KEY_FIELDS:
+        raise KeyBuildError(f"a tool has at most {MAX_KEY_FIELDS} key fields")
+    for path in paths:
+        if not isinstance(path, str) or len(path) > MAX_COMPONENT_LENGTH:
+            raise KeyBuildError(f"key field {path!r} is not a path of at most 200 characters")
+        if not KEY_FIELD_PATTERN.match(path):
+            raise KeyBuildError(f"key field {path!r} is not a dotted argument path (cart.id)")
+    if len(set(paths)) != len(paths):
+        raise KeyBuildError("key fields must not repeat")
+    return list(paths)
+
+
+def _at(value: Any, path: str) -> Any:
+    for part in path.split("."):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            raise KeyBuildError(f"key field {path!r} is missing from the input")
+    if value is None or (isinstance(value, str | list | dict) and not value):
+        raise KeyBuildError(f"key field {path!r} is empty in the input")
+    return value
+
+
+def business_object_from(key_fields: list[str], tool_input: dict[str, Any]) -> str | None:
+    """The business object named by the key fields' values in ``tool_input`` (None when the
+    tool declares none): readable when short (``cart.id=c-9``), else a hash of the values."""
+    if not key_fields:
+        return None
+    values = {path: _at(tool_input, path) for path in key_fields}
+    readable = ",".join(
+        f"{path}={value if isinstance(value, str) else canonical_json(value)}"
+        for path, value in values.items()
+    )
+    if len(readable) <= MAX_READABLE_OBJECT and readable.isprintable():
+        return readable
+    return "sha256=" + fingerprint(values)[:40]
 
 
 def _normalise(value: Any) -> Any:

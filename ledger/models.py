@@ -188,6 +188,11 @@ class Tool(models.Model):
         max_length=16, choices=choices(PerCall), blank=True, help_text="Blank: the tool's own."
     )
     per_call_argument = models.CharField(max_length=200, blank=True)
+    key_fields = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Argument paths the business object is derived from (e.g. cart.id).",
+    )
     # Effective classification (computed, then policy, then override).
     idempotency = models.CharField(max_length=16, choices=choices(Idempotency))
     replay_policy = models.CharField(max_length=8, choices=choices(ReplayPolicy))

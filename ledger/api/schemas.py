@@ -93,6 +93,9 @@ class ToolIn(Strict):
     description: str = Field(default="", max_length=4000)
     output_schema: dict[str, Any] | None = None
     key_scope: KeyScope | None = None
+    #: Argument paths (``cart.id``) the business object is derived from; a non-idempotent
+    #: tool with key fields defaults to the ``business`` scope.
+    key_fields: list[str] | None = Field(default=None, max_length=10)
 
 
 class ToolOut(Schema):
@@ -101,6 +104,7 @@ class ToolOut(Schema):
     server: str | None
     description: str
     key_scope: str
+    key_fields: list[str]
     output_schema: dict[str, Any] | None
     classification: ClassificationOut
     overridden: bool

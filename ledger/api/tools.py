@@ -24,6 +24,7 @@ def tool_out(tool: Tool) -> ToolOut:
         server=tool.server.name if tool.server else None,
         description=tool.description,
         key_scope=tool.key_scope,
+        key_fields=list(tool.key_fields or []),
         output_schema=tool.output_schema,
         classification=ClassificationOut(
             idempotency=Idempotency(tool.idempotency),
@@ -50,6 +51,7 @@ def register(request: HttpRequest, payload: ToolIn) -> ToolOut:
         description=payload.description,
         output_schema=payload.output_schema,
         key_scope=payload.key_scope,
+        key_fields=payload.key_fields,
     )
     return tool_out(tool)
 

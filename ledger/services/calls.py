@@ -43,7 +43,7 @@ from ledger.errors import (
     RunNotRunning,
     StaleFencingToken,
 )
-from ledger.keys import KeyBuildError, build_idempotency_key, fingerprint
+from ledger.keys import KeyBuildError, build_idempotency_key, business_object_from, fingerprint
 from ledger.models import (
     ApiToken,
     ApprovalRequest,
@@ -201,13 +201,16 @@ def _context(entry: LedgerEntry, tool_name: str) -> CallContext:
 
 def _key(tenant: Tenant, run: Run, tool: Tool, request: CallInput) -> str:
     try:
+        business_object = request.business_object_id or business_object_from(
+            tool.key_fields, request.input
+        )
         return build_idempotency_key(
             scope=KeyScope(tool.key_scope),
             tenant=tenant.slug,
             user=run.user_id,
             run_id=run.run_id,
             tool=tool.name,
-            business_object_id=request.business_object_id,
+            business_object_id=business_object,
             step_id=request.step_id,
         )
     except KeyBuildError as exc:

@@ -26,6 +26,7 @@ from ledger.classification.policy import (
 from ledger.classification.words import catalogue_namespace
 from ledger.domain import Idempotency, KeyScope, ServerTrust
 from ledger.errors import Conflict, InvalidInput, NotFound
+from ledger.keys import KeyBuildError, validate_key_fields
 from ledger.models import McpServer, Tenant, Tool
 from ledger.models import PolicyRule as PolicyRuleRow
 from ledger.services.audit import audit
@@ -126,6 +127,7 @@ def register_tool(
     output_schema: dict[str, Any] | None = None,
     key_scope: KeyScope | None = None,
     code_argument: DecidingArgument | None = None,
+    key_fields: list[str] | None = None,
 ) -> Tool:
     """Create or update a tool declared by the tenant's runtime, and classify it. The row is
     locked ``FOR NO KEY UPDATE``: calls in flight keep checking their foreign key to it
@@ -147,6 +149,7 @@ def register_tool(
         output_schema,
         key_scope,
         code_argument,
+        key_fields or [],
     )
     try:
         return attempt()
@@ -168,6 +171,7 @@ def _register_tool(
     output_schema: dict[str, Any] | None,
     key_scope: KeyScope | None,
     code_argument: DecidingArgument | None,
+    key_fields: list[str],
 ) -> Tool:
     with transaction.atomic():
         tool = Tool.objects.select_for_update(no_key=True).filter(tenant=tenant, name=name).first()
@@ -179,7 +183,9 @@ def _register_tool(
         before = None if created else _snapshot(tool)
         tool.per_call_kind = code_argument.kind.value if code_argument else ""
         tool.per_call_argument = code_argument.name if code_argument else ""
-        _declare(tool, tenant, declared_idempotency, description, output_schema, key_scope)
+        _declare(
+            tool, tenant, declared_idempotency, description, output_schema, key_scope, key_fields
+        )
         tool.save()
         audit(
             tenant=tenant,
@@ -200,20 +206,31 @@ def _declare(
     description: str = "",
     output_schema: dict[str, Any] | None = None,
     key_scope: KeyScope | None = None,
+    key_fields: list[str] | None = None,
 ) -> None:
-    """Set what the runtime declares about ``tool`` (unsaved), and classify it."""
+    """Set what the runtime declares about ``tool`` (unsaved), and classify it.
+
+    A non-idempotent tool with key fields defaults to the ``business`` scope: its key names the
+    business object alone, so a re-planned call (a new step, a new run) cannot run it again.
+    """
     known = catalogue_tool(tool.name)
     tool.kind = _kind(tool.name)
     tool.declared_idempotency = declared_idempotency.value if declared_idempotency else ""
     tool.description = description or (known.description if known else "")
     tool.output_schema = output_schema
-    tool.key_scope = (key_scope or (known.key_scope if known else KeyScope.RUN)).value
+    try:
+        tool.key_fields = validate_key_fields(key_fields or [])
+    except KeyBuildError as exc:
+        raise InvalidInput(str(exc)) from None
     tool.descriptor = {
         "name": tool.name,
         "idempotency": tool.declared_idempotency or None,
         "description": description,
     }
     _apply(tool, _classify(tool, _rules(tenant)))
+    if key_scope is None and tool.key_fields and tool.idempotency == Idempotency.NON_IDEMPOTENT:
+        key_scope = KeyScope.BUSINESS
+    tool.key_scope = (key_scope or (known.key_scope if known else KeyScope.RUN)).value
 
 
 def ensure_catalogue_tool(*, tenant: Tenant, name: str, actor: str, source: str) -> Tool:
