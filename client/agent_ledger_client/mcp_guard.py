@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
+import jsonschema
 from mcp import ClientSession
 from mcp.types import CallToolResult, ListToolsResult, RequestParamsMeta, TextContent
 
@@ -123,11 +124,17 @@ class LedgerGuard:
         self.wait_for_approval = wait_for_approval
         self.approval_deadline = approval_deadline
         self.tool_timeout = tool_timeout
+        self.output_schemas: dict[str, dict[str, Any]] = {}
 
     async def list_tools(self) -> ListToolsResult:
         """The server's tools, after importing them into the ledger's registry."""
         result = await self.session.list_tools()
         listing = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        self.output_schemas = {
+            tool["name"]: tool["outputSchema"]
+            for tool in listing["tools"]
+            if "outputSchema" in tool
+        }
         await self.ledger.import_mcp_tools(self.server, self.trust, {"tools": listing["tools"]})
         return result
 
@@ -186,7 +193,7 @@ class LedgerGuard:
         )
         if plan is not None and _lost(observation):
             observation = await self._settle_write(observation, arguments, execute, settings)
-        return result_of(observation)
+        return result_of(observation, self.output_schemas.get(name))
 
     async def _settle_write(
         self,
@@ -227,17 +234,32 @@ def ledger_meta(observation: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def result_of(observation: dict[str, Any]) -> CallToolResult:
+def result_of(
+    observation: dict[str, Any], output_schema: dict[str, Any] | None = None
+) -> CallToolResult:
     """The MCP result for an observation: the server's own result when the call succeeded,
-    else an error result whose text is the observation; the ledger's answer in ``_meta``."""
+    else a result whose text is the observation (an error unless it is a success such as
+    ``ALREADY_APPLIED``); the ledger's answer in ``_meta``."""
     meta = {LEDGER_META_KEY: ledger_meta(observation)}
     content = observation.get("content")
     if observation.get("ok") and isinstance(content, dict) and "content" in content:
         result = CallToolResult.model_validate(content)
         result.meta = {**(result.meta or {}), **meta}
         return result
-    text = TextContent(type="text", text=json.dumps(observation))
-    return CallToolResult(content=[text], is_error=not observation.get("ok"), _meta=meta)
+    text = json.dumps(observation)
+    structured: dict[str, Any] | None = None
+    if observation.get("ok") and output_schema is not None:
+        # A success the ledger answered itself still owes a tool with an outputSchema its
+        # structuredContent; the text result fits the usual {"content": string} shape.
+        candidate = {"content": text}
+        if jsonschema.Draft202012Validator(output_schema).is_valid(candidate):
+            structured = candidate
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structured_content=structured,
+        is_error=not observation.get("ok"),
+        _meta=meta,
+    )
 
 
 def _text(data: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ the repository, and each example runs from an empty temporary folder against a l
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -113,10 +114,31 @@ def _mcp_example(venv: FreshVenv, server: str, token: str, sandbox: SandboxServe
     assert out.startswith("False") and "Repository status" in out
 
 
+def _proxy_example(venv: FreshVenv, server: str, token: str, sandbox: SandboxServer) -> None:
+    repo = venv.folder / "proxied"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    out = venv.run(_examples()["proxy"], LEDGER_URL=server, LEDGER_TOKEN=token, REPO=str(repo))
+    assert out.split() == ["False", "True"]
+
+
 CHECKS: dict[str, Callable[[FreshVenv, str, str, SandboxServer], None]] = {
     "client": _client_example,
     "mcp": _mcp_example,
+    "proxy": _proxy_example,
 }
+
+
+def test_the_proxy_configuration_is_the_example_s_command() -> None:
+    """The JSON configuration in docs/integrations.md starts what the proxy example starts."""
+    guide = (ROOT / "docs" / "integrations.md").read_text()
+    block = re.search(r"<!-- config: proxy -->\n```json\n(.*?)```", guide, re.S)
+    assert block, "docs/integrations.md has no proxy configuration"
+    server = json.loads(block.group(1))["mcpServers"]["git"]
+    example = _examples()["proxy"]
+    assert f'command="{server["command"]}"' in example
+    flags = [arg for arg in server["args"] if arg.startswith("-")]
+    assert all(f'"{flag}"' in example for flag in flags)
+    assert set(server["env"]) == {"LEDGER_TOKEN"}
 
 
 def test_every_example_is_checked() -> None:

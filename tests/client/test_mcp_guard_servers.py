@@ -28,7 +28,13 @@ pytestmark = [
 ]
 SHIM = Path(__file__).with_name("mcp_shim.py")
 FILESYSTEM = ["npx", "-y", "@modelcontextprotocol/server-filesystem"]
-MEMORY = ["npx", "-y", "@modelcontextprotocol/server-memory"]
+
+
+def memory_server(folder: Path) -> list[str]:
+    """The memory server, keeping its graph in ``folder`` (by default it writes into its own
+    package folder, shared by every run)."""
+    graph = folder / "memory.jsonl"
+    return ["env", f"MEMORY_FILE_PATH={graph}", "npx", "-y", "@modelcontextprotocol/server-memory"]
 
 
 class Shim:
@@ -45,9 +51,14 @@ class Shim:
         lines = [json.loads(line) for line in self.log.read_text().splitlines() if line]
         return [call for call in lines if call.get("name") == tool]
 
-    def parameters(self, upstream: list[str], env: dict[str, str] | None = None) -> Any:
-        args = [str(SHIM), "--faults", str(self.faults), "--log", str(self.log), "--", *upstream]
-        return StdioServerParameters(command=sys.executable, args=args, env=env)
+    def command(self, upstream: list[str]) -> list[str]:
+        """The shim's command line, in front of the upstream server's."""
+        shim = [str(SHIM), "--faults", str(self.faults), "--log", str(self.log)]
+        return [sys.executable, *shim, "--", *upstream]
+
+    def parameters(self, upstream: list[str]) -> StdioServerParameters:
+        command, *args = self.command(upstream)
+        return StdioServerParameters(command=command, args=args)
 
 
 Scenario = Callable[[LedgerGuard, Shim], Awaitable[Any]]
@@ -130,7 +141,7 @@ def test_is_error_is_a_failed_call_with_its_text(
 
 
 def test_a_lost_memory_write_is_never_executed_again(
-    live_server, ledger_token: str, shim: Shim
+    live_server, ledger_token: str, shim: Shim, tmp_path: Path
 ) -> None:
     entity = {"entities": [{"name": "Ada", "entityType": "person", "observations": ["x"]}]}
 
@@ -141,7 +152,9 @@ def test_a_lost_memory_write_is_never_executed_again(
         graph = await guard.call_tool("read_graph", {})
         return first, again, graph
 
-    first, again, graph = _run(live_server, ledger_token, shim, MEMORY, scenario, server="memory")
+    first, again, graph = _run(
+        live_server, ledger_token, shim, memory_server(tmp_path), scenario, server="memory"
+    )
     for result in (first, again):
         assert result.is_error is True
         assert json.loads(result.content[0].text)["code"] == "SIDE_EFFECT_UNCERTAIN"
@@ -149,14 +162,18 @@ def test_a_lost_memory_write_is_never_executed_again(
     assert [e["name"] for e in graph.structured_content["entities"]] == ["Ada"]
 
 
-def test_a_dead_server_is_uncertain(live_server, ledger_token: str, shim: Shim) -> None:
+def test_a_dead_server_is_uncertain(
+    live_server, ledger_token: str, shim: Shim, tmp_path: Path
+) -> None:
     entity = {"entities": [{"name": "Bo", "entityType": "person", "observations": []}]}
 
     async def scenario(guard: LedgerGuard, shim: Shim) -> Any:
         shim.arm("create_entities", "kill")
         return await guard.call_tool("create_entities", entity, tool_call_id="tc-1")
 
-    result = _run(live_server, ledger_token, shim, MEMORY, scenario, server="memory")
+    result = _run(
+        live_server, ledger_token, shim, memory_server(tmp_path), scenario, server="memory"
+    )
     assert json.loads(result.content[0].text)["code"] == "SIDE_EFFECT_UNCERTAIN"
     assert IdempotencyRecord.objects.get().state == "unknown"
 

@@ -1,0 +1,211 @@
+"""``agent-ledger-mcp`` as an MCP client sees it: a real MCP client session talks to the proxy
+over stdio, the proxy to real servers from the registries (the filesystem and memory servers
+through npx, the git server from PyPI) through the fault-injecting shim."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from agent_ledger_client.mcp_guard import LEDGER_META_KEY
+from ledger.models import IdempotencyRecord, PolicyRule, Tenant
+from tests.client.test_mcp_guard_servers import FILESYSTEM, Shim, memory_server
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("npx") is None, reason="the official servers need Node (npx)"),
+]
+GIT = [sys.executable, "-m", "mcp_server_git"]
+
+
+def _proxied(
+    live_server: Any,
+    token: str,
+    shim: Shim,
+    upstream: list[str],
+    scenario: Callable[[ClientSession], Awaitable[Any]],
+    *options: str,
+) -> Any:
+    command = [
+        "-m",
+        "agent_ledger_client.mcp_proxy",
+        "--ledger",
+        live_server.url,
+        "--token-env",
+        "LEDGER_TOKEN",
+        "--tool-timeout",
+        "3",
+        *options,
+        "--",
+        *shim.command(upstream),
+    ]
+    params = StdioServerParameters(
+        command=sys.executable, args=command, env={**os.environ, "LEDGER_TOKEN": token}
+    )
+
+    async def main() -> Any:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            return await scenario(session)
+
+    return asyncio.run(main())
+
+
+@pytest.fixture
+def shim(tmp_path: Path) -> Shim:
+    return Shim(tmp_path)
+
+
+def _code(result: Any) -> str:
+    return result.meta[LEDGER_META_KEY]["code"] or ("OK" if not result.is_error else "")
+
+
+def test_a_read_through_the_proxy_runs_once_and_returns_its_structured_result(
+    live_server, ledger_token: str, shim: Shim, tmp_path: Path
+) -> None:
+    (tmp_path / "a.txt").write_text("hello\n")
+
+    async def scenario(session: ClientSession) -> Any:
+        listed = await session.list_tools()
+        read = await session.call_tool("read_text_file", {"path": str(tmp_path / "a.txt")})
+        return listed, read
+
+    listed, read = _proxied(
+        live_server, ledger_token, shim, [*FILESYSTEM, str(tmp_path)], scenario, "--server", "fs"
+    )
+    assert "write_file" in {tool.name for tool in listed.tools}
+    assert read.is_error is not True and read.structured_content == {"content": "hello\n"}
+    assert read.meta[LEDGER_META_KEY]["ok"] is True
+    assert len(shim.calls("read_text_file")) == 1
+    assert IdempotencyRecord.objects.get().executions == 1
+
+
+MEMORY_WRITES = {
+    "create_entities": {"entities": [{"name": "Ada", "entityType": "person", "observations": []}]},
+    "create_relations": {"relations": [{"from": "Ada", "to": "Ada", "relationType": "knows"}]},
+    "add_observations": {"observations": [{"entityName": "Ada", "contents": ["likes tea"]}]},
+}
+
+
+def test_lost_memory_writes_are_never_executed_again(
+    live_server, ledger_token: str, shim: Shim, tmp_path: Path
+) -> None:
+    async def scenario(session: ClientSession) -> dict[str, list[Any]]:
+        seen: dict[str, list[Any]] = {}
+        for tool, arguments in MEMORY_WRITES.items():
+            shim.arm(tool, "drop_response")
+            seen[tool] = [await session.call_tool(tool, arguments) for _ in range(3)]
+        return seen
+
+    seen = _proxied(
+        live_server, ledger_token, shim, memory_server(tmp_path), scenario, "--server", "memory"
+    )
+    for tool, results in seen.items():
+        assert [_code(r) for r in results] == ["SIDE_EFFECT_UNCERTAIN"] * 3, tool
+        assert len(shim.calls(tool)) == 1, tool  # 0 re-executions
+
+
+def test_a_lost_git_commit_is_never_executed_again(
+    live_server, ledger_token: str, shim: Shim, tmp_path: Path
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (
+        ["init", "-q"],
+        ["config", "user.email", "a@example.com"],
+        ["config", "user.name", "Agent"],
+    ):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
+    (repo / "README.md").write_text("hello\n")
+    subprocess.run(["git", "-C", str(repo), "add", "README.md"], check=True)
+    commit = {"repo_path": str(repo), "message": "agent commit"}
+
+    async def scenario(session: ClientSession) -> list[Any]:
+        status = await session.call_tool("git_status", {"repo_path": str(repo)})
+        shim.arm("git_commit", "drop_response")
+        first = await session.call_tool("git_commit", commit)
+        again = await session.call_tool("git_commit", commit)
+        return [status, first, again]
+
+    status, first, again = _proxied(
+        live_server,
+        ledger_token,
+        shim,
+        [*GIT, "--repository", str(repo)],
+        scenario,
+        "--server",
+        "git",
+    )
+    assert status.is_error is not True and len(shim.calls("git_status")) == 1
+    assert _code(first) == _code(again) == "SIDE_EFFECT_UNCERTAIN"
+    log = subprocess.run(
+        ["git", "-C", str(repo), "log", "--oneline"], capture_output=True, text=True, check=True
+    ).stdout
+    assert log.count("agent commit") == 1 and len(shim.calls("git_commit")) == 1
+
+
+def test_a_lost_write_file_that_landed_settles_already_applied_through_the_proxy(
+    live_server, ledger_token: str, shim: Shim, tmp_path: Path
+) -> None:
+    root = tmp_path / "files"
+    root.mkdir()
+    (root / "app.py").write_text("old\n")
+    PolicyRule.objects.create(
+        tenant=Tenant.objects.get(),
+        pattern="fs/write_file",
+        idempotency="conditional",
+        reason="file writes are settled by the file's hash",
+    )
+
+    async def scenario(session: ClientSession) -> Any:
+        shim.arm("write_file", "drop_response")
+        return await session.call_tool(
+            "write_file", {"path": str(root / "app.py"), "content": "new\n"}
+        )
+
+    result = _proxied(
+        live_server,
+        ledger_token,
+        shim,
+        [*FILESYSTEM, str(root)],
+        scenario,
+        "--server",
+        "fs",
+        "--file-root",
+        str(root),
+    )
+    assert _code(result) == "ALREADY_APPLIED", result
+    assert (root / "app.py").read_text() == "new\n" and len(shim.calls("write_file")) == 1
+    assert IdempotencyRecord.objects.get(tool__name="fs/write_file").state == "succeeded"
+
+
+def test_the_proxy_refuses_to_start_without_a_token() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agent_ledger_client.mcp_proxy",
+            "--ledger",
+            "http://x",
+            "--token-env",
+            "NO_SUCH_TOKEN_VAR",
+            "--",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={k: v for k, v in os.environ.items() if k != "NO_SUCH_TOKEN_VAR"},
+    )
+    assert result.returncode == 2 and "NO_SUCH_TOKEN_VAR holds no ledger token" in result.stderr
