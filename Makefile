@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml client/pyproject.toml
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e ".[dev]"
 	# The client is a distribution of its own (client/); tests, drill/ and bench/ import it.
-	$(VENV)/bin/pip install --quiet -e "./client[mcp]"
+	$(VENV)/bin/pip install --quiet -e "./client[mcp,langgraph,openai-agents,pydantic-ai]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 

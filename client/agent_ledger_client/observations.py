@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -58,3 +59,12 @@ def unreported(tool: str, outcome: str, call_id: str, idempotency_key: str) -> d
             "next_action": "lookup",
         },
     }
+
+
+def model_text(observation: dict[str, Any]) -> str:
+    """What a framework hands the model: a success's own result (text as is, anything else as
+    JSON), else the whole observation as JSON, which cannot be mistaken for success."""
+    if observation.get("ok") and observation.get("code") is None:
+        content = observation.get("content")
+        return content if isinstance(content, str) else json.dumps(content, default=str)
+    return json.dumps(observation, default=str)

@@ -1,0 +1,141 @@
+"""The LangGraph adapter end to end, offline: a graph whose model is LangChain's own scripted
+fake chat model, its tools in a ToolNode wrapped by the ledger, a live ledger server and the
+sandbox downstreams."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Command
+
+from agent_ledger_client import AsyncLedgerClient
+from agent_ledger_client.integrations.langgraph import LedgerToolCalls
+from ledger.models import IdempotencyRecord, Run
+from sandbox.server import SandboxServer
+from tests.client.test_seed_eval_cases import _approve_when_asked
+from tests.sandbox_fixtures import arm
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _calls(*turns: list[dict[str, Any]] | str) -> Iterator[AIMessage]:
+    for turn in turns:
+        if isinstance(turn, str):
+            yield AIMessage(content=turn)
+        else:
+            yield AIMessage(content="", tool_calls=turn)
+
+
+def _graph(model: GenericFakeChatModel, tools: list[Any], calls: LedgerToolCalls) -> Any:
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode(tools, awrap_tool_call=calls))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=InMemorySaver())
+
+
+def _tool_messages(state: dict[str, Any]) -> list[ToolMessage]:
+    return [m for m in state["messages"] if isinstance(m, ToolMessage)]
+
+
+def test_a_lost_order_retried_by_the_model_runs_once(
+    live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    @tool
+    def create_order(cart: str) -> str:
+        """Create an order for a cart."""
+        response = httpx.post(
+            f"{sandbox.url}/orders/objects", json={"reference": cart}, timeout=0.5
+        )
+        response.raise_for_status()
+        return response.text
+
+    order = {"name": "create_order", "args": {"cart": "cart-9"}}
+    model = GenericFakeChatModel(
+        messages=_calls(
+            [{**order, "id": "tc-1"}], [{**order, "id": "tc-2"}], "I will ask the user."
+        )
+    )
+    arm(sandbox, service="orders", mode="timeout_after_commit", hang_seconds=2)
+    config = {"configurable": {"thread_id": "thread-1"}}
+
+    async def scenario() -> dict[str, Any]:
+        async with AsyncLedgerClient(live_server.url, ledger_token) as ledger:
+            await ledger.register_tool("create_order", key_fields=["cart"])
+            calls = LedgerToolCalls(ledger, user_id="u1")
+            graph = _graph(model, [create_order], calls)
+            state = await graph.ainvoke({"messages": [HumanMessage("order cart-9")]}, config)
+            await calls.finish(config)
+            return state
+
+    state = asyncio.run(scenario())
+    first, retry = _tool_messages(state)
+    assert '"SIDE_EFFECT_UNCERTAIN"' in str(first.content) and first.status == "error"
+    assert '"SIDE_EFFECT_UNCERTAIN"' in str(retry.content)
+    assert state["messages"][-1].content == "I will ask the user."  # the model saw both
+    assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
+    run = Run.objects.get(run_id="thread-1")
+    assert run.status == "finished" and run.termination_reason == "completed"
+    record = IdempotencyRecord.objects.get()
+    assert (record.executions, record.duplicate_hits) == (1, 1)
+
+
+def test_an_approval_interrupts_the_graph_and_resumes_with_the_decision(
+    live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    attempts: list[str] = []
+
+    @tool
+    def write_file(path: str, content: str) -> str:
+        """Write a file in the workspace."""
+        attempts.append(path)
+        if len(attempts) == 1:
+            raise ConnectionResetError("the workspace connection was lost")
+        response = httpx.put(
+            f"{sandbox.url}/workspace/files/{path}", json={"content": content}, timeout=2
+        )
+        response.raise_for_status()
+        return "written"
+
+    write = {"name": "write_file", "args": {"path": "app.py", "content": "new"}}
+    model = GenericFakeChatModel(
+        messages=_calls([{**write, "id": "tc-1"}], [{**write, "id": "tc-2"}], "Done.")
+    )
+    config = {"configurable": {"thread_id": "thread-2"}}
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with AsyncLedgerClient(live_server.url, ledger_token) as ledger:
+            await ledger.register_tool("write_file", key_fields=["path"])
+            calls = LedgerToolCalls(ledger, user_id="u1")
+            graph = _graph(model, [write_file], calls)
+            paused = await graph.ainvoke({"messages": [HumanMessage("write app.py")]}, config)
+            approver = _approve_when_asked()
+            await asyncio.to_thread(approver.join, 15)
+            resumed = await graph.ainvoke(Command(resume="approved"), config)
+            await calls.finish(config)
+            return paused, resumed
+
+    paused, resumed = asyncio.run(scenario())
+    (pending,) = paused["__interrupt__"]
+    assert pending.value["ledger"]["code"] == "APPROVAL_REQUIRED"
+    lost, written = _tool_messages(resumed)
+    assert '"SIDE_EFFECT_UNCERTAIN"' in str(lost.content)
+    assert written.content == "written" and written.status == "success"
+    assert resumed["messages"][-1].content == "Done."
+    assert httpx.get(f"{sandbox.url}/workspace/files/app.py").json()["content"] == "new"
+    assert attempts == ["app.py", "app.py"]
