@@ -54,7 +54,7 @@ class FreshVenv:
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> FreshVenv:
-    """The wheel, installed with ``[mcp,langgraph]`` (and the git MCP server the MCP example
+    """The wheel, installed with all its extras (and the git MCP server the MCP example
     starts) into a virtual environment that has never seen the repository."""
     base = tmp_path_factory.mktemp("fresh")
     wheels = base / "wheels"
@@ -76,7 +76,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> FreshVenv:
             "pip",
             "install",
             "--quiet",
-            f"{wheel}[mcp,langgraph]",
+            f"{wheel}[mcp,langgraph,openai-agents,pydantic-ai]",
             "mcp-server-git",
         ],
         check=True,
@@ -129,11 +129,20 @@ def _langgraph_example(venv: FreshVenv, server: str, token: str, sandbox: Sandbo
     assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
 
 
+def _pydantic_ai_example(venv: FreshVenv, server: str, token: str, sandbox: SandboxServer) -> None:
+    out = venv.run(
+        _examples()["pydantic-ai"], LEDGER_URL=server, LEDGER_TOKEN=token, SANDBOX_URL=sandbox.url
+    )
+    assert out.strip() == "done"
+    assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
+
+
 CHECKS: dict[str, Callable[[FreshVenv, str, str, SandboxServer], None]] = {
     "client": _client_example,
     "mcp": _mcp_example,
     "proxy": _proxy_example,
     "langgraph": _langgraph_example,
+    "pydantic-ai": _pydantic_ai_example,
 }
 
 
