@@ -137,12 +137,23 @@ def _pydantic_ai_example(venv: FreshVenv, server: str, token: str, sandbox: Sand
     assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
 
 
+def _openai_agents_example(
+    venv: FreshVenv, server: str, token: str, sandbox: SandboxServer
+) -> None:
+    out = venv.run(
+        _examples()["openai-agents"], LEDGER_URL=server, LEDGER_TOKEN=token, SANDBOX_URL=sandbox.url
+    )
+    assert out.strip() == "done True"
+    assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
+
+
 CHECKS: dict[str, Callable[[FreshVenv, str, str, SandboxServer], None]] = {
     "client": _client_example,
     "mcp": _mcp_example,
     "proxy": _proxy_example,
     "langgraph": _langgraph_example,
     "pydantic-ai": _pydantic_ai_example,
+    "openai-agents": _openai_agents_example,
 }
 
 
