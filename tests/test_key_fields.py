@@ -72,8 +72,12 @@ def test_different_values_give_different_business_objects(first: str, second: st
 
 
 @pytest.mark.parametrize(
-    "fields", [["a..b"], [".a"], ["a b"], ["$.a"], ["a"] * 2, [f"f{i}" for i in range(11)]]
+    "fields", [["a..b"], [".a"], ["a b"], ["$.a"], [""], [f"f{i}" for i in range(11)]]
 )
 def test_malformed_key_fields_are_refused(fields: list[str]) -> None:
     with pytest.raises(KeyBuildError):
         validate_key_fields(fields)
+
+
+def test_a_key_field_named_twice_counts_once() -> None:
+    assert validate_key_fields(["cart", "user", "cart"]) == ["cart", "user"]

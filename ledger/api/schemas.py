@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from ledger.domain import DataClassification, Decision, Idempotency, InputSource, KeyScope
+from ledger.keys import KEY_FIELD_SYNTAX, MAX_COMPONENT_LENGTH, MAX_KEY_FIELDS
 from ledger.services.registry import SERVER_NAME, TOOL_NAME
 
 TOOL_NAME_PATTERN = TOOL_NAME.pattern
@@ -87,6 +88,9 @@ class ClassificationOut(Schema):
     rule: str
 
 
+KeyField = Annotated[str, Field(pattern=KEY_FIELD_SYNTAX, max_length=MAX_COMPONENT_LENGTH)]
+
+
 class ToolIn(Strict):
     name: str = Field(pattern=TOOL_NAME_PATTERN, max_length=200)
     idempotency: Idempotency | None = None
@@ -95,7 +99,7 @@ class ToolIn(Strict):
     key_scope: KeyScope | None = None
     #: Argument paths (``cart.id``) the business object is derived from; a non-idempotent
     #: tool with key fields defaults to the ``business`` scope.
-    key_fields: list[str] | None = Field(default=None, max_length=10)
+    key_fields: list[KeyField] | None = Field(default=None, max_length=MAX_KEY_FIELDS)
 
 
 class ToolOut(Schema):
