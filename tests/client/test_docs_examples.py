@@ -52,6 +52,9 @@ class FreshVenv:
         return result.stdout
 
 
+Check = Callable[["FreshVenv", str, str, SandboxServer], None]
+
+
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> FreshVenv:
     """The wheel, installed with all its extras (and the git MCP server the MCP example
@@ -99,12 +102,18 @@ def test_the_wheel_installs_outside_the_repository(venv: FreshVenv) -> None:
     assert typed.exists()
 
 
-def _client_example(venv: FreshVenv, server: str, token: str, sandbox: SandboxServer) -> None:
-    out = venv.run(
-        _examples()["client"], LEDGER_URL=server, LEDGER_TOKEN=token, SANDBOX_URL=sandbox.url
-    )
-    assert out.strip() == "True True"
-    assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
+def _ordering(name: str, printed: str) -> Check:
+    """An example that orders cart-42 twice through the sandbox: it prints ``printed`` and
+    leaves one order downstream."""
+
+    def check(venv: FreshVenv, server: str, token: str, sandbox: SandboxServer) -> None:
+        out = venv.run(
+            _examples()[name], LEDGER_URL=server, LEDGER_TOKEN=token, SANDBOX_URL=sandbox.url
+        )
+        assert out.strip() == printed
+        assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
+
+    return check
 
 
 def _mcp_example(venv: FreshVenv, server: str, token: str, sandbox: SandboxServer) -> None:
@@ -121,39 +130,13 @@ def _proxy_example(venv: FreshVenv, server: str, token: str, sandbox: SandboxSer
     assert out.split() == ["False", "True"]
 
 
-def _langgraph_example(venv: FreshVenv, server: str, token: str, sandbox: SandboxServer) -> None:
-    out = venv.run(
-        _examples()["langgraph"], LEDGER_URL=server, LEDGER_TOKEN=token, SANDBOX_URL=sandbox.url
-    )
-    assert out.strip() == "[False, True]"
-    assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
-
-
-def _pydantic_ai_example(venv: FreshVenv, server: str, token: str, sandbox: SandboxServer) -> None:
-    out = venv.run(
-        _examples()["pydantic-ai"], LEDGER_URL=server, LEDGER_TOKEN=token, SANDBOX_URL=sandbox.url
-    )
-    assert out.strip() == "done"
-    assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
-
-
-def _openai_agents_example(
-    venv: FreshVenv, server: str, token: str, sandbox: SandboxServer
-) -> None:
-    out = venv.run(
-        _examples()["openai-agents"], LEDGER_URL=server, LEDGER_TOKEN=token, SANDBOX_URL=sandbox.url
-    )
-    assert out.strip() == "done True"
-    assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
-
-
-CHECKS: dict[str, Callable[[FreshVenv, str, str, SandboxServer], None]] = {
-    "client": _client_example,
+CHECKS: dict[str, Check] = {
+    "client": _ordering("client", "True True"),
     "mcp": _mcp_example,
     "proxy": _proxy_example,
-    "langgraph": _langgraph_example,
-    "pydantic-ai": _pydantic_ai_example,
-    "openai-agents": _openai_agents_example,
+    "langgraph": _ordering("langgraph", "[False, True]"),
+    "pydantic-ai": _ordering("pydantic-ai", "done"),
+    "openai-agents": _ordering("openai-agents", "done True"),
 }
 
 

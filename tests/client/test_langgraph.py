@@ -22,6 +22,7 @@ from agent_ledger_client import AsyncLedgerClient
 from agent_ledger_client.integrations.langgraph import LedgerToolCalls
 from ledger.models import IdempotencyRecord, Run
 from sandbox.server import SandboxServer
+from tests.client.agent_tools import flaky_write_tool, order_tool
 from tests.client.test_seed_eval_cases import _approve_when_asked
 from tests.sandbox_fixtures import arm
 
@@ -56,15 +57,7 @@ def _tool_messages(state: dict[str, Any]) -> list[ToolMessage]:
 def test_a_lost_order_retried_by_the_model_runs_once(
     live_server, ledger_token: str, sandbox: SandboxServer
 ) -> None:
-    @tool
-    def create_order(cart: str) -> str:
-        """Create an order for a cart."""
-        response = httpx.post(
-            f"{sandbox.url}/orders/objects", json={"reference": cart}, timeout=0.5
-        )
-        response.raise_for_status()
-        return response.text
-
+    create_order = tool(order_tool(sandbox))
     order = {"name": "create_order", "args": {"cart": "cart-9"}}
     model = GenericFakeChatModel(
         messages=_calls(
@@ -99,19 +92,7 @@ def test_an_approval_interrupts_the_graph_and_resumes_with_the_decision(
     live_server, ledger_token: str, sandbox: SandboxServer
 ) -> None:
     attempts: list[str] = []
-
-    @tool
-    def write_file(path: str, content: str) -> str:
-        """Write a file in the workspace."""
-        attempts.append(path)
-        if len(attempts) == 1:
-            raise ConnectionResetError("the workspace connection was lost")
-        response = httpx.put(
-            f"{sandbox.url}/workspace/files/{path}", json={"content": content}, timeout=2
-        )
-        response.raise_for_status()
-        return "written"
-
+    write_file = tool(flaky_write_tool(sandbox, attempts))
     write = {"name": "write_file", "args": {"path": "app.py", "content": "new"}}
     model = GenericFakeChatModel(
         messages=_calls([{**write, "id": "tc-1"}], [{**write, "id": "tc-2"}], "Done.")

@@ -188,58 +188,42 @@ def _conditional_writes() -> None:
     )
 
 
-def test_a_lost_write_file_that_landed_settles_already_applied(
-    live_server, ledger_token: str, shim: Shim, root: Path
-) -> None:
+def _lost_write(
+    live_server: Any, token: str, shim: Shim, root: Path, fault: str, **guard: Any
+) -> Any:
+    """A write_file of notes.txt ("old" to "new") under a conditional policy, whose call meets
+    ``fault`` in the shim."""
     _conditional_writes()
     target = root / "notes.txt"
 
-    async def scenario(guard: LedgerGuard, shim: Shim) -> Any:
-        shim.arm("write_file", "drop_response")
-        return await guard.call_tool(
+    async def scenario(subject: LedgerGuard, shim: Shim) -> Any:
+        shim.arm("write_file", fault)
+        return await subject.call_tool(
             "write_file", {"path": str(target), "content": "new\n"}, tool_call_id="tc-1"
         )
 
-    result = _run(
-        live_server,
-        ledger_token,
-        shim,
-        [*FILESYSTEM, str(root)],
-        scenario,
-        server="fs",
-        file_root=root,
-    )
+    upstream = [*FILESYSTEM, str(root)]
+    return _run(live_server, token, shim, upstream, scenario, server="fs", file_root=root, **guard)
+
+
+def test_a_lost_write_file_that_landed_settles_already_applied(
+    live_server, ledger_token: str, shim: Shim, root: Path
+) -> None:
+    result = _lost_write(live_server, ledger_token, shim, root, "drop_response")
     assert result.is_error is False, result.content[0].text
     assert result.meta[LEDGER_META_KEY]["code"] == "ALREADY_APPLIED"
-    assert target.read_text() == "new\n" and len(shim.calls("write_file")) == 1
+    assert (root / "notes.txt").read_text() == "new\n" and len(shim.calls("write_file")) == 1
     assert IdempotencyRecord.objects.get(tool__name="fs/write_file").state == "succeeded"
 
 
 def test_a_lost_write_file_that_never_landed_asks_a_human_without_blocking(
     live_server, ledger_token: str, shim: Shim, root: Path
 ) -> None:
-    _conditional_writes()
-    target = root / "notes.txt"
-
-    async def scenario(guard: LedgerGuard, shim: Shim) -> Any:
-        shim.arm("write_file", "hang")  # never reaches the server
-        return await guard.call_tool(
-            "write_file", {"path": str(target), "content": "new\n"}, tool_call_id="tc-1"
-        )
-
-    result = _run(
-        live_server,
-        ledger_token,
-        shim,
-        [*FILESYSTEM, str(root)],
-        scenario,
-        server="fs",
-        file_root=root,
-        wait_for_approval=False,
-    )
+    # "hang": the call never reaches the server.
+    result = _lost_write(live_server, ledger_token, shim, root, "hang", wait_for_approval=False)
     assert result.is_error is True
     assert result.meta[LEDGER_META_KEY]["code"] == "APPROVAL_REQUIRED"
-    assert target.read_text() == "old\n"
+    assert (root / "notes.txt").read_text() == "old\n"
     plan = WritePlan.objects.get()
     assert plan.before_hash == hashlib.sha256(b"old\n").hexdigest()
     assert plan.after_hash == hashlib.sha256(b"new\n").hexdigest()

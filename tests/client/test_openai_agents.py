@@ -16,6 +16,7 @@ from agent_ledger_client import AsyncLedgerClient
 from agent_ledger_client.integrations.openai_agents import LedgerFunctionTools
 from ledger.models import IdempotencyRecord, Run
 from sandbox.server import SandboxServer
+from tests.client.agent_tools import order_tool
 from tests.sandbox_fixtures import arm
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,16 +29,7 @@ def _tool_outputs(result: Any) -> list[str]:
 def test_a_lost_order_retried_by_the_model_runs_once(
     live_server, ledger_token: str, sandbox: SandboxServer
 ) -> None:
-    @function_tool
-    async def create_order(cart: str) -> str:
-        """Create an order for a cart."""
-        async with httpx.AsyncClient() as http:
-            response = await http.post(
-                f"{sandbox.url}/orders/objects", json={"reference": cart}, timeout=0.5
-            )
-        response.raise_for_status()
-        return response.text
-
+    create_order = function_tool(order_tool(sandbox))
     order = {"cart": "cart-9"}
     model = ScriptedModel(
         [

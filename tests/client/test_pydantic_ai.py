@@ -17,6 +17,7 @@ from agent_ledger_client import AsyncLedgerClient
 from agent_ledger_client.integrations.pydantic_ai import LedgerToolset
 from ledger.models import IdempotencyRecord, Run
 from sandbox.server import SandboxServer
+from tests.client.agent_tools import flaky_write_tool, order_tool
 from tests.client.test_seed_eval_cases import _approve_when_asked
 from tests.sandbox_fixtures import arm
 
@@ -49,15 +50,7 @@ def _returns(messages: list[ModelMessage]) -> list[Any]:
 def test_a_lost_order_retried_by_the_model_runs_once(
     live_server, ledger_token: str, sandbox: SandboxServer
 ) -> None:
-    async def create_order(cart: str) -> str:
-        """Create an order for a cart."""
-        async with httpx.AsyncClient() as http:
-            response = await http.post(
-                f"{sandbox.url}/orders/objects", json={"reference": cart}, timeout=0.5
-            )
-        response.raise_for_status()
-        return response.text
-
+    create_order = order_tool(sandbox)
     order = {"cart": "cart-9"}
     model = _scripted(
         ("create_order", order, "tc-1"), ("create_order", order, "tc-2"), "I will ask the user."
@@ -87,18 +80,7 @@ def test_an_approval_is_a_deferred_call_that_runs_once_approved(
     live_server, ledger_token: str, sandbox: SandboxServer
 ) -> None:
     attempts: list[str] = []
-
-    def write_file(path: str, content: str) -> str:
-        """Write a file in the workspace."""
-        attempts.append(path)
-        if len(attempts) == 1:
-            raise ConnectionResetError("the workspace connection was lost")
-        response = httpx.put(
-            f"{sandbox.url}/workspace/files/{path}", json={"content": content}, timeout=2
-        )
-        response.raise_for_status()
-        return "written"
-
+    write_file = flaky_write_tool(sandbox, attempts)
     write = {"path": "app.py", "content": "new"}
     model = _scripted(("write_file", write, "tc-1"), ("write_file", write, "tc-2"), "Done.")
 

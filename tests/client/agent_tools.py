@@ -1,0 +1,45 @@
+"""The tools the framework adapters' tests give their agents: plain typed functions with
+docstrings, which each framework wraps in its own way (``@tool``, ``@function_tool``, a
+``FunctionToolset``)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import httpx
+
+from sandbox.server import SandboxServer
+
+
+def order_tool(sandbox: SandboxServer) -> Callable[[str], Awaitable[str]]:
+    """``create_order`` against the sandbox's orders service (a short timeout, so a
+    ``timeout_after_commit`` fault loses the response after the order was made)."""
+
+    async def create_order(cart: str) -> str:
+        """Create an order for a cart."""
+        async with httpx.AsyncClient() as http:
+            response = await http.post(
+                f"{sandbox.url}/orders/objects", json={"reference": cart}, timeout=0.5
+            )
+        response.raise_for_status()
+        return response.text
+
+    return create_order
+
+
+def flaky_write_tool(sandbox: SandboxServer, attempts: list[str]) -> Callable[[str, str], str]:
+    """``write_file`` into the sandbox's workspace whose first attempt loses its connection
+    before anything is written."""
+
+    def write_file(path: str, content: str) -> str:
+        """Write a file in the workspace."""
+        attempts.append(path)
+        if len(attempts) == 1:
+            raise ConnectionResetError("the workspace connection was lost")
+        response = httpx.put(
+            f"{sandbox.url}/workspace/files/{path}", json={"content": content}, timeout=2
+        )
+        response.raise_for_status()
+        return "written"
+
+    return write_file
