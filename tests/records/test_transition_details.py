@@ -1,0 +1,153 @@
+"""What the record transitions write besides the state: counters, the run and combination of a
+new record, the evidence of a resolution, the audit trail and the log of a sweep, and the
+sweep's skipping of rows another caller holds. Each test here stands behind a detail that
+``make mutate`` showed no other test noticed (docs/testing.md)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connections, transaction
+from django.utils import timezone
+
+from ledger.domain import RecordState
+from ledger.errors import InvalidTransition
+from ledger.models import AuditEvent, IdempotencyRecord
+from ledger.services import combinations
+from ledger.services.records import (
+    Outcome,
+    complete_execution,
+    expire_leases,
+    lock_record,
+    reserves_in_one_statement,
+    resolve_unknown,
+)
+from tests.api.conftest import client_for
+from tests.factories import make_tenant, make_tool, refresh, reserve
+
+pytestmark = pytest.mark.django_db
+
+
+def test_each_duplicate_is_counted_once_on_the_record_it_is_answered_from(
+    tenant, create_order
+) -> None:
+    reserve(tenant, create_order)
+    for hits in (1, 2, 3):
+        duplicate = reserve(tenant, create_order, owner="w2")
+        assert duplicate.created is False
+        assert duplicate.record.duplicate_hits == hits
+        assert refresh(duplicate.record).duplicate_hits == hits
+
+
+def test_a_first_call_is_one_statement_that_records_its_run_and_combination(tenant) -> None:
+    assert reserves_in_one_statement()  # PostgreSQL: the hot path's one-statement way
+    combination, _ = combinations.create_combination(
+        tenant=tenant,
+        label="c",
+        actor="t",
+        source="api",
+        model="m",
+        prompt="p",
+        rules="r",
+        tool_schema="t",
+        data_version="d",
+    )
+    combinations.activate(tenant=tenant, combination_id=combination.pk, actor="t", source="api")
+    api = client_for(tenant)
+    api.start_run()
+    first = api.call("create_order", {"cart": 1}, business_object_id="c1").json()
+    record = IdempotencyRecord.objects.get(key=first["idempotency_key"])
+    assert record.run.run_id == "run-1" and record.combination_id == combination.pk
+    assert (record.state, record.fencing_token, record.executions) == ("executing", 1, 1)
+
+
+def test_resolving_keeps_the_evidence_and_the_error(tenant, create_order) -> None:
+    found = reserve(tenant, create_order, key="k-found").record
+    gone = reserve(tenant, create_order, key="k-gone").record
+    for record in (found, gone):
+        complete_execution(record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
+    resolve_unknown(
+        record=found,
+        outcome=Outcome.SUCCEEDED,
+        actor="operator",
+        result={"order": "o-1"},
+        detail="found it",
+    )
+    resolve_unknown(
+        record=gone,
+        outcome=Outcome.FAILED,
+        actor="operator",
+        error={"code": "NOT_EXECUTED", "message": "not there"},
+        detail="not there",
+    )
+    assert refresh(found).result == {"order": "o-1"}
+    assert refresh(gone).error == {"code": "NOT_EXECUTED", "message": "not there"}
+    assert refresh(gone).error_retryable is True
+
+
+def test_resolving_needs_a_known_outcome(tenant, create_order) -> None:
+    record = reserve(tenant, create_order).record
+    complete_execution(record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
+    with pytest.raises(InvalidTransition, match=r"^resolving needs a known outcome$"):
+        resolve_unknown(record=record, outcome=Outcome.UNCERTAIN, actor="o", detail="?")
+    assert refresh(record).state == RecordState.UNKNOWN
+
+
+def test_a_key_conflict_is_audited_with_its_reason(tenant, create_order) -> None:
+    reserve(tenant, create_order)
+    reserve(tenant, create_order, params={"cart": "other"}, owner="w2")
+    event = AuditEvent.objects.get(action="record.key_conflict")
+    assert event.detail == "Same idempotency key with a different request fingerprint."
+    assert (event.actor, event.outcome) == ("w2", "denied")
+
+
+def _lapse(record: IdempotencyRecord) -> None:
+    IdempotencyRecord.objects.filter(pk=record.pk).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+
+def test_a_sweep_is_audited_as_the_system_and_logged(tenant, create_order, caplog) -> None:
+    record = reserve(tenant, create_order).record
+    _lapse(record)
+    with caplog.at_level(logging.INFO, logger="ledger.services.records"):
+        assert expire_leases() == [record.pk]
+    event = AuditEvent.objects.get(action="record.lease_expired")
+    assert (event.actor, event.source) == ("system", "worker")
+    logged = [r for r in caplog.records if r.getMessage() == "lease sweep"]
+    assert [r.expired for r in logged] == [1]  # type: ignore[attr-defined]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sweep_skips_a_record_another_caller_holds() -> None:
+    """A completing caller holds the record's row lock: the sweep takes the rest of the batch
+    and leaves that one for later, instead of waiting for it."""
+    tenant = make_tenant("skip")
+    tool = make_tool(tenant, "create_order")
+    held = reserve(tenant, tool, key="k-held").record
+    free = reserve(tenant, tool, key="k-free").record
+    for record in (held, free):
+        _lapse(record)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                lock_record(held.pk)
+                locked.set()
+                release.wait(timeout=30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(timeout=30)
+        assert expire_leases() == [free.pk]
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    assert expire_leases() == [held.pk]
