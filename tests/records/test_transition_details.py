@@ -13,16 +13,18 @@ import pytest
 from django.db import connections, transaction
 from django.utils import timezone
 
-from ledger.domain import RecordState
+from ledger.domain import RecordState, ReplayPolicy
 from ledger.errors import InvalidTransition
 from ledger.models import AuditEvent, IdempotencyRecord
 from ledger.services import combinations
 from ledger.services.records import (
     Outcome,
+    answer_as_seen,
     complete_execution,
     expire_leases,
     lock_record,
     reserves_in_one_statement,
+    resolve_locked,
     resolve_unknown,
 )
 from tests.api.conftest import client_for
@@ -151,3 +153,37 @@ def test_a_sweep_skips_a_record_another_caller_holds() -> None:
         release.set()
         holder.join(timeout=30)
     assert expire_leases() == [held.pk]
+
+
+def test_a_resolution_is_audited_with_its_evidence_text(tenant, create_order) -> None:
+    record = reserve(tenant, create_order).record
+    complete_execution(record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
+    resolve_unknown(record=record, outcome=Outcome.SUCCEEDED, actor="op", detail="order o-1")
+    event = AuditEvent.objects.get(action="record.resolved_succeeded")
+    assert (event.actor, event.detail) == ("op", "order o-1")
+
+
+def test_only_an_unknown_record_is_resolved(tenant, create_order) -> None:
+    record = reserve(tenant, create_order).record
+    with pytest.raises(
+        InvalidTransition, match=r"^only an unknown record can be resolved; it is executing$"
+    ):
+        resolve_unknown(record=record, outcome=Outcome.FAILED, actor="op", detail="no")
+    with transaction.atomic():
+        locked = lock_record(record.pk)
+        with pytest.raises(InvalidTransition, match=r"^resolving needs a known outcome$"):
+            resolve_locked(
+                locked, outcome=Outcome.UNCERTAIN, actor="op", source="console", detail="?"
+            )
+    assert refresh(record).state == RecordState.EXECUTING
+
+
+def test_a_duplicate_answered_as_seen_is_told_to_wait(tenant, create_order) -> None:
+    seen = refresh(reserve(tenant, create_order).record)
+    answer = answer_as_seen(
+        seen,
+        fingerprint=seen.fingerprint,
+        replay_policy=ReplayPolicy(create_order.replay_policy),
+        now=timezone.now(),
+    )
+    assert answer is not None and answer.next_action == "wait"
