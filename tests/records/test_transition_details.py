@@ -14,7 +14,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from ledger.domain import RecordState, ReplayPolicy
-from ledger.errors import InvalidTransition
+from ledger.errors import InvalidTransition, LeaseExpired, StaleFencingToken
 from ledger.models import AuditEvent, IdempotencyRecord
 from ledger.services import combinations
 from ledger.services.records import (
@@ -22,6 +22,7 @@ from ledger.services.records import (
     answer_as_seen,
     complete_execution,
     expire_leases,
+    heartbeat,
     lock_record,
     reserves_in_one_statement,
     resolve_locked,
@@ -187,3 +188,116 @@ def test_a_duplicate_answered_as_seen_is_told_to_wait(tenant, create_order) -> N
         now=timezone.now(),
     )
     assert answer is not None and answer.next_action == "wait"
+
+
+def test_a_lease_that_ends_now_has_lapsed(tenant, create_order) -> None:
+    seen = refresh(reserve(tenant, create_order).record)
+    assert seen.lease_expires_at is not None
+    answer = answer_as_seen(
+        seen,
+        fingerprint=seen.fingerprint,
+        replay_policy=ReplayPolicy(create_order.replay_policy),
+        now=seen.lease_expires_at,
+    )
+    assert answer is None  # the locked way marks it unknown
+
+
+def test_a_final_error_code_is_never_replayed_even_when_reported_retryable(
+    tenant, read_file
+) -> None:
+    record = reserve(tenant, read_file, key="k-read").record
+    complete_execution(
+        record=record,
+        fencing_token=1,
+        outcome=Outcome.FAILED,
+        actor="w",
+        error={"code": "PERMISSION_DENIED", "message": "no"},
+        retryable=True,
+    )
+    again = reserve(tenant, read_file, key="k-read", owner="w2")
+    assert again.decision.value == "recorded_result"
+    assert refresh(record).executions == 1
+
+
+def test_a_heartbeat_extends_only_its_own_record_by_the_lease_asked_for(
+    tenant, create_order
+) -> None:
+    mine = reserve(tenant, create_order, key="k-mine").record
+    other = reserve(tenant, create_order, key="k-other").record
+    before = refresh(mine)
+    other_lease = refresh(other).lease_expires_at
+    until = heartbeat(record=mine, fencing_token=1, lease_seconds=3600)
+    after = refresh(mine)
+    assert after.lease_expires_at == until
+    assert timedelta(seconds=3590) < until - timezone.now() <= timedelta(seconds=3600)
+    assert after.updated_at > before.updated_at
+    assert refresh(other).lease_expires_at == other_lease
+
+
+def test_heartbeat_refusals_say_why(tenant, create_order) -> None:
+    record = reserve(tenant, create_order).record
+    with pytest.raises(StaleFencingToken, match=r"^another caller holds this record now$"):
+        heartbeat(record=record, fencing_token=2)
+    _lapse(record)
+    with pytest.raises(
+        LeaseExpired, match=r"^the lease lapsed; the outcome is unknown and will be reconciled$"
+    ):
+        heartbeat(record=record, fencing_token=1)
+
+
+def test_a_heartbeat_for_a_settled_record_has_no_lease_to_extend(tenant, create_order) -> None:
+    record = reserve(tenant, create_order).record
+    complete_execution(record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w")
+    with pytest.raises(InvalidTransition, match=r"^the record is succeeded; there is no lease"):
+        heartbeat(record=record, fencing_token=1)
+
+
+def test_a_refused_report_is_audited_in_the_records_tenant_with_both_tokens(
+    tenant, read_file
+) -> None:
+    first = reserve(tenant, read_file, key="k-read").record
+    complete_execution(record=first, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
+    reserve(tenant, read_file, key="k-read", owner="w2")
+    with pytest.raises(
+        StaleFencingToken, match=r"^fencing token 1 is stale \(current is 2\)$"
+    ) as refused:
+        complete_execution(record=first, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w")
+    assert str(refused.value) == "fencing token 1 is stale (current is 2)"
+    event = AuditEvent.objects.get(action="record.complete_refused")
+    assert event.tenant_id == tenant.pk and event.actor == "w"
+    assert event.detail == "token 1 reported succeeded; record is executing with token 2"
+
+
+def test_a_report_for_a_settled_record_is_refused_with_its_state(tenant, create_order) -> None:
+    record = reserve(tenant, create_order).record
+    complete_execution(record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w")
+    with pytest.raises(InvalidTransition, match=r"^the record is already succeeded$"):
+        complete_execution(
+            record=record, fencing_token=1, outcome=Outcome.FAILED, actor="w", error={"code": "X"}
+        )
+
+
+def test_a_resolution_redacts_what_it_keeps(tenant, create_order) -> None:
+    found = reserve(tenant, create_order, key="k-found").record
+    gone = reserve(tenant, create_order, key="k-gone").record
+    for record in (found, gone):
+        complete_execution(record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
+    resolve_unknown(
+        record=found,
+        outcome=Outcome.SUCCEEDED,
+        actor="op",
+        result={"token": "secret-value", "email": "bob@example.com"},
+        detail="found",
+    )
+    resolve_unknown(
+        record=gone,
+        outcome=Outcome.FAILED,
+        actor="op",
+        result={"order": "ignored"},
+        error={"code": "NOT_EXECUTED", "token": "secret-value"},
+        detail="gone",
+    )
+    kept = refresh(found).result
+    assert kept["token"] == "[REDACTED]" and "bob@example.com" not in kept["email"]
+    assert refresh(gone).result is None
+    assert refresh(gone).error["token"] == "[REDACTED]"
