@@ -23,7 +23,7 @@ TEST_ENV = DATABASE_URL=$$(TEST_DATABASE_URL=$(TEST_DATABASE_URL) PY=$(PY) scrip
 	DEBUG=false SECURE_SSL_REDIRECT=false ALLOWED_HOSTS=testserver,localhost,127.0.0.1 \
 	DJANGO_ALLOW_ASYNC_UNSAFE=true STATIC_MANIFEST=false
 
-.PHONY: install run stop worker test lint format services clean messages drill bench
+.PHONY: install run stop worker test lint format services clean messages drill bench mutate
 
 $(STAMP): pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,20 @@ bench: install services
 drill: install services
 	$(PY) -m drill --postgres $(patsubst %/,%,$(dir $(TEST_DATABASE_URL))) $(DRILL_ARGS)
 
+# Mutation testing (docs/testing.md): mutmut over the pure modules and the record transitions,
+# afresh in mutants/, each mutant against the tests that reach it; then the per-module report,
+# which fails when a module has more surviving mutants than its budget. Outside `make test`.
+mutate: install services
+	rm -rf mutants && mkdir -p var
+	@# The record transitions share one test database: one mutant at a time.
+	$(TEST_ENV) HYPOTHESIS_PROFILE=mutate $(VENV)/bin/mutmut run --max-children 1 \
+		"ledger.services.records.*" > var/mutmut.log 2>&1 \
+		|| { tail -c 2000 var/mutmut.log; exit 1; }
+	$(TEST_ENV) HYPOTHESIS_PROFILE=mutate $(VENV)/bin/mutmut run --max-children 2 \
+		$(foreach m,decisions keys classification redaction observations,"ledger.$(m).*") \
+		>> var/mutmut.log 2>&1 || { tail -c 2000 var/mutmut.log; exit 1; }
+	$(PY) -m tests.mutation_budget mutants
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -89,4 +103,4 @@ messages: install
 	DEBUG=true DATABASE_URL=postgres://messages@127.0.0.1/messages $(PY) manage.py compilemessages $(MESSAGE_IGNORES)
 
 clean:
-	rm -rf $(VENV) var staticfiles .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) var mutants staticfiles .pytest_cache .mypy_cache .ruff_cache .hypothesis

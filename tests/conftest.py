@@ -66,4 +66,6 @@ def read_file(tenant):
 # locally to search further (and add any counterexample it finds to the tables).
 hypothesis_settings.register_profile("ci", derandomize=True, max_examples=300)
 hypothesis_settings.register_profile("explore", max_examples=5000)
+# `make mutate` runs the covering tests once per mutant: fewer examples keep that within reach.
+hypothesis_settings.register_profile("mutate", derandomize=True, max_examples=20)
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
