@@ -22,6 +22,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connections, transaction
 from django.test import Client
+from django.utils import timezone
 
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry
 from ledger.services.approvals import decide
@@ -318,7 +319,7 @@ def test_a_look_up_settling_races_a_late_failure_report(tenant, sandbox: Sandbox
         look_up, complete = _race(2, act)
         settled = _settled_once(record)
         if look_up == "succeeded":
-            assert (settled.state, complete) == ("succeeded", "INVALID_TRANSITION")
+            assert (settled.state, complete) == ("succeeded", "RECORD_SETTLED")
         else:
             assert look_up in ("already-settled", "skipped")
             assert (settled.state, complete) == ("failed_final", "execute")
@@ -354,7 +355,7 @@ def _while_holding_the_lock(
     thread = threading.Thread(target=wait_for_it)
     thread.start()
     with transaction.atomic():
-        locked = lock_record(pk)
+        locked, _now = lock_record(pk)
         locked_event.set()
         for _ in range(300):
             if _waiting_for_a_lock():
@@ -376,16 +377,11 @@ def _look_up_settles(locked: IdempotencyRecord) -> None:
         source=AuditEvent.Source.WORKER,
         detail="found downstream",
         result={"evidence": {"order": "o-1"}, "reconciled": "found"},
+        now=timezone.now(),
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the completion reads its ledger entry in the statement that waits for the record's "
-    "lock (FOR UPDATE OF r only), so the entry's status is the one from before the look-up "
-    "settled it; the same outcome again then fails on the entry as a concurrent change",
-)
-def test_a_late_success_report_behind_a_settling_look_up_is_answered_from_the_record(
+def test_a_late_success_report_behind_a_settling_look_up_is_told_it_was_settled(
     tenant, sandbox: SandboxServer
 ) -> None:
     api = client_for(tenant)
@@ -397,7 +393,7 @@ def test_a_late_success_report_behind_a_settling_look_up_is_answered_from_the_re
         _look_up_settles,
         lambda: client.post(f"/calls/{first['call_id']}/complete", _late_report("succeeded")),
     )
-    assert _answer(response) == "execute"
+    assert response.status_code == 409 and _answer(response) == "RECORD_SETTLED"
     assert _settled_once(record).state == "succeeded"
 
 
@@ -413,7 +409,7 @@ def test_a_late_failure_report_behind_a_settling_look_up_is_refused(
         _look_up_settles,
         lambda: client.post(f"/calls/{first['call_id']}/complete", _late_report("failed")),
     )
-    assert response.status_code == 409 and _answer(response) == "INVALID_TRANSITION"
+    assert response.status_code == 409 and _answer(response) == "RECORD_SETTLED"
     assert _settled_once(record).state == "succeeded"
 
 
@@ -436,6 +432,7 @@ def test_a_look_up_behind_a_late_report_leaves_the_settled_record_alone(
             result=report.get("result"),
             error=report.get("error"),
             entry=entry,
+            now=timezone.now(),
         )
 
     look_up = _while_holding_the_lock(

@@ -14,7 +14,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from ledger.domain import RecordState, ReplayPolicy
-from ledger.errors import InvalidTransition, LeaseExpired, StaleFencingToken
+from ledger.errors import InvalidTransition, LeaseExpired, RecordSettled, StaleFencingToken
 from ledger.models import AuditEvent, IdempotencyRecord
 from ledger.services import combinations
 from ledger.services.records import (
@@ -24,7 +24,6 @@ from ledger.services.records import (
     expire_leases,
     heartbeat,
     lock_record,
-    reserves_in_one_statement,
     resolve_locked,
     resolve_unknown,
 )
@@ -45,8 +44,7 @@ def test_each_duplicate_is_counted_once_on_the_record_it_is_answered_from(
         assert refresh(duplicate.record).duplicate_hits == hits
 
 
-def test_a_first_call_is_one_statement_that_records_its_run_and_combination(tenant) -> None:
-    assert reserves_in_one_statement()  # PostgreSQL: the hot path's one-statement way
+def test_a_first_call_records_its_run_and_combination(tenant) -> None:
     combination, _ = combinations.create_combination(
         tenant=tenant,
         label="c",
@@ -171,10 +169,15 @@ def test_only_an_unknown_record_is_resolved(tenant, create_order) -> None:
     ):
         resolve_unknown(record=record, outcome=Outcome.FAILED, actor="op", detail="no")
     with transaction.atomic():
-        locked = lock_record(record.pk)
+        locked, _now = lock_record(record.pk)
         with pytest.raises(InvalidTransition, match=r"^resolving needs a known outcome$"):
             resolve_locked(
-                locked, outcome=Outcome.UNCERTAIN, actor="op", source="console", detail="?"
+                locked,
+                outcome=Outcome.UNCERTAIN,
+                actor="op",
+                source="console",
+                detail="?",
+                now=timezone.now(),
             )
     assert refresh(record).state == RecordState.EXECUTING
 
@@ -185,21 +188,9 @@ def test_a_duplicate_answered_as_seen_is_told_to_wait(tenant, create_order) -> N
         seen,
         fingerprint=seen.fingerprint,
         replay_policy=ReplayPolicy(create_order.replay_policy),
-        now=timezone.now(),
+        lapsed=False,
     )
     assert answer is not None and answer.next_action == "wait"
-
-
-def test_a_lease_that_ends_now_has_lapsed(tenant, create_order) -> None:
-    seen = refresh(reserve(tenant, create_order).record)
-    assert seen.lease_expires_at is not None
-    answer = answer_as_seen(
-        seen,
-        fingerprint=seen.fingerprint,
-        replay_policy=ReplayPolicy(create_order.replay_policy),
-        now=seen.lease_expires_at,
-    )
-    assert answer is None  # the locked way marks it unknown
 
 
 def test_a_final_error_code_is_never_replayed_even_when_reported_retryable(
@@ -271,7 +262,7 @@ def test_a_refused_report_is_audited_in_the_records_tenant_with_both_tokens(
 def test_a_report_for_a_settled_record_is_refused_with_its_state(tenant, create_order) -> None:
     record = reserve(tenant, create_order).record
     complete_execution(record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w")
-    with pytest.raises(InvalidTransition, match=r"^the record is already succeeded$"):
+    with pytest.raises(RecordSettled, match=r"the record is succeeded"):
         complete_execution(
             record=record, fencing_token=1, outcome=Outcome.FAILED, actor="w", error={"code": "X"}
         )
