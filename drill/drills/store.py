@@ -68,7 +68,9 @@ class Runtime:
             time.sleep(0.3)
         raise TimeoutError(f"run {run_id} could not be started")
 
-    def call(self, run_id: str, cart: str, *, step: str = "s1") -> httpx.Response | None:
+    def call(
+        self, run_id: str, cart: str, *, step: str = "s1", budget_ms: int | None = None
+    ) -> httpx.Response | None:
         body = {
             "run_id": run_id,
             "step_id": step,
@@ -76,7 +78,16 @@ class Runtime:
             "input": {"cart": cart},
             "business_object_id": cart,
         }
-        return self.send("POST", "/calls", body)
+        if budget_ms is None:
+            return self.send("POST", "/calls", body)
+        # The caller waits this long and no longer, and says so.
+        return self.send(
+            "POST",
+            "/calls",
+            body,
+            headers={"X-Ledger-Timeout-Ms": str(budget_ms)},
+            timeout=max(budget_ms / 1000, 0.5),
+        )
 
     def complete(self, call: dict[str, Any], result: Any, *, retry_for: float) -> str:
         """Report success with the call's own token, retrying (with back-off, honouring
@@ -261,6 +272,9 @@ def records_locked(ctx: DrillContext, result: DrillResult) -> None:
     on_others: list[tuple[float, int]] = []
     lock = threading.Lock()
 
+    gave_up: list[str] = []  # carts whose caller's own timeout passed before an answer
+    refused_late: list[str] = []  # carts sent with a budget too short to reserve in
+
     def hammer(n: int) -> None:
         own = Runtime(store, "web-faults", timeout=30)
         until = time.monotonic() + 30
@@ -268,10 +282,16 @@ def records_locked(ctx: DrillContext, result: DrillResult) -> None:
         while time.monotonic() < until:
             i += 1
             target = locked_carts[n % 2] if n < 4 else f"free-{n}-{i}"
+            budget = None if n < 4 else (1 if n == 9 else 5000)
             began = time.monotonic()
-            answer = own.call("lock-run", target)
+            answer = own.call("lock-run", target, budget_ms=budget)
             took = time.monotonic() - began
             with lock:
+                if budget == 1:
+                    refused_late.append(target)
+                    continue
+                if budget and answer is None:
+                    gave_up.append(target)
                 (on_locked if n < 4 else on_others).append(
                     (took, answer.status_code if answer else 0)
                 )
@@ -281,15 +301,28 @@ def records_locked(ctx: DrillContext, result: DrillResult) -> None:
     hold.set()
     thread.join(15)
     others_fast = sum(1 for took, status in on_others if took < 5 and status == 200)
+    with store.admin() as conn:
+        late_records = conn.execute(
+            "SELECT count(*) FROM ledger_idempotencyrecord WHERE key LIKE ANY(%s)",
+            [[f"%:create_order:{cart}" for cart in gave_up + refused_late]],
+        ).fetchone()
     result.facts.update(
         locked_statuses=dict(Counter(s for _t, s in on_locked)),
         locked_max_seconds=round(max((t for t, _s in on_locked), default=0), 2),
         other_statuses=dict(Counter(s for _t, s in on_others)),
         others_within_5s=f"{others_fast}/{len(on_others)}",
+        callers_gave_up=len(gave_up),
+        sent_with_a_1ms_budget=len(refused_late),
+        records_for_callers_past_their_deadline=late_records[0] if late_records else None,
     )
     result.check(
         "every request on a locked record answered within 15 s with a protocol answer",
         bool(on_locked) and all(t < 15 and s in (409, 503) for t, s in on_locked),
+        result.facts,
+    )
+    result.check(
+        "no reservation made for a caller past its deadline",
+        bool(refused_late) and late_records is not None and late_records[0] == 0,
         result.facts,
     )
     result.check(
