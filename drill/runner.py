@@ -29,7 +29,10 @@ def _setup(stack: Stack) -> Any:
     """
     import django
 
-    os.environ.update(stack.env())
+    # This process sits idle between drills: its connection must not be cut for idling.
+    os.environ.update(
+        stack.env(DATABASE_IDLE_SESSION_TIMEOUT_MS="0", DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS="0")
+    )
     django.setup()
     from django.contrib.auth import get_user_model
 
