@@ -7,7 +7,8 @@ adapter reads. With ``INVOICES_FAULTS=1`` a request may carry ``X-Fault``:
 
 - ``exit-before-commit``: the invoice is written, then the process exits before the commit;
 - ``exit-after-commit``: the process exits right after the commit, before the response;
-- ``hold``: the request holds its transaction open for ``X-Fault-Seconds`` (default 0.5).
+- ``hold``: the request holds its transaction open for ``X-Fault-Seconds`` (default 0.5);
+- ``commit-early``: the route commits its own session, which the middleware refuses.
 
 Run it with ``python -m sandbox.invoices --port 8026 --database-url postgresql://...``.
 """
@@ -34,7 +35,7 @@ from agent_ledger_downstream.asgi import (
 )
 from agent_ledger_downstream.asgi import metadata as idempotency_metadata
 
-FAULTS = ("exit-before-commit", "exit-after-commit", "hold")
+FAULTS = ("exit-before-commit", "exit-after-commit", "hold", "commit-early")
 
 business = MetaData()
 invoices = Table(
@@ -96,6 +97,8 @@ def create_app(database_url: str, *, lookup_token: str, faults: bool = False) ->
             os._exit(17)
         if x_fault == "exit-after-commit":
             event.listen(session.sync_session, "after_commit", lambda _s: os._exit(17))
+        if x_fault == "commit-early":
+            await session.commit()
         if x_fault == "hold":
             await asyncio.sleep(min(max(x_fault_seconds, 0.0), 30.0))
         return {"id": invoice_id, **invoice.model_dump()}

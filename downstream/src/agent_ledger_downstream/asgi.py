@@ -9,7 +9,8 @@ answered and before the answer is sent, so a crash leaves either both or neither
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,11 +26,14 @@ from sqlalchemy import (
     Table,
     Text,
     delete,
+    event,
     func,
     insert,
     select,
+    text,
 )
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import Session
 from starlette.requests import Request
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -56,6 +60,7 @@ from agent_ledger_downstream.protocol import (
     parse_key,
     replay,
     token_matches,
+    transaction_ended,
 )
 
 #: The table's metadata: ``metadata.create_all`` it, or copy the table into your migrations.
@@ -79,6 +84,10 @@ idempotency_keys = Table(
 
 Check = Callable[[Request], bool | Awaitable[bool]]
 _SESSION = "agent_ledger_downstream.session"
+
+
+class TransactionEndedError(RuntimeError):
+    """An idempotent route tried to commit the transaction the middleware owns."""
 
 
 def transaction_session(request: Request) -> AsyncSession:
@@ -140,20 +149,22 @@ class IdempotencyMiddleware:
             key = parse_key(request.headers.get(HEADER))
         except Problem as problem:
             return await _send(send, problem.answer())
-        body = await _read_body(receive)
         path = scope["path"] + (
             f"?{scope['query_string'].decode()}" if scope["query_string"] else ""
         )
-        request_fingerprint = fingerprint(
-            method=scope["method"],
-            path=path,
-            body=body,
-            content_type=request.headers.get("content-type", ""),
-        )
         async with self.sessionmaker() as session:
+            # The lock comes before the body: while a slow upload is still arriving the
+            # look-up already answers "in progress", never "not found" for a request that runs.
             if not await _try_lock(session, key):
                 await session.rollback()
                 return await _send(send, in_progress().answer())
+            body = await _read_body(receive)
+            request_fingerprint = fingerprint(
+                method=scope["method"],
+                path=path,
+                body=body,
+                content_type=request.headers.get("content-type", ""),
+            )
             stored = await _load(session, key)
             decision = decide(stored, request_fingerprint)
             if decision is ReplayDecision.REPLAY:
@@ -170,9 +181,13 @@ class IdempotencyMiddleware:
                 messages.append(message)
 
             try:
-                await self.app({**scope, "state": state}, _replay_body(body, receive), capture)
+                with _route_cannot_end(session) as ended:
+                    await self.app({**scope, "state": state}, _replay_body(body, receive), capture)
                 status = int(messages[0]["status"]) if messages else 500
-                if keeps(status):
+                if ended:
+                    await session.rollback()
+                    messages = _answer_messages(transaction_ended().answer())
+                elif keeps(status):
                     await session.execute(
                         insert(idempotency_keys).values(
                             key=key,
@@ -202,12 +217,16 @@ class IdempotencyMiddleware:
             return await _send(send, lookup_refused())
         async with self.sessionmaker() as session:
             stored = await _load(session, key)
+            await session.rollback()
             if stored is None:
+                # A new transaction at READ COMMITTED: the re-load after the lock sees a request
+                # that committed since the first load, whatever isolation the engine defaults to.
+                await session.execute(text("SET TRANSACTION ISOLATION LEVEL READ COMMITTED"))
                 if not await _try_lock(session, key):
                     await session.rollback()
                     return await _send(send, lookup_in_progress(key))
                 stored = await _load(session, key)
-            await session.rollback()
+                await session.rollback()
         await _send(send, lookup_found(stored, self.redact) if stored else lookup_not_found(key))
 
 
@@ -305,11 +324,43 @@ def _header(start: Message, name: bytes) -> str:
     return ""
 
 
-async def _send(send: Send, answer: Answer) -> None:
+@contextmanager
+def _route_cannot_end(session: AsyncSession) -> Iterator[list[str]]:
+    """While the route runs, a commit raises and a rollback is noted (the yielded list): either
+    would end the transaction that holds the key's lock, and with it the only-once promise."""
+    ended: list[str] = []
+
+    def refuse_commit(_session: Session) -> None:
+        raise TransactionEndedError(
+            "an idempotent route does not commit: the middleware commits its writes together "
+            "with the stored response"
+        )
+
+    def note_rollback(_session: Session) -> None:
+        ended.append("rollback")
+
+    sync = session.sync_session
+    event.listen(sync, "before_commit", refuse_commit)
+    event.listen(sync, "after_rollback", note_rollback)
+    try:
+        yield ended
+    finally:
+        event.remove(sync, "before_commit", refuse_commit)
+        event.remove(sync, "after_rollback", note_rollback)
+
+
+def _answer_messages(answer: Answer) -> list[Message]:
     headers = [
         (b"content-type", answer.content_type.encode()),
         (b"content-length", str(len(answer.body)).encode()),
         *((name.lower().encode(), value.encode()) for name, value in answer.headers.items()),
     ]
-    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
-    await send({"type": "http.response.body", "body": answer.body})
+    return [
+        {"type": "http.response.start", "status": answer.status, "headers": headers},
+        {"type": "http.response.body", "body": answer.body},
+    ]
+
+
+async def _send(send: Send, answer: Answer) -> None:
+    for message in _answer_messages(answer):
+        await send(message)

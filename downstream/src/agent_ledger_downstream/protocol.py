@@ -149,6 +149,15 @@ def mismatch() -> Problem:
     )
 
 
+def transaction_ended() -> Problem:
+    return Problem(
+        500,
+        "The route ended its transaction",
+        "An idempotent route committed or rolled back the transaction that holds its key; "
+        "nothing was stored and its writes are rolled back.",
+    )
+
+
 def replay(stored: StoredResponse) -> Answer:
     return Answer(stored.status, stored.body, stored.content_type, {REPLAYED_HEADER: "true"})
 

@@ -28,6 +28,8 @@ def create_invoice(request: HttpRequest) -> HttpResponse:
         os._exit(17)
     if fault == "exit-after-commit":
         transaction.on_commit(lambda: os._exit(17))
+    if fault == "commit-early":
+        transaction.commit()
     if fault == "hold":
         time.sleep(float(request.headers.get("X-Fault-Seconds", "0.5")))
     body = {"id": invoice.pk, "customer": customer, "amount_cents": amount}

@@ -53,16 +53,20 @@ def idempotent(view: View) -> View:
             key = parse_key(request.headers.get(HEADER))
         except Problem as problem:
             return _response(problem.answer())
-        request_fingerprint = fingerprint(
-            method=request.method or "",
-            path=request.get_full_path(),
-            body=request.body,
-            content_type=request.content_type or "",
-        )
         using = router.db_for_write(IdempotencyKey)
+        # The view runs in this block, so Django refuses its transaction.commit() and
+        # set_autocommit() (TransactionManagementError): the key's lock lasts until the end.
         with transaction.atomic(using=using):
+            # The lock comes before the body: while a slow upload is still arriving the
+            # look-up already answers "in progress", never "not found" for a request that runs.
             if not _try_lock(using, key):
                 return _response(in_progress().answer())
+            request_fingerprint = fingerprint(
+                method=request.method or "",
+                path=request.get_full_path(),
+                body=request.body,
+                content_type=request.content_type or "",
+            )
             stored = _load(using, key)
             decision = decide(stored, request_fingerprint)
             if decision is ReplayDecision.REPLAY:
@@ -124,7 +128,13 @@ def look_up(key: str, *, redact: Redact | None = None) -> Answer:
     using = router.db_for_write(IdempotencyKey)
     stored = _load(using, key)
     if stored is None:
+        outermost = not connections[using].in_atomic_block
         with transaction.atomic(using=using):
+            # READ COMMITTED whatever the connection's default: the re-load after the lock
+            # sees a request that committed after the first load.
+            if outermost:
+                with connections[using].cursor() as cursor:
+                    cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
             if not _try_lock(using, key):
                 return lookup_in_progress(key)
             stored = _load(using, key)
