@@ -2,7 +2,8 @@
 downstream the ledger reconciles through the library, for the demo, the drills and the tests.
 
 ``POST /invoices`` is marked idempotent: the invoice row and the stored response commit in one
-transaction. ``GET /idempotency/{key}?access_token=...`` is the look-up the ledger's HTTP
+transaction, and a key belongs to the caller in ``X-Caller`` (set by a gateway in front).
+``GET /idempotency/{key}?scope=<caller>&access_token=...`` is the look-up the ledger's HTTP
 adapter reads. With ``INVOICES_FAULTS=1`` a request may carry ``X-Fault``:
 
 - ``exit-before-commit``: the invoice is written, then the process exits before the commit;
@@ -78,6 +79,8 @@ def create_app(database_url: str, *, lookup_token: str, faults: bool = False) ->
         sessionmaker=sessions,
         routes=["POST /invoices"],
         check=token_check(lookup_token),
+        # Keys belong to the caller the gateway in front of this service authenticated.
+        scope=lambda request: request.headers.get("X-Caller", ""),
     )
 
     @app.post("/invoices", status_code=201)

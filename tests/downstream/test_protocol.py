@@ -144,6 +144,11 @@ def test_lock_ids_are_stable_signed_64_bit_numbers(key: str) -> None:
     assert -(2**63) <= lock_id(key) < 2**63
 
 
+def test_a_key_locks_apart_in_each_caller_scope() -> None:
+    assert lock_id("k", "alice") != lock_id("k", "bob") != lock_id("k")
+    assert lock_id("a:b", "c") != lock_id("b", "a:c")
+
+
 def test_found_carries_the_stored_response_through_the_redact_hook() -> None:
     def redact(document: dict) -> dict:
         document["response"]["body"].pop("id")

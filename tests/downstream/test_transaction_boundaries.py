@@ -87,10 +87,10 @@ def _committing_between_loads(
     load = asgi._load
     calls = 0
 
-    async def load_then_commit(session: AsyncSession, looked_up: str) -> object:
+    async def load_then_commit(session: AsyncSession, caller: str, looked_up: str) -> object:
         nonlocal calls
         calls += 1
-        stored = await load(session, looked_up)
+        stored = await load(session, caller, looked_up)
         if calls == 1:
             async with sessions() as other, other.begin():
                 await other.execute(

@@ -25,6 +25,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     delete,
     event,
     func,
@@ -36,11 +37,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 from starlette.requests import Request
 from starlette.routing import compile_path
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Send
+from starlette.types import Scope as ASGIScope
 
 from agent_ledger_downstream.protocol import (
     HEADER,
     MAX_KEY_LENGTH,
+    SCOPE_PARAMETER,
     TABLE,
     Answer,
     Problem,
@@ -69,7 +72,8 @@ idempotency_keys = Table(
     TABLE,
     metadata,
     Column("id", BigInteger, primary_key=True, autoincrement=True),
-    Column("key", String(MAX_KEY_LENGTH), nullable=False, unique=True),
+    Column("scope", Text, nullable=False, server_default=""),
+    Column("key", String(MAX_KEY_LENGTH), nullable=False),
     Column("fingerprint", String(64), nullable=False),
     Column("method", String(16), nullable=False),
     Column("path", Text, nullable=False),
@@ -80,9 +84,11 @@ idempotency_keys = Table(
         "created_at", DateTime(timezone=True), nullable=False, server_default=func.now(), index=True
     ),
     CheckConstraint("status >= 200 AND status < 300", name="idempotency_key_status_2xx"),
+    UniqueConstraint("scope", "key", name="idempotency_key_unique_in_scope"),
 )
 
 Check = Callable[[Request], bool | Awaitable[bool]]
+CallerScope = Callable[[Request], str]
 _SESSION = "agent_ledger_downstream.session"
 
 
@@ -97,6 +103,15 @@ def transaction_session(request: Request) -> AsyncSession:
     if not isinstance(session, AsyncSession):
         raise LookupError("this route is not marked idempotent in IdempotencyMiddleware")
     return session
+
+
+def authenticated_caller(request: Request) -> str:
+    """The default scope: the user Starlette's ``AuthenticationMiddleware`` put on the request,
+    or ``""`` (one scope for every caller) when there is none."""
+    user = request.scope.get("user")
+    if user is not None and getattr(user, "is_authenticated", False):
+        return str(user.display_name)
+    return ""
 
 
 def token_check(secret: str) -> Check:
@@ -114,7 +129,8 @@ def token_check(secret: str) -> Check:
 
 class IdempotencyMiddleware:
     """``routes`` are ``"METHOD /path/{param}"`` strings; ``GET <lookup_prefix>/idempotency/
-    {key}`` answers the ledger when ``check`` accepts the request."""
+    {key}?scope=<caller>`` answers the ledger when ``check`` accepts the request. ``scope``
+    names the caller a request's key belongs to, so one client's key never replays to another."""
 
     def __init__(
         self,
@@ -125,6 +141,7 @@ class IdempotencyMiddleware:
         check: Check,
         lookup_prefix: str = "",
         redact: Redact | None = None,
+        scope: CallerScope = authenticated_caller,
     ) -> None:
         self.app = app
         self.sessionmaker = sessionmaker
@@ -132,8 +149,9 @@ class IdempotencyMiddleware:
         self.check = check
         self.lookup_path = f"{lookup_prefix.rstrip('/')}/idempotency/"
         self.redact = redact
+        self.scope = scope
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         method, path = scope["method"], scope["path"]
@@ -143,19 +161,20 @@ class IdempotencyMiddleware:
             return await self._idempotent(scope, receive, send)
         return await self.app(scope, receive, send)
 
-    async def _idempotent(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _idempotent(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         request = Request(scope)
         try:
             key = parse_key(request.headers.get(HEADER))
         except Problem as problem:
             return await _send(send, problem.answer())
+        caller = self.scope(request)
         path = scope["path"] + (
             f"?{scope['query_string'].decode()}" if scope["query_string"] else ""
         )
         async with self.sessionmaker() as session:
             # The lock comes before the body: while a slow upload is still arriving the
             # look-up already answers "in progress", never "not found" for a request that runs.
-            if not await _try_lock(session, key):
+            if not await _try_lock(session, caller, key):
                 await session.rollback()
                 return await _send(send, in_progress().answer())
             body = await _read_body(receive)
@@ -165,7 +184,7 @@ class IdempotencyMiddleware:
                 body=body,
                 content_type=request.headers.get("content-type", ""),
             )
-            stored = await _load(session, key)
+            stored = await _load(session, caller, key)
             decision = decide(stored, request_fingerprint)
             if decision is ReplayDecision.REPLAY:
                 assert stored is not None
@@ -190,6 +209,7 @@ class IdempotencyMiddleware:
                 elif keeps(status):
                     await session.execute(
                         insert(idempotency_keys).values(
+                            scope=caller,
                             key=key,
                             fingerprint=request_fingerprint,
                             method=scope["method"],
@@ -208,24 +228,26 @@ class IdempotencyMiddleware:
         for message in messages:
             await send(message)
 
-    async def _lookup(self, scope: Scope, send: Send, key: str) -> None:
+    async def _lookup(self, scope: ASGIScope, send: Send, key: str) -> None:
         """``key`` is from the decoded path: the ledger quotes it, ``/`` and ``%`` included."""
-        allowed = self.check(Request(scope))
+        request = Request(scope)
+        allowed = self.check(request)
         if inspect.isawaitable(allowed):
             allowed = await allowed
         if not allowed:
             return await _send(send, lookup_refused())
+        caller = request.query_params.get(SCOPE_PARAMETER, "")
         async with self.sessionmaker() as session:
-            stored = await _load(session, key)
+            stored = await _load(session, caller, key)
             await session.rollback()
             if stored is None:
                 # A new transaction at READ COMMITTED: the re-load after the lock sees a request
                 # that committed since the first load, whatever isolation the engine defaults to.
                 await session.execute(text("SET TRANSACTION ISOLATION LEVEL READ COMMITTED"))
-                if not await _try_lock(session, key):
+                if not await _try_lock(session, caller, key):
                     await session.rollback()
                     return await _send(send, lookup_in_progress(key))
-                stored = await _load(session, key)
+                stored = await _load(session, caller, key)
                 await session.rollback()
         await _send(send, lookup_found(stored, self.redact) if stored else lookup_not_found(key))
 
@@ -268,15 +290,16 @@ def _route(route: str) -> tuple[str, Any]:
     return method.upper(), pattern
 
 
-async def _try_lock(session: AsyncSession, key: str) -> bool:
+async def _try_lock(session: AsyncSession, caller: str, key: str) -> bool:
     """Take the key's transaction-scoped advisory lock without waiting."""
-    return bool(await session.scalar(select(func.pg_try_advisory_xact_lock(lock_id(key)))))
+    lock = func.pg_try_advisory_xact_lock(lock_id(key, caller))
+    return bool(await session.scalar(select(lock)))
 
 
-async def _load(session: AsyncSession, key: str) -> StoredResponse | None:
-    row = (
-        await session.execute(select(idempotency_keys).where(idempotency_keys.c.key == key))
-    ).first()
+async def _load(session: AsyncSession, caller: str, key: str) -> StoredResponse | None:
+    table = idempotency_keys
+    query = select(table).where(table.c.scope == caller, table.c.key == key)
+    row = (await session.execute(query)).first()
     if row is None:
         return None
     return StoredResponse(

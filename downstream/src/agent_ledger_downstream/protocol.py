@@ -26,6 +26,9 @@ PROBLEM_TYPE = "application/problem+json"
 RETRY_AFTER_SECONDS = 1
 TABLE = "agent_ledger_idempotency_keys"
 
+#: The look-up's query parameter naming the caller scope a key belongs to.
+SCOPE_PARAMETER = "scope"
+
 Redact = Callable[[dict[str, Any]], dict[str, Any]]
 
 
@@ -110,11 +113,11 @@ def fingerprint(*, method: str, path: str, body: bytes, content_type: str = "") 
     return digest.hexdigest()
 
 
-def lock_id(key: str) -> int:
-    """The signed 64-bit number of the PostgreSQL advisory lock a request with ``key`` holds
-    for its whole transaction: another request, or a look-up, that cannot take it knows the
-    key is in progress."""
-    digest = hashlib.blake2b(f"{TABLE}:{key}".encode(), digest_size=8).digest()
+def lock_id(key: str, scope: str = "") -> int:
+    """The signed 64-bit number of the PostgreSQL advisory lock a request with ``key`` (from
+    the caller ``scope``) holds for its whole transaction: another request, or a look-up, that
+    cannot take it knows the key is in progress."""
+    digest = hashlib.blake2b(_json([TABLE, scope, key]), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
 
 

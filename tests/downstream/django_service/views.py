@@ -12,8 +12,13 @@ from agent_ledger_downstream.django.views import idempotent
 from tests.downstream.django_service.models import Invoice
 
 
+def _gateway_caller(request: HttpRequest) -> str:
+    """The caller the gateway in front of this service authenticated."""
+    return request.headers.get("X-Caller", "")
+
+
 @require_POST
-@idempotent
+@idempotent(scope=_gateway_caller)
 def create_invoice(request: HttpRequest) -> HttpResponse:
     try:
         data = json.loads(request.body)

@@ -12,7 +12,9 @@ from agent_ledger_downstream.protocol import MAX_KEY_LENGTH, TABLE
 class IdempotencyKey(models.Model):
     """The stored response of a completed request, written in the route's own transaction."""
 
-    key = models.CharField(max_length=MAX_KEY_LENGTH, unique=True)
+    #: The caller the key belongs to: one client's key never answers another's request.
+    scope = models.TextField(default="", blank=True)
+    key = models.CharField(max_length=MAX_KEY_LENGTH)
     fingerprint = models.CharField(max_length=64)
     method = models.CharField(max_length=16)
     path = models.TextField()
@@ -26,6 +28,9 @@ class IdempotencyKey(models.Model):
     class Meta:
         db_table = TABLE
         constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["scope", "key"], name="idempotency_key_unique_in_scope"
+            ),
             models.CheckConstraint(
                 condition=Q(status__gte=200, status__lt=300), name="idempotency_key_status_2xx"
             ),

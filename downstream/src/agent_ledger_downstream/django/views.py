@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from django.conf import settings
 from django.db import connections, router, transaction
@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET
 from agent_ledger_downstream.django.models import IdempotencyKey
 from agent_ledger_downstream.protocol import (
     HEADER,
+    SCOPE_PARAMETER,
     Answer,
     Problem,
     Redact,
@@ -38,28 +39,51 @@ from agent_ledger_downstream.protocol import (
 )
 
 View = TypeVar("View", bound=Callable[..., HttpResponseBase])
+CallerScope = Callable[[HttpRequest], str]
 #: How long a stored response is kept unless ``AGENT_LEDGER_DOWNSTREAM_RETENTION`` says.
 DEFAULT_RETENTION = timedelta(days=7)
 
 
-def idempotent(view: View) -> View:
+def authenticated_caller(request: HttpRequest) -> str:
+    """The default scope: the username of the authenticated user, or ``""`` (one scope for
+    every caller) when the request has none."""
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated:
+        return str(user.get_username())
+    return ""
+
+
+@overload
+def idempotent(view: View, /) -> View: ...
+@overload
+def idempotent(*, scope: CallerScope = ...) -> Callable[[View], View]: ...
+def idempotent(
+    view: View | None = None, /, *, scope: CallerScope = authenticated_caller
+) -> View | Callable[[View], View]:
     """Run ``view`` at most once per ``Idempotency-Key``, inside one transaction that holds
     the route's writes and its stored response together; a duplicate gets the stored response,
-    another payload under the key 422, a request while the first runs 409."""
+    another payload under the key 422, a request while the first runs 409. Keys belong to the
+    caller ``scope(request)`` names, so one client's key never replays to another."""
+    if view is None:
+        return functools.partial(_idempotent, scope=scope)
+    return _idempotent(view, scope=scope)
 
+
+def _idempotent(view: View, *, scope: CallerScope) -> View:
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         try:
             key = parse_key(request.headers.get(HEADER))
         except Problem as problem:
             return _response(problem.answer())
+        caller = scope(request)
         using = router.db_for_write(IdempotencyKey)
         # The view runs in this block, so Django refuses its transaction.commit() and
         # set_autocommit() (TransactionManagementError): the key's lock lasts until the end.
         with transaction.atomic(using=using):
             # The lock comes before the body: while a slow upload is still arriving the
             # look-up already answers "in progress", never "not found" for a request that runs.
-            if not _try_lock(using, key):
+            if not _try_lock(using, caller, key):
                 return _response(in_progress().answer())
             request_fingerprint = fingerprint(
                 method=request.method or "",
@@ -67,7 +91,7 @@ def idempotent(view: View) -> View:
                 body=request.body,
                 content_type=request.content_type or "",
             )
-            stored = _load(using, key)
+            stored = _load(using, caller, key)
             decision = decide(stored, request_fingerprint)
             if decision is ReplayDecision.REPLAY:
                 assert stored is not None
@@ -81,6 +105,7 @@ def idempotent(view: View) -> View:
             if not isinstance(response, HttpResponse):
                 raise TypeError("an @idempotent view returns a complete (not streaming) response")
             IdempotencyKey.objects.using(using).create(
+                scope=caller,
                 key=key,
                 fingerprint=request_fingerprint,
                 method=request.method or "",
@@ -110,23 +135,24 @@ def token_check(secret: str) -> Callable[[HttpRequest], bool]:
 def lookup_urls(
     *, check: Callable[[HttpRequest], bool], redact: Redact | None = None
 ) -> list[URLPattern]:
-    """``idempotency/<key>`` for ``include()``: found (200), not found (404) or in progress
-    (409), answered only to requests ``check`` accepts."""
+    """``idempotency/<key>?scope=<caller>`` for ``include()``: found (200), not found (404) or
+    in progress (409), answered only to requests ``check`` accepts."""
 
     @require_GET
     def lookup(request: HttpRequest, key: str) -> HttpResponse:
         if not check(request):
             return _response(lookup_refused())
-        return _response(look_up(key, redact=redact))
+        caller = request.GET.get(SCOPE_PARAMETER, "")
+        return _response(look_up(key, scope=caller, redact=redact))
 
     return [path("idempotency/<path:key>", lookup, name="agent_ledger_idempotency_lookup")]
 
 
-def look_up(key: str, *, redact: Redact | None = None) -> Answer:
+def look_up(key: str, *, scope: str = "", redact: Redact | None = None) -> Answer:
     """What the service knows of ``key``. Not found is only said when no transaction holds the
     key's lock, so a request that is about to commit is never reported as not done."""
     using = router.db_for_write(IdempotencyKey)
-    stored = _load(using, key)
+    stored = _load(using, scope, key)
     if stored is None:
         outermost = not connections[using].in_atomic_block
         with transaction.atomic(using=using):
@@ -135,9 +161,9 @@ def look_up(key: str, *, redact: Redact | None = None) -> Answer:
             if outermost:
                 with connections[using].cursor() as cursor:
                     cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            if not _try_lock(using, key):
+            if not _try_lock(using, scope, key):
                 return lookup_in_progress(key)
-            stored = _load(using, key)
+            stored = _load(using, scope, key)
     return lookup_found(stored, redact) if stored else lookup_not_found(key)
 
 
@@ -169,16 +195,16 @@ def delete_expired(
     return deleted
 
 
-def _try_lock(using: str, key: str) -> bool:
+def _try_lock(using: str, scope: str, key: str) -> bool:
     """Take the key's transaction-scoped advisory lock without waiting."""
     with connections[using].cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [lock_id(key)])
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [lock_id(key, scope)])
         row = cursor.fetchone()
     return bool(row and row[0])
 
 
-def _load(using: str, key: str) -> StoredResponse | None:
-    row = IdempotencyKey.objects.using(using).filter(key=key).first()
+def _load(using: str, scope: str, key: str) -> StoredResponse | None:
+    row = IdempotencyKey.objects.using(using).filter(scope=scope, key=key).first()
     if row is None:
         return None
     return StoredResponse(
