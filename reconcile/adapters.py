@@ -80,7 +80,14 @@ class HttpLookup:
             return LookupResult(LookupOutcome.UNREACHABLE, f"{type(exc).__name__}: {exc}")
         status = response.status_code
         if status in (adapter.not_found_statuses or [404]):
-            return LookupResult(LookupOutcome.NOT_FOUND, f"HTTP {status}")
+            if _says_not_found(response, idempotency_key):
+                return LookupResult(LookupOutcome.NOT_FOUND, f"HTTP {status}")
+            # A wrong prefix or a proxy also answers 404; only the downstream's own word for
+            # this key may settle a call failed_final.
+            return LookupResult(
+                LookupOutcome.UNREACHABLE,
+                f"HTTP {status} without a body saying not_found for this key",
+            )
         if status not in (adapter.found_statuses or [200]):
             return LookupResult(LookupOutcome.UNREACHABLE, f"unexpected HTTP {status}")
         try:
@@ -90,6 +97,19 @@ class HttpLookup:
         if not isinstance(body, dict):
             return LookupResult(LookupOutcome.MALFORMED, "the body is not a JSON object")
         return LookupResult(LookupOutcome.FOUND, f"HTTP {status}", evidence=body)
+
+
+def _says_not_found(response: httpx.Response, idempotency_key: str) -> bool:
+    """The body is a JSON object with ``state`` (or ``error``) ``"not_found"`` and the key."""
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return (
+        isinstance(body, dict)
+        and "not_found" in (body.get("state"), body.get("error"))
+        and body.get("idempotency_key") == idempotency_key
+    )
 
 
 def lookup_for(adapter: DownstreamAdapter) -> DownstreamLookup:

@@ -163,6 +163,25 @@ def test_bad_downstream_answers_leave_it_unknown_and_retry_later(
     assert waiting.reconcile_attempts == 1 and waiting.reconcile_claimed_until is None
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "{base}/no-such-prefix/objects/by-key/{{key}}",  # a 404 from a wrong URL
+        "{base}/orders/objects/by-key/other-key#{{key}}",  # a 404 about another key
+    ],
+)
+def test_a_404_that_does_not_say_not_found_for_the_key_is_not_taken_as_not_found(
+    tenant, create_order, sandbox: SandboxServer, url: str
+) -> None:
+    record = _unknown(tenant, create_order)
+    adapter = _adapter(tenant, create_order, sandbox)
+    adapter.url_template = url.format(base=sandbox.url)
+    adapter.save()
+    assert reconcile_record(record.pk) == "retry-later"
+    assert refresh(record).state == RecordState.UNKNOWN
+    assert _attempts(record) == ["unreachable"]
+
+
 def test_slow_downstream_times_out(tenant, create_order, sandbox: SandboxServer) -> None:
     record = _unknown(tenant, create_order)
     _adapter(tenant, create_order, sandbox, timeout_seconds=0.3)
