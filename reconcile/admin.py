@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
 from django.contrib import admin
 
 from ledger.admin import ReadOnlyAdmin
 from reconcile import models
+
+_SECRET_QUERY_VALUE = re.compile(
+    r"([?&][^=&#]*(?:token|secret|api[-_]?key|pass|auth|signature)[^=&#]*=)[^&#]*", re.I
+)
 
 
 @admin.register(models.WorkspaceRoot)
@@ -16,8 +22,14 @@ class WorkspaceRootAdmin(admin.ModelAdmin):
 
 @admin.register(models.DownstreamAdapter)
 class DownstreamAdapterAdmin(admin.ModelAdmin):
-    list_display = ("tool", "tenant", "kind", "url_template", "grace_seconds", "max_attempts")
+    list_display = ("tool", "tenant", "kind", "url", "grace_seconds", "max_attempts")
     list_filter = ("tenant", "kind")
+
+    @admin.display(description="URL template")
+    def url(self, adapter: models.DownstreamAdapter) -> str:
+        """The template with secret-looking query values masked: lists get seen over shoulders
+        and in screenshots; the change form still shows the whole template."""
+        return _SECRET_QUERY_VALUE.sub(r"\1***", adapter.url_template)
 
 
 @admin.register(models.ReconcileAttempt)

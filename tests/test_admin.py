@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from ledger import models
+from reconcile.models import DownstreamAdapter
 from tests.factories import make_entry, reserve
 
 pytestmark = pytest.mark.django_db
@@ -206,3 +207,17 @@ def test_unlocking_a_locked_out_sign_in_is_audited(staff_client: Client) -> None
     assert response.status_code == 302 and not AccessAttempt.objects.exists()
     event = models.AuditEvent.objects.get(action="admin.accessattempt.deleted")
     assert event.before["username"] == "alice"
+
+
+def test_the_adapter_list_hides_the_look_up_secret_in_its_url(
+    staff_client: Client, tenant, create_order
+) -> None:
+    DownstreamAdapter.objects.create(
+        tenant=tenant,
+        tool=create_order,
+        url_template="http://billing:8026/idempotency/{key}?scope=agent&access_token=s3cr3t-v4lue",
+    )
+    page = staff_client.get("/admin/reconcile/downstreamadapter/", secure=True)
+    assert page.status_code == 200
+    assert b"s3cr3t-v4lue" not in page.content
+    assert b"http://billing:8026/idempotency/{key}?scope=agent&amp;access_token=***" in page.content
