@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -104,7 +105,9 @@ def create_app(database_url: str, *, lookup_token: str, faults: bool = False) ->
             await session.commit()
         if x_fault == "hold":
             await asyncio.sleep(min(max(x_fault_seconds, 0.0), 30.0))
-        return {"id": invoice_id, **invoice.model_dump()}
+        # A secret the caller sees once: the stored response keeps it redacted.
+        portal_token = secrets.token_urlsafe(16)
+        return {"id": invoice_id, **invoice.model_dump(), "portal_token": portal_token}
 
     @app.get("/invoices/stats")
     async def stats(customer: str = "") -> dict[str, Any]:

@@ -73,23 +73,26 @@ class ServiceProcess:
             return False
 
     def ensure_running(self, timeout: float = 30) -> None:
-        """Start the process if it is not running (a fault hook may have ended it), and wait
-        until it answers."""
-        if self.process is None or self.process.poll() is not None:
-            self.process = subprocess.Popen(  # noqa: S603 - our own command line
-                self.command,
-                cwd=self.cwd,
-                env={**os.environ, **self.env},
-                stdout=self.log.open("ab"),
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        """Start the process if it is not running (a fault hook may have ended it, perhaps
+        only while this waits), and wait until it answers."""
+        started = False
         deadline = time.monotonic() + timeout
         while not self.healthy():
-            if self.process.poll() is not None or time.monotonic() > deadline:
+            exited = self.process is None or self.process.poll() is not None
+            if (exited and started) or time.monotonic() > deadline:
                 raise RuntimeError(
                     f"{self.command[:3]} did not start:\n{self.log.read_text()[-3000:]}"
                 )
+            if exited:
+                self.process = subprocess.Popen(  # noqa: S603 - our own command line
+                    self.command,
+                    cwd=self.cwd,
+                    env={**os.environ, **self.env},
+                    stdout=self.log.open("ab"),
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+                started = True
             time.sleep(0.1)
 
     def wait_exited(self, timeout: float = 10) -> int:

@@ -33,7 +33,7 @@ def test_another_callers_key_runs_apart_and_never_gets_the_first_response(
     assert alice.status_code == bob.status_code == 201
     assert not _replayed(bob) and bob.json()["id"] != alice.json()["id"]
     again = _post_as(service, "alice", key, _invoice(customer))
-    assert _replayed(again) and again.json() == alice.json()
+    assert _replayed(again) and again.json()["id"] == alice.json()["id"]
     assert _count(service, customer) == 2
 
 

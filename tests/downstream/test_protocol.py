@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_ledger_downstream.protocol import (
+    REDACTED,
     Problem,
     ReplayDecision,
     StoredResponse,
@@ -21,6 +22,9 @@ from agent_ledger_downstream.protocol import (
     lookup_in_progress,
     lookup_not_found,
     parse_key,
+    redact_secrets,
+    stored_body,
+    stored_path,
     token_matches,
 )
 
@@ -149,16 +153,35 @@ def test_a_key_locks_apart_in_each_caller_scope() -> None:
     assert lock_id("a:b", "c") != lock_id("b", "a:c")
 
 
-def test_found_carries_the_stored_response_through_the_redact_hook() -> None:
-    def redact(document: dict) -> dict:
-        document["response"]["body"].pop("id")
-        return document
-
-    answer = lookup_found(_stored(), redact)
+def test_found_carries_the_stored_response() -> None:
+    answer = lookup_found(_stored())
     body = json.loads(answer.body)
     assert answer.status == 200 and answer.content_type == JSON
     assert body["status"] == "found" and body["idempotency_key"] == "k"
-    assert body["response"] == {"status": 201, "content_type": JSON, "body": {}}
+    assert body["response"]["status"] == 201 and body["response"]["content_type"] == JSON
+
+
+@pytest.mark.parametrize(
+    "name", ["access_token", "client_secret", "Password", "api-key", "Authorization", "apiKey"]
+)
+def test_fields_named_like_secrets_are_redacted_at_any_depth(name: str) -> None:
+    document = {"id": 7, "items": [{"card": {name: "s3cr3t", "last4": "4242"}}]}
+    assert redact_secrets(document) == {
+        "id": 7,
+        "items": [{"card": {name: REDACTED, "last4": "4242"}}],
+    }
+
+
+def test_a_stored_json_body_passes_through_the_redact_hook() -> None:
+    body = json.dumps({"id": 1, "token": "t"}).encode()
+    assert json.loads(stored_body(body, JSON, redact_secrets)) == {"id": 1, "token": REDACTED}
+    assert stored_body(b"token=t", "text/plain", redact_secrets) == b"token=t"
+    assert stored_body(b"{not json", JSON, redact_secrets) == b"{not json"
+
+
+def test_the_stored_path_drops_the_query_string() -> None:
+    assert stored_path("/invoices?access_token=t&x=1") == "/invoices"
+    assert stored_path("/invoices") == "/invoices"
 
 
 def test_not_found_and_in_progress_answer_the_ledger_adapter_statuses() -> None:

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import httpx
+import psycopg
 import pytest
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
@@ -90,7 +91,7 @@ def test_a_duplicate_gets_the_stored_response_and_the_replayed_header(service: S
     first = _post(service, key, _invoice(customer))
     again = _post(service, key, {"amount_cents": 1250, "customer": customer})  # same content
     assert first.status_code == again.status_code == 201
-    assert again.json() == first.json()
+    assert again.json() == {**first.json(), "portal_token": "[redacted]"}
     assert not _replayed(first) and _replayed(again)
     assert _count(service, customer) == 1
 
@@ -250,10 +251,21 @@ def _clean(service: Service, *, hours: float, batch_size: int) -> int:
     return asyncio.run(clean())
 
 
+def _age(service: Service, key: str, age: str) -> None:
+    """Backdate a stored response by PostgreSQL's clock, the one the clean-up reads."""
+    with psycopg.connect(service.database_url) as connection:
+        connection.execute(
+            "UPDATE agent_ledger_idempotency_keys SET created_at = now() - %s::interval"
+            " WHERE key = %s",
+            [age, key],
+        )
+
+
 def test_cleanup_keeps_records_within_the_retention(service: Service) -> None:
     key = str(uuid.uuid4())
     assert _post(service, key, _invoice(str(uuid.uuid4()))).status_code == 201
-    _clean(service, hours=1, batch_size=2)
+    _age(service, key, "23 hours")
+    _clean(service, hours=24, batch_size=2)
     assert _lookup(service, key).status_code == 200
 
 
@@ -261,13 +273,18 @@ def test_cleanup_deletes_expired_records_in_batches(service: Service) -> None:
     keys = [str(uuid.uuid4()) for _ in range(3)]
     for key in keys:
         assert _post(service, key, _invoice(str(uuid.uuid4()))).status_code == 201
-    assert _clean(service, hours=0, batch_size=2) >= 3
+        _age(service, key, "25 hours")
+    assert _clean(service, hours=24, batch_size=2) >= 3
     assert [_lookup(service, key).status_code for key in keys] == [404] * 3
 
 
-def test_cleanup_refuses_limits_that_are_not_positive(service: Service) -> None:
+@pytest.mark.parametrize(("hours", "batch_size"), [(24, 0), (0, 1000), (23.9, 1000)])
+def test_cleanup_refuses_limits_that_are_not_positive_or_a_retention_under_a_day(
+    service: Service, hours: float, batch_size: int
+) -> None:
     key = str(uuid.uuid4())
     assert _post(service, key, _invoice(str(uuid.uuid4()))).status_code == 201
+    _age(service, key, "30 days")
     with pytest.raises((ValueError, subprocess.CalledProcessError)):
-        _clean(service, hours=0, batch_size=0)
+        _clean(service, hours=hours, batch_size=batch_size)
     assert _lookup(service, key).status_code == 200

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -50,6 +50,7 @@ from agent_ledger_downstream.protocol import (
     Redact,
     ReplayDecision,
     StoredResponse,
+    check_cleanup_limits,
     decide,
     fingerprint,
     in_progress,
@@ -61,7 +62,10 @@ from agent_ledger_downstream.protocol import (
     lookup_refused,
     mismatch,
     parse_key,
+    redact_secrets,
     replay,
+    stored_body,
+    stored_path,
     token_matches,
     transaction_ended,
 )
@@ -130,7 +134,8 @@ def token_check(secret: str) -> Check:
 class IdempotencyMiddleware:
     """``routes`` are ``"METHOD /path/{param}"`` strings; ``GET <lookup_prefix>/idempotency/
     {key}?scope=<caller>`` answers the ledger when ``check`` accepts the request. ``scope``
-    names the caller a request's key belongs to, so one client's key never replays to another."""
+    names the caller a request's key belongs to, so one client's key never replays to another;
+    ``redact`` turns a JSON response body into what is stored, replayed and looked up."""
 
     def __init__(
         self,
@@ -140,7 +145,7 @@ class IdempotencyMiddleware:
         routes: Iterable[str],
         check: Check,
         lookup_prefix: str = "",
-        redact: Redact | None = None,
+        redact: Redact = redact_secrets,
         scope: CallerScope = authenticated_caller,
     ) -> None:
         self.app = app
@@ -207,16 +212,21 @@ class IdempotencyMiddleware:
                     await session.rollback()
                     messages = _answer_messages(transaction_ended().answer())
                 elif keeps(status):
+                    content_type = _header(messages[0], b"content-type")
                     await session.execute(
                         insert(idempotency_keys).values(
                             scope=caller,
                             key=key,
                             fingerprint=request_fingerprint,
                             method=scope["method"],
-                            path=path,
+                            path=stored_path(path),
                             status=status,
-                            content_type=_header(messages[0], b"content-type"),
-                            body=b"".join(m.get("body", b"") for m in messages[1:]),
+                            content_type=content_type,
+                            body=stored_body(
+                                b"".join(m.get("body", b"") for m in messages[1:]),
+                                content_type,
+                                self.redact,
+                            ),
                         )
                     )
                     await session.commit()
@@ -249,7 +259,7 @@ class IdempotencyMiddleware:
                     return await _send(send, lookup_in_progress(key))
                 stored = await _load(session, caller, key)
                 await session.rollback()
-        await _send(send, lookup_found(stored, self.redact) if stored else lookup_not_found(key))
+        await _send(send, lookup_found(stored) if stored else lookup_not_found(key))
 
 
 async def delete_expired(
@@ -259,11 +269,11 @@ async def delete_expired(
     batch_size: int = 1000,
     max_batches: int = 100,
 ) -> int:
-    """Delete stored responses older than ``retention``, ``batch_size`` rows a transaction so no
-    delete holds locks for long; returns how many went."""
-    if batch_size < 1 or max_batches < 1 or retention < timedelta(0):
-        raise ValueError("batch_size and max_batches are positive, the retention not negative")
-    cutoff = datetime.now(UTC) - retention
+    """Delete stored responses older than ``retention`` (at least a day), ``batch_size`` rows a
+    transaction so no delete holds locks for long; returns how many went."""
+    check_cleanup_limits(retention=retention, batch_size=batch_size, max_batches=max_batches)
+    # PostgreSQL's clock, the one created_at was written with.
+    cutoff = func.now() - retention
     table = idempotency_keys
     deleted = 0
     for _ in range(max_batches):

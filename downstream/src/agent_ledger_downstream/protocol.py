@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -25,11 +26,19 @@ PROBLEM_TYPE = "application/problem+json"
 #: Seconds a client waits before asking again about a key whose request is still running.
 RETRY_AFTER_SECONDS = 1
 TABLE = "agent_ledger_idempotency_keys"
+#: The shortest retention the clean-up accepts: a record deleted while the ledger may still
+#: look its call up answers "not found", and the call is retried as if it never ran.
+MIN_RETENTION = timedelta(days=1)
 
 #: The look-up's query parameter naming the caller scope a key belongs to.
 SCOPE_PARAMETER = "scope"
 
-Redact = Callable[[dict[str, Any]], dict[str, Any]]
+#: Takes a JSON response body (parsed) and returns what may be stored and replayed.
+Redact = Callable[[Any], Any]
+REDACTED = "[redacted]"
+_SECRET_NAME = re.compile(
+    r"secret|token|passw|api[-_]?key|credential|authori[sz]ation|private[-_]?key|cookie", re.I
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +110,7 @@ def fingerprint(*, method: str, path: str, body: bytes, content_type: str = "") 
     """SHA-256 of what makes two requests the same: method, path and payload. A JSON payload
     is compared by its content, so key order and whitespace do not make it another request."""
     payload = body
-    if content_type.split(";")[0].strip().lower().endswith("json") and body:
+    if _is_json(content_type) and body:
         try:
             payload = _json(json.loads(body))
         except (ValueError, UnicodeDecodeError):
@@ -127,6 +136,14 @@ def decide(stored: StoredResponse | None, request_fingerprint: str) -> ReplayDec
     if hmac.compare_digest(stored.fingerprint, request_fingerprint):
         return ReplayDecision.REPLAY
     return ReplayDecision.MISMATCH
+
+
+def check_cleanup_limits(*, retention: timedelta, batch_size: int, max_batches: int) -> None:
+    """Refuse a clean-up that would delete records the ledger may still need, or run unbounded."""
+    if batch_size < 1 or max_batches < 1:
+        raise ValueError("batch_size and max_batches are positive")
+    if retention < MIN_RETENTION:
+        raise ValueError(f"the retention is at least {MIN_RETENTION}")
 
 
 def keeps(status: int) -> bool:
@@ -165,7 +182,36 @@ def replay(stored: StoredResponse) -> Answer:
     return Answer(stored.status, stored.body, stored.content_type, {REPLAYED_HEADER: "true"})
 
 
-def lookup_found(stored: StoredResponse, redact: Redact | None = None) -> Answer:
+def redact_secrets(document: Any) -> Any:
+    """The default redaction: every value under a field named like a secret (token, password,
+    secret, API key, credential, authorization, cookie) becomes ``"[redacted]"``, at any depth."""
+    if isinstance(document, dict):
+        return {
+            name: REDACTED if _SECRET_NAME.search(str(name)) else redact_secrets(value)
+            for name, value in document.items()
+        }
+    if isinstance(document, list):
+        return [redact_secrets(item) for item in document]
+    return document
+
+
+def stored_body(body: bytes, content_type: str, redact: Redact) -> bytes:
+    """The body kept under a key, and so replayed and shown to the look-up: a JSON body through
+    ``redact``, anything else as sent."""
+    if not _is_json(content_type):
+        return body
+    try:
+        return _json(redact(json.loads(body)))
+    except (ValueError, UnicodeDecodeError):
+        return body
+
+
+def stored_path(path: str) -> str:
+    """The path kept with a response: without its query string, which may carry secrets."""
+    return path.partition("?")[0]
+
+
+def lookup_found(stored: StoredResponse) -> Answer:
     """200 with the stored response: what the ledger's HTTP adapter takes as found."""
     document: dict[str, Any] = {
         "status": "found",
@@ -178,8 +224,6 @@ def lookup_found(stored: StoredResponse, redact: Redact | None = None) -> Answer
         },
         "created_at": stored.created_at.isoformat() if stored.created_at else None,
     }
-    if redact is not None:
-        document = redact(document)
     return Answer(200, _json(document), "application/json")
 
 
@@ -222,8 +266,12 @@ def token_matches(secret: str, *, authorization: str | None, query_token: str | 
     return bool(offered) and hmac.compare_digest(offered.encode(), secret.encode())
 
 
+def _is_json(content_type: str) -> bool:
+    return content_type.split(";")[0].strip().lower().endswith("json")
+
+
 def _body_document(stored: StoredResponse) -> Any:
-    if stored.content_type.split(";")[0].strip().lower().endswith("json"):
+    if _is_json(stored.content_type):
         try:
             return json.loads(stored.body)
         except (ValueError, UnicodeDecodeError):

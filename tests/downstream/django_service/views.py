@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 
 from django.db import transaction
@@ -37,7 +38,12 @@ def create_invoice(request: HttpRequest) -> HttpResponse:
         transaction.commit()
     if fault == "hold":
         time.sleep(float(request.headers.get("X-Fault-Seconds", "0.5")))
-    body = {"id": invoice.pk, "customer": customer, "amount_cents": amount}
+    body = {
+        "id": invoice.pk,
+        "customer": customer,
+        "amount_cents": amount,
+        "portal_token": secrets.token_urlsafe(16),
+    }
     return JsonResponse(body, status=201)
 
 

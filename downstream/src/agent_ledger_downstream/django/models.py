@@ -4,7 +4,7 @@ from typing import ClassVar
 
 from django.db import models
 from django.db.models import Q
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from agent_ledger_downstream.protocol import MAX_KEY_LENGTH, TABLE
 
@@ -21,7 +21,8 @@ class IdempotencyKey(models.Model):
     status = models.PositiveSmallIntegerField()
     content_type = models.CharField(max_length=255)
     body = models.BinaryField()
-    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # PostgreSQL's clock, which the clean-up's cutoff also reads.
+    created_at = models.DateTimeField(db_default=Now(), db_index=True)
 
     objects: ClassVar[models.Manager[IdempotencyKey]] = models.Manager()
 

@@ -9,9 +9,10 @@ from typing import Any, TypeVar, overload
 
 from django.conf import settings
 from django.db import connections, router, transaction
+from django.db.models import DateTimeField, ExpressionWrapper
+from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.urls import URLPattern, path
-from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from agent_ledger_downstream.django.models import IdempotencyKey
@@ -23,6 +24,7 @@ from agent_ledger_downstream.protocol import (
     Redact,
     ReplayDecision,
     StoredResponse,
+    check_cleanup_limits,
     decide,
     fingerprint,
     in_progress,
@@ -34,7 +36,10 @@ from agent_ledger_downstream.protocol import (
     lookup_refused,
     mismatch,
     parse_key,
+    redact_secrets,
     replay,
+    stored_body,
+    stored_path,
     token_matches,
 )
 
@@ -56,20 +61,25 @@ def authenticated_caller(request: HttpRequest) -> str:
 @overload
 def idempotent(view: View, /) -> View: ...
 @overload
-def idempotent(*, scope: CallerScope = ...) -> Callable[[View], View]: ...
+def idempotent(*, scope: CallerScope = ..., redact: Redact = ...) -> Callable[[View], View]: ...
 def idempotent(
-    view: View | None = None, /, *, scope: CallerScope = authenticated_caller
+    view: View | None = None,
+    /,
+    *,
+    scope: CallerScope = authenticated_caller,
+    redact: Redact = redact_secrets,
 ) -> View | Callable[[View], View]:
     """Run ``view`` at most once per ``Idempotency-Key``, inside one transaction that holds
     the route's writes and its stored response together; a duplicate gets the stored response,
     another payload under the key 422, a request while the first runs 409. Keys belong to the
-    caller ``scope(request)`` names, so one client's key never replays to another."""
+    caller ``scope(request)`` names, so one client's key never replays to another; ``redact``
+    turns a JSON response body into what is stored, replayed and looked up."""
     if view is None:
-        return functools.partial(_idempotent, scope=scope)
-    return _idempotent(view, scope=scope)
+        return functools.partial(_idempotent, scope=scope, redact=redact)
+    return _idempotent(view, scope=scope, redact=redact)
 
 
-def _idempotent(view: View, *, scope: CallerScope) -> View:
+def _idempotent(view: View, *, scope: CallerScope, redact: Redact) -> View:
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         try:
@@ -109,10 +119,10 @@ def _idempotent(view: View, *, scope: CallerScope) -> View:
                 key=key,
                 fingerprint=request_fingerprint,
                 method=request.method or "",
-                path=request.get_full_path(),
+                path=stored_path(request.get_full_path()),
                 status=response.status_code,
                 content_type=response.get("Content-Type", ""),
-                body=response.content,
+                body=stored_body(response.content, response.get("Content-Type", ""), redact),
             )
         return response
 
@@ -132,9 +142,7 @@ def token_check(secret: str) -> Callable[[HttpRequest], bool]:
     return check
 
 
-def lookup_urls(
-    *, check: Callable[[HttpRequest], bool], redact: Redact | None = None
-) -> list[URLPattern]:
+def lookup_urls(*, check: Callable[[HttpRequest], bool]) -> list[URLPattern]:
     """``idempotency/<key>?scope=<caller>`` for ``include()``: found (200), not found (404) or
     in progress (409), answered only to requests ``check`` accepts."""
 
@@ -143,12 +151,12 @@ def lookup_urls(
         if not check(request):
             return _response(lookup_refused())
         caller = request.GET.get(SCOPE_PARAMETER, "")
-        return _response(look_up(key, scope=caller, redact=redact))
+        return _response(look_up(key, scope=caller))
 
     return [path("idempotency/<path:key>", lookup, name="agent_ledger_idempotency_lookup")]
 
 
-def look_up(key: str, *, scope: str = "", redact: Redact | None = None) -> Answer:
+def look_up(key: str, *, scope: str = "") -> Answer:
     """What the service knows of ``key``. Not found is only said when no transaction holds the
     key's lock, so a request that is about to commit is never reported as not done."""
     using = router.db_for_write(IdempotencyKey)
@@ -164,22 +172,20 @@ def look_up(key: str, *, scope: str = "", redact: Redact | None = None) -> Answe
             if not _try_lock(using, scope, key):
                 return lookup_in_progress(key)
             stored = _load(using, scope, key)
-    return lookup_found(stored, redact) if stored else lookup_not_found(key)
+    return lookup_found(stored) if stored else lookup_not_found(key)
 
 
 def delete_expired(
     *, retention: timedelta | None = None, batch_size: int = 1000, max_batches: int = 100
 ) -> int:
-    """Delete stored responses older than the retention, ``batch_size`` rows a statement so no
-    delete holds locks for long; returns how many went."""
-    if batch_size < 1 or max_batches < 1:
-        raise ValueError("batch_size and max_batches are positive")
+    """Delete stored responses older than the retention (at least a day), ``batch_size`` rows
+    a statement so no delete holds locks for long; returns how many went."""
     keep = retention
     if keep is None:
         keep = getattr(settings, "AGENT_LEDGER_DOWNSTREAM_RETENTION", DEFAULT_RETENTION)
-    if keep < timedelta(0):
-        raise ValueError("the retention is not negative")
-    cutoff = timezone.now() - keep
+    check_cleanup_limits(retention=keep, batch_size=batch_size, max_batches=max_batches)
+    # PostgreSQL's clock, the one created_at was written with.
+    cutoff = ExpressionWrapper(Now() - keep, output_field=DateTimeField())
     using = router.db_for_write(IdempotencyKey)
     records = IdempotencyKey.objects.using(using)
     deleted = 0

@@ -18,7 +18,7 @@ class Command(BaseCommand):
             "--retention-hours",
             type=float,
             default=None,
-            help="Defaults to the AGENT_LEDGER_DOWNSTREAM_RETENTION setting (7 days).",
+            help="At least 24; defaults to the AGENT_LEDGER_DOWNSTREAM_RETENTION setting (7 days).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
