@@ -7,6 +7,7 @@ decided (an override, an org policy rule) is never second-guessed per call.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from ledger.classification import Classification, most_conservative
@@ -40,6 +41,19 @@ def _string_argument(tool: Tool, tool_input: dict[str, Any], name: str) -> str:
     if not isinstance(value, str):
         raise InvalidInput(f"{tool.name} needs a string {name!r} in its input")
     return value
+
+
+def _classify_statements(tool: Tool, tool_input: dict[str, Any], name: str) -> Classification:
+    """One SQL string, or an array of them: the most conservative of its statements."""
+    value = tool_input.get(name)
+    if not isinstance(value, list):
+        return classify_sql(_string_argument(tool, tool_input, name))
+    if not all(isinstance(item, str) for item in value):
+        raise InvalidInput(f"{tool.name} needs {name!r} to be a string or an array of strings")
+    if not value:
+        return classify_sql("")
+    results = [classify_sql(item) for item in value]
+    return functools.reduce(most_conservative, results)
 
 
 def _workspace_roots(tenant_id: int) -> list[str]:
@@ -78,7 +92,7 @@ def classify_tool_call(tool: Tool, tool_input: dict[str, Any]) -> Classification
         return stored
     kind, argument = PerCall(tool.per_call_kind), tool.per_call_argument
     if kind is PerCall.SQL:
-        return _code_call(tool, classify_sql(_string_argument(tool, tool_input, argument)))
+        return _code_call(tool, _classify_statements(tool, tool_input, argument))
     if kind is PerCall.SHELL:
         return _code_call(tool, classify_command(_string_argument(tool, tool_input, argument)))
     if kind is PerCall.FILE_WRITE:

@@ -10,6 +10,7 @@ from ledger.classification.arguments import deciding_argument
 from ledger.classification.calls import classify_tool_call
 from ledger.classification.mcp import classify_mcp_tool
 from ledger.domain import ReplayPolicy, ServerTrust
+from ledger.errors import InvalidInput
 from ledger.models import Tool
 
 
@@ -36,6 +37,9 @@ def _registered(descriptor: dict[str, Any]) -> Tool:
 
 
 STRING = {"type": "string"}
+STRINGS = {"type": "array", "items": STRING}
+NESTED_SQL = {"type": "object", "properties": {"sql": STRING}}
+WAREHOUSE = "Query the data warehouse."
 
 
 @pytest.mark.parametrize(
@@ -55,6 +59,18 @@ STRING = {"type": "string"}
         ),
         (_descriptor("edit_file", "Edit a file", path=STRING, edits={"type": "array"}), None),
         (_descriptor("query", "Run SQL", sql={"type": "integer"}), None),
+        (_descriptor("query", WAREHOUSE, sql_text=STRING), ("sql", "sql_text")),
+        (_descriptor("query", WAREHOUSE, sqlStatement=STRING), ("sql", "sqlStatement")),
+        (_descriptor("query", WAREHOUSE, stmt=STRING), ("sql", "stmt")),
+        (_descriptor("query", WAREHOUSE, sql={"type": ["string", "null"]}), ("sql", "sql")),
+        (_descriptor("query", WAREHOUSE, statements=STRINGS), ("sql", "statements")),
+        (_descriptor("query", WAREHOUSE, request=NESTED_SQL), ("code", "request")),
+        (_descriptor("ask", "Run a postgres query", query=STRING), ("sql", "query")),
+        (_descriptor("ask", "Query the sqlite database", query=STRING), ("sql", "query")),
+        (_descriptor("query", WAREHOUSE, text=STRING), ("code", "text")),
+        (_descriptor("execute", "Execute it", payload=STRING), ("code", "payload")),
+        (_descriptor("get_statement", "Get a bank statement", statement_date=STRING), None),
+        (_descriptor("search", "Search. Select a result.", query=STRING), None),
     ],
     ids=lambda v: v["name"] if isinstance(v, dict) else str(v),
 )
@@ -78,3 +94,33 @@ def test_other_code_is_never_whatever_the_call() -> None:
     )
     assert tool.rule == "mcp.per_call.code"
     assert classify_tool_call(tool, {"script": "1 + 1"}).replay_policy is ReplayPolicy.NEVER
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [
+        {"sql_text": STRING},
+        {"sql": {"type": ["string", "null"]}},
+        {"statements": STRINGS},
+        {"request": NESTED_SQL},
+        {"text": STRING},
+    ],
+    ids=str,
+)
+def test_an_untrusted_query_tool_is_never_whatever_its_sql_argument_is_called(
+    properties: dict[str, Any],
+) -> None:
+    descriptor = _descriptor("query", WAREHOUSE, **properties)
+    result = classify_mcp_tool(descriptor, trust=ServerTrust.UNTRUSTED)
+    assert result.replay_policy is ReplayPolicy.NEVER, result.reason
+
+
+def test_each_statement_of_an_array_argument_is_classified() -> None:
+    tool = _registered(_descriptor("query", WAREHOUSE, statements=STRINGS))
+    reads = classify_tool_call(tool, {"statements": ["SELECT 1", "SELECT 2"]})
+    dropping = classify_tool_call(tool, {"statements": ["SELECT 1", "DROP TABLE t"]})
+    assert reads.replay_policy is ReplayPolicy.AUTO
+    assert dropping.replay_policy is ReplayPolicy.NEVER and dropping.destructive
+    assert classify_tool_call(tool, {"statements": []}).replay_policy is ReplayPolicy.NEVER
+    with pytest.raises(InvalidInput):
+        classify_tool_call(tool, {"statements": ["SELECT 1", 2]})
