@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from ledger.classification.words import read_name, stems, tokens
+from ledger.classification.words import description_write_words, read_name, stems, tokens
 
 
 class PerCall(StrEnum):
@@ -49,6 +49,9 @@ _CODE_MENTION = re.compile(r"\b(execut\w*|run|runs|evaluat\w*|eval|interpret\w*)
 _RUNS_INPUT = frozenset({"query", "execute", "exec", "run", "eval", "evaluate"})
 _PATH_NAMES = ("path", "file_path", "filepath", "filename", "file")
 _CONTENT_NAMES = frozenset({"content", "contents", "text", "data", "body"})
+# Words that say a tool writes one file; in a description, creating the file is that write.
+_FILE_WRITES = frozenset({"write", "overwrite", "save", "put", "store"})
+_FILE_WRITES_DESCRIBED = _FILE_WRITES | {"create"}
 
 
 def _properties(schema: object) -> dict[str, Mapping[str, Any]]:
@@ -150,13 +153,19 @@ def deciding_argument(descriptor: Mapping[str, Any]) -> DecidingArgument | None:
 def _whole_file_write(
     descriptor: Mapping[str, Any], properties: Mapping[str, Mapping[str, Any]]
 ) -> DecidingArgument | None:
-    """``write_file(path, content)``: a name that writes a file, one path and the content.
+    """``write_file(path, content)``: a name whose only write is a file write, a description
+    that names no other effect, one path and the content.
 
     Edits (old and new text), moves and multi-file writes are not whole-file writes: their
     effect is not the content of one file, so a file hash cannot settle them."""
     reading = read_name(str(descriptor.get("name", "")))
-    words = {form for word in reading.writes.values() for form in stems(word)}
-    if not words & {"write", "overwrite", "save", "put", "store"}:
+    if not reading.acting or not all(stems(word) & _FILE_WRITES for word in reading.acting):
+        return None
+    description = descriptor.get("description")
+    named = description_write_words(description if isinstance(description, str) else "")
+    if not all(
+        stems(word) & _FILE_WRITES_DESCRIBED or word.startswith("overwrit") for word in named
+    ):
         return None
     paths = [n for n in _PATH_NAMES if n in properties and _is_string(properties[n])]
     contents = [n for n in properties if n.lower() in _CONTENT_NAMES]

@@ -198,11 +198,13 @@ class NameReading:
     writes: dict[str, str]  # kind -> the first word of that kind
     reads: list[str]
     unknown: list[str]
+    acting: tuple[str, ...] = ()  # every word that writes, in order
 
 
 def read_name(name: str, *, namespace: str = "") -> NameReading:
     """Sort the name's words; a leading ``namespace`` (the server's prefix) is not a word."""
     writes: dict[str, str] = {}
+    acting: list[str] = []
     reads: list[str] = []
     unknown: list[str] = []
     words = tokens(name)
@@ -217,12 +219,13 @@ def read_name(name: str, *, namespace: str = "") -> NameReading:
             continue
         if kind in _WRITE_KINDS:
             writes.setdefault(kind, word)
+            acting.append(word)
         elif kind == "read":
             reads.append(word)
             object_of_read = True
         elif kind == "unknown":
             unknown.append(word)
-    return NameReading(writes, reads, unknown)
+    return NameReading(writes, reads, unknown, tuple(acting))
 
 
 def catalogue_namespace(names: Sequence[str]) -> str:
@@ -255,7 +258,8 @@ def leading_words(description: str) -> list[str]:
 
 
 def description_write(description: str) -> Verdict | None:
-    """A write action the description names, leading a clause or anywhere as a verb."""
+    """The most conservative write action the description names, leading a clause or
+    anywhere as a verb."""
     found = _DESTRUCTIVE_PHRASES.search(description)
     if found is not None:
         return Verdict(
@@ -265,21 +269,30 @@ def description_write(description: str) -> Verdict | None:
             "destroys something",
             "mcp.description.destructive",
         )
+    by_kind: dict[str, str] = {}  # kind -> the first word of that kind
     for word in leading_words(description):
-        kind = _kind(word)
-        if kind in ("destructive", "effect", "overwrite"):
+        by_kind.setdefault(_kind(word), word)
+    for named in _NAMED_WRITES.finditer(description):
+        # "updates the" overwrites; every other named write is an effect
+        kind = "overwrite" if _kind(named.group(0).split()[0].lower()) == "overwrite" else "effect"
+        by_kind.setdefault(kind, named.group(0))
+    for kind in ("destructive", "effect", "overwrite"):
+        if kind in by_kind:
             idempotency, destructive, what = _WRITE_KINDS[kind]
-            return Verdict(idempotency, destructive, word, what, f"mcp.description.{kind}")
-    named = _NAMED_WRITES.search(description)
-    if named is not None:
-        return Verdict(
-            Idempotency.NON_IDEMPOTENT,
-            False,
-            named.group(0),
-            "creates a side effect",
-            "mcp.description.effect",
-        )
+            return Verdict(idempotency, destructive, by_kind[kind], what, f"mcp.description.{kind}")
     return None
+
+
+def description_write_words(description: str) -> list[str]:
+    """Every write action the description names (``description_write`` says the strongest)."""
+    found = [m.group(0).lower() for m in _DESTRUCTIVE_PHRASES.finditer(description)]
+    found += [
+        word
+        for word in leading_words(description)
+        if _kind(word) in ("destructive", "effect", "overwrite")
+    ]
+    found += [m.group(0).split()[0].lower() for m in _NAMED_WRITES.finditer(description)]
+    return found
 
 
 def description_read(description: str) -> str | None:

@@ -40,6 +40,14 @@ STRING = {"type": "string"}
 STRINGS = {"type": "array", "items": STRING}
 NESTED_SQL = {"type": "object", "properties": {"sql": STRING}}
 WAREHOUSE = "Query the data warehouse."
+# Whole-file writes by their arguments whose name or description names another effect.
+WRITES_WITH_OTHER_EFFECTS = [
+    ("write_file_and_notify", "Write a file.", {"path": STRING, "content": STRING}),
+    ("save_and_send", "Save a file.", {"path": STRING, "content": STRING}),
+    ("store_and_publish", "Store a file.", {"path": STRING, "content": STRING}),
+    ("put_object", "Upload an object to S3.", {"file": STRING, "body": STRING}),
+    ("write_file", "Write a file and email it to the team.", {"path": STRING, "text": STRING}),
+]
 
 
 @pytest.mark.parametrize(
@@ -71,6 +79,11 @@ WAREHOUSE = "Query the data warehouse."
         (_descriptor("execute", "Execute it", payload=STRING), ("code", "payload")),
         (_descriptor("get_statement", "Get a bank statement", statement_date=STRING), None),
         (_descriptor("search", "Search. Select a result.", query=STRING), None),
+        (_descriptor("save", "Save a file.", path=STRING, content=STRING), ("file_write", "path")),
+        *[
+            (_descriptor(name, description, **arguments), None)
+            for name, description, arguments in WRITES_WITH_OTHER_EFFECTS
+        ],
     ],
     ids=lambda v: v["name"] if isinstance(v, dict) else str(v),
 )
@@ -124,3 +137,16 @@ def test_each_statement_of_an_array_argument_is_classified() -> None:
     assert classify_tool_call(tool, {"statements": []}).replay_policy is ReplayPolicy.NEVER
     with pytest.raises(InvalidInput):
         classify_tool_call(tool, {"statements": ["SELECT 1", 2]})
+
+
+@pytest.mark.parametrize(
+    ("name", "description", "arguments"),
+    WRITES_WITH_OTHER_EFFECTS,
+    ids=[name for name, _, _ in WRITES_WITH_OTHER_EFFECTS],
+)
+def test_a_file_write_with_another_effect_keeps_it_on_every_call(
+    name: str, description: str, arguments: dict[str, Any]
+) -> None:
+    tool = _registered(_descriptor(name, description, **arguments))
+    call = classify_tool_call(tool, {"path": "/ws/a.txt", "file": "/ws/a.txt", "content": "x"})
+    assert call.replay_policy is ReplayPolicy.NEVER, call.reason
