@@ -19,7 +19,8 @@ A name is cut into words (``snake_case``, ``kebab-case``, ``dot.case``, ``camelC
    ``list``, ``search``...). A word the classifier does not know (a noun, or a verb it has not
    met) never lets the name be a read by itself: the name is a read only if the description
    establishes one too (see below). A name with no read verb at all (``directory_tree``) is a
-   read only on the description's word.
+   read only on the description's word. An unknown word that leads a second clause
+   (``get_user_and_ban``) is that clause's verb: the name writes.
 
 The description
 ---------------
@@ -57,7 +58,8 @@ EFFECT_VERBS = _words(
     fork follow start stop restart launch spawn provision allocate mint approve assign
     close reopen cancel archive move rename upload import install clone checkout rebase cherry
     migrate enqueue dispatch subscribe unsubscribe login logout grant withdraw deposit touch
-    eval evaluate complete confirm acknowledge ack accept decline switch mkdir
+    eval evaluate complete confirm acknowledge ack accept decline switch mkdir reboot shutdown
+    ban mute
     """
 )
 OVERWRITE_VERBS = _words(
@@ -105,7 +107,8 @@ _NAMED_WRITES = re.compile(
     r"\b|transferring|submits?|submitting|appends?|appending|renames?|renaming|moves?\s+"
     r"(?:the|a|it|files?)\b|invites?|inviting|cancels?|cancelling|canceling|merges?\s+(?:the|a|it)"
     r"\b|pushes|pushing|commits?\s+(?:the|it|changes)\b|books?\s+(?:a|the)\b|schedules?\s+"
-    r"(?:a|the|it)\b|forwards?\s+(?:the|a|it)\b)\b",
+    r"(?:a|the|it)\b|forwards?\s+(?:the|a|it)\b|reboot(?:s|ing)?|shut(?:s|ting)?\s+down"
+    r"|(?:mail|share|tweet|page|alert|call|claim|ban|mute)s?\s+(?:it|them|the|a|an)\b)\b",
     re.IGNORECASE,
 )
 _DESTRUCTIVE_PHRASES = re.compile(
@@ -120,7 +123,21 @@ _TOKEN_SPLIT = re.compile(
 )
 _SENTENCES = re.compile(r"[.!?\n;:]+")
 _CLAUSE_BREAK = re.compile(r",|\b(?:and|then|or)\b", re.IGNORECASE)
-_CLAUSE_LEADS = re.compile(r"(?:^|[,(]|\b(?:and|then|also|or)\b)\s*([A-Za-z]+)", re.IGNORECASE)
+# A clause's first word; conjunctions after a comma are skipped (", then save it").
+_CLAUSE_LEADS = re.compile(
+    r"(?:^|[,(]|\b(?:and|then|also|or)\b)\s*(?:(?:and|then|also|or)\s+)*([A-Za-z]+)",
+    re.IGNORECASE,
+)
+# A clause that a conjunction opens: its first word and the next ("... and print it").
+_JOINED_CLAUSE_LEADS = re.compile(
+    r"\b(?:and|then|also)\s+(?:(?:and|then|also)\s+)*([A-Za-z]+)(?:\s+([A-Za-z]+))?", re.I
+)
+_OBJECTS = _words("it them the a an this that these those all every")
+# Participles that describe a name's object (``list_allowed_directories``), not verbs.
+_PARTICIPLES = _words(
+    "allowed related linked nested selected detailed shared starred pinned staged unstaged "
+    "annotated"
+)
 
 
 def tokens(text: str) -> list[str]:
@@ -172,8 +189,8 @@ def _kind(word: str) -> str:
     ):
         if forms & verbs:
             return kind
-    if word in _FILLER or (word.endswith("ed") and len(word) > 4):
-        return "filler"  # "list_allowed_directories": a participle describes the object
+    if word in _FILLER or word in _PARTICIPLES:
+        return "filler"
     return "unknown"
 
 
@@ -187,8 +204,13 @@ _WRITE_KINDS = {
     ),
     "object": (Idempotency.NON_IDEMPOTENT, False, "creates a side effect"),
     "overwrite": (Idempotency.CONDITIONAL, False, "overwrites state"),
+    "unknown_verb": (
+        Idempotency.NON_IDEMPOTENT,
+        False,
+        "may write: a word not known to read leads a second clause",
+    ),
 }
-_ORDER = ("destructive", "effect", "object", "ambiguous", "overwrite")
+_ORDER = ("destructive", "effect", "object", "ambiguous", "unknown_verb", "overwrite")
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,10 +233,17 @@ def read_name(name: str, *, namespace: str = "") -> NameReading:
     if namespace and words[:1] == [namespace]:
         words = words[1:]
     object_of_read = False
+    after_conjunction = False
     for word in words:
         kind = _kind(word)
         if word in _CONJUNCTIONS:
             object_of_read = False  # "get_and_lock": a second verb, not an object
+            after_conjunction = True
+            continue
+        if kind == "unknown" and after_conjunction:
+            kind = "unknown_verb"  # "get_user_and_ban": the second clause's verb
+        if kind != "filler":
+            after_conjunction = False
         if kind == "object" and object_of_read:
             continue
         if kind in _WRITE_KINDS:
@@ -272,6 +301,14 @@ def description_write(description: str) -> Verdict | None:
     by_kind: dict[str, str] = {}  # kind -> the first word of that kind
     for word in leading_words(description):
         by_kind.setdefault(_kind(word), word)
+    for match in _JOINED_CLAUSE_LEADS.finditer(description):
+        word = match.group(1).lower()
+        kind = _kind(word)
+        # a word that can write is the verb when an object follows ("and message the team",
+        # "and print it") or nothing does, and a noun in a list otherwise ("and opening hours")
+        follows = (match.group(2) or "it").lower()
+        if kind in ("ambiguous", "object") and follows in _OBJECTS:
+            by_kind.setdefault("effect", word)
     for named in _NAMED_WRITES.finditer(description):
         # "updates the" overwrites; every other named write is an effect
         kind = "overwrite" if _kind(named.group(0).split()[0].lower()) == "overwrite" else "effect"

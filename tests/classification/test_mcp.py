@@ -317,3 +317,37 @@ def test_a_second_verb_after_and_is_a_verb_not_an_object() -> None:
         ).replay_policy
         is ReplayPolicy.NEVER
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "description"),
+    [
+        ("get_report", "Get the report, then save it to Drive."),
+        ("get_user_and_ban", ""),
+        ("list_and_block", ""),
+        ("search_and_bookmark", ""),
+        ("get_tweet_and_retweet", ""),
+        ("lookup_then_bill", ""),
+        ("read_and_react", ""),
+        ("view_and_tick", ""),
+        ("list_and_like", ""),
+        ("fetch_and_embed", "Fetch a page."),
+        ("get_report", "Get the report and print it on the office printer."),
+        ("get_report", "Get the report and message the team."),
+        ("get_report", "Get the report and mail it."),
+        ("get_report", "Get the report and share it."),
+        ("get_report", "Get the report and tweet it."),
+        ("get_report", "Get the report and page the on-call engineer."),
+        ("get_report", "Get the report and alert the team."),
+        ("get_status", "Get the status. Also reboots the server."),
+        ("get_next_ticket", "Get the next ticket and claim it."),
+    ],
+)
+def test_a_later_verb_in_a_name_or_description_is_never_auto(name: str, description: str) -> None:
+    result = classify_mcp_tool(_tool(name, description), trust=UNTRUSTED)
+    assert result.replay_policy is not ReplayPolicy.AUTO, result.reason
+
+
+def test_a_known_participle_describes_the_object() -> None:
+    tool = _tool("list_allowed_directories", "List the directories this server may use.")
+    assert classify_mcp_tool(tool, trust=UNTRUSTED).replay_policy is ReplayPolicy.AUTO
