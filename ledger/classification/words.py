@@ -59,7 +59,7 @@ EFFECT_VERBS = _words(
     close reopen cancel archive move rename upload import install clone checkout rebase cherry
     migrate enqueue dispatch subscribe unsubscribe login logout grant withdraw deposit touch
     eval evaluate complete confirm acknowledge ack accept decline switch mkdir reboot shutdown
-    ban mute
+    ban mute pop dequeue consume receive
     """
 )
 OVERWRITE_VERBS = _words(
@@ -94,6 +94,11 @@ READ_VERBS = _words(
 # Description openings that say the tool answers with something; not read verbs in names
 # (``return_order`` is a retail write).
 DESCRIPTION_READS = READ_VERBS | _words("return provide give")
+# ``show`` and ``display`` read a thing (``git_show``) but put these in front of a person.
+_SHOWN = _words("show display")
+_SHOWN_TO_PEOPLE = _words(
+    "notification notifications alert alerts toast dialog popup banner prompt message messages"
+)
 # Write actions a description names anywhere, in forms that are verbs, not nouns: "emails it"
 # and "sends", never "an email" or "the posts".
 _NAMED_WRITES = re.compile(
@@ -107,7 +112,7 @@ _NAMED_WRITES = re.compile(
     r"\b|transferring|submits?|submitting|appends?|appending|renames?|renaming|moves?\s+"
     r"(?:the|a|it|files?)\b|invites?|inviting|cancels?|cancelling|canceling|merges?\s+(?:the|a|it)"
     r"\b|pushes|pushing|commits?\s+(?:the|it|changes)\b|books?\s+(?:a|the)\b|schedules?\s+"
-    r"(?:a|the|it)\b|forwards?\s+(?:the|a|it)\b|reboot(?:s|ing)?|shut(?:s|ting)?\s+down"
+    r"(?:a|the|it)\b|forwards?\s+(?:the|a|it)\b|reboot(?:s|ing)?|consum(?:e|es|ed|ing)|dequeu\w*|shut(?:s|ting)?\s+down"
     r"|(?:mail|share|tweet|page|alert|call|claim|ban|mute)s?\s+(?:it|them|the|a|an)\b)\b",
     re.IGNORECASE,
 )
@@ -254,6 +259,10 @@ def read_name(name: str, *, namespace: str = "") -> NameReading:
             object_of_read = True
         elif kind == "unknown":
             unknown.append(word)
+    shown = [word for word in reads if stems(word) & _SHOWN]
+    if shown and set(words) & _SHOWN_TO_PEOPLE:
+        writes.setdefault("ambiguous", shown[0])  # show_notification puts one on a screen
+        acting.append(shown[0])
     return NameReading(writes, reads, unknown, tuple(acting))
 
 

@@ -351,3 +351,20 @@ def test_a_later_verb_in_a_name_or_description_is_never_auto(name: str, descript
 def test_a_known_participle_describes_the_object() -> None:
     tool = _tool("list_allowed_directories", "List the directories this server may use.")
     assert classify_mcp_tool(tool, trust=UNTRUSTED).replay_policy is ReplayPolicy.AUTO
+
+
+@pytest.mark.parametrize(
+    ("name", "description"),
+    [
+        ("pop_item", "Get the next item."),
+        ("dequeue", "Get the next job."),
+        ("consume_events", "Read events from the stream."),
+        ("read_messages", "Read messages from the queue; they are consumed."),
+        ("receive_message", "Get a message from the queue."),
+        ("show_notification", "Show a notification on the desktop."),
+        ("display_alert", "Display an alert to the user."),
+    ],
+)
+def test_queue_consumers_and_displays_are_never_auto(name: str, description: str) -> None:
+    result = classify_mcp_tool(_tool(name, description), trust=UNTRUSTED)
+    assert result.replay_policy is ReplayPolicy.NEVER, result.reason
