@@ -8,8 +8,10 @@ strings, comments, data-modifying CTEs), and ``EXPLAIN``, ``SHOW``, ``COPY ... P
 ``EXPLAIN SELECT`` nor see inside the others. SQL that PostgreSQL's grammar does not accept
 (SQLite's ``PRAGMA``, say) is not understood, so it is ``never``.
 
-Only one read-only statement whose every function is known to be free of side effects is
-``auto``; everything else is ``never``, flagged destructive where it destroys.
+Only one read-only statement whose every function, operator and cast is known to be free of
+side effects is ``auto``; everything else is ``never``, flagged destructive where it destroys.
+Text another dialect splits differently (MySQL's ``/*!`` comments and backslash escapes, a
+nested comment) is ``never`` too.
 """
 
 from __future__ import annotations
@@ -87,6 +89,23 @@ EFFECT_FUNCTIONS = {
     "pg_notify": False,
     "pg_sleep": False,
 }
+# Built-in operators, cast target types and sampling methods; any other may be user-defined
+# and run a function (an operator or a cast is a function call under another name).
+BUILT_IN_OPERATORS = _words(
+    """
+    = <> != < > <= >= + - * / % ^ || ~~ !~~ ~~* !~~* ~ ~* !~ !~* @> <@ && -> ->> #> #>> ? ?| ?&
+    @@ @? #- |/ ||/ @ & | # << >> <-> BETWEEN NOT_BETWEEN BETWEEN_SYMMETRIC NOT_BETWEEN_SYMMETRIC
+    """
+)
+BUILT_IN_TYPES = _words(
+    """
+    int2 int4 int8 smallint integer int bigint float4 float8 real numeric decimal text varchar
+    bpchar char character name bool boolean date time timetz timestamp timestamptz interval json
+    jsonb uuid bytea inet cidr macaddr money oid xml tsvector tsquery bit varbit regclass
+    regtype point
+    """
+)
+BUILT_IN_SAMPLING = _words("system bernoulli")
 _READ_STATEMENTS = frozenset({"SelectStmt", "ExplainStmt", "VariableShowStmt"})
 _WRITE_NODES = {
     "InsertStmt": ("inserts rows", False),
@@ -119,6 +138,51 @@ def _walk(node: Any) -> Iterator[tuple[str, Any]]:
     elif isinstance(node, list):
         for item in node:
             yield from _walk(item)
+
+
+def _built_in(names: list[Any], allowed: frozenset[str]) -> bool:
+    """A name (``[schema, name]`` parts) that is one of ``allowed``, bare or in pg_catalog."""
+    parts = [part["String"]["sval"] for part in names if "String" in part]
+    if parts[:1] == ["pg_catalog"]:
+        parts = parts[1:]
+    return len(parts) == 1 and parts[0].replace(" ", "_") in allowed
+
+
+def _user_defined(key: str, value: Any) -> str | None:
+    """What a user-defined operator, cast or sampling method in the tree is, if it is one."""
+    if key == "A_Expr" and not _built_in(value.get("name", []), BUILT_IN_OPERATORS):
+        return "an operator"
+    if key == "SortBy" and value.get("useOp") and not _built_in(value["useOp"], BUILT_IN_OPERATORS):
+        return "an ORDER BY ... USING operator"
+    if key == "TypeCast" and not _built_in(value["typeName"].get("names", []), BUILT_IN_TYPES):
+        return "a cast to a type"
+    if key == "RangeTableSample" and not _built_in(value.get("method", []), BUILT_IN_SAMPLING):
+        return "a TABLESAMPLE method"
+    return None
+
+
+def _nested_comment(sql: str) -> bool:
+    """A block comment that opens another: PostgreSQL nests them, MySQL and SQLite do not."""
+    start = sql.find("/*")
+    while start != -1:
+        end = sql.find("*/", start + 2)
+        inner = sql.find("/*", start + 2)
+        if inner != -1 and (end == -1 or inner < end):
+            return True
+        start = -1 if end == -1 else sql.find("/*", end + 2)
+    return False
+
+
+def _other_dialect(sql: str) -> str | None:
+    """Text that MySQL or SQLite split differently from PostgreSQL, so one statement here may
+    be two there: refused whatever database the tool targets."""
+    if "/*!" in sql:
+        return "a /*! ... */ comment is code on MySQL"
+    if "\\" in sql:
+        return "a backslash escapes a quote on MySQL"
+    if _nested_comment(sql):
+        return "a nested comment ends early on MySQL and SQLite"
+    return None
 
 
 def _function_name(call: dict[str, Any]) -> str:
@@ -164,6 +228,9 @@ def classify_sql(sql: str) -> Classification:
         return _never("an empty statement is not understood.", "not_understood")
     if len(sql) > MAX_SQL_LENGTH:
         return _never(f"longer than {MAX_SQL_LENGTH} characters.", "not_understood")
+    dialect = _other_dialect(sql)
+    if dialect is not None:
+        return _never(f"{dialect}, so it may hide a second statement.", "dialect")
     try:
         tree = json.loads(parse_sql_json(sql))
     except ParseError as exc:
@@ -183,6 +250,9 @@ def classify_sql(sql: str) -> Classification:
     if found is not None:
         return found
     for key, value in _walk(body):
+        defined = _user_defined(key, value) if isinstance(value, dict) else None
+        if defined is not None:
+            return _never(f"{defined} that may be user-defined runs a function.", "user_defined")
         if key in _WRITE_NODES and value:
             what, destructive = _WRITE_NODES[key]
             return _never(f"the statement {what}.", "writes", destructive=destructive)

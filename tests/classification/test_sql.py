@@ -23,6 +23,11 @@ READS = [
     "VALUES (1), (2)",
     "SELECT a FROM t UNION SELECT b FROM u",
     "-- a comment; DROP TABLE t\nSELECT 1",
+    "SELECT 1 +++ 2",
+    "SELECT a FROM t WHERE b LIKE 'x%' AND c BETWEEN 1 AND 2 AND d IN (1, 2) ORDER BY a USING <",
+    "SELECT '1'::int, now()::date, CAST(a AS pg_catalog.text), b::numeric(10, 2) FROM t",
+    "SELECT * FROM t TABLESAMPLE BERNOULLI (10)",
+    "SELECT 1 /* a comment */",
 ]
 
 # (family, statement, destructive)
@@ -66,6 +71,15 @@ NEVER = [
     ("other", "DO $$ BEGIN DELETE FROM t; END $$", False),
     ("other", "CALL archive_orders()", False),
     ("other", "VACUUM FULL t", False),
+    ("operator", "SELECT 1 OPERATOR(public.===) 2", False),
+    ("operator", "SELECT 1 === 2", False),
+    ("operator", "SELECT a FROM t ORDER BY a USING OPERATOR(public.<<<)", False),
+    ("cast", "SELECT '1'::public.evil", False),
+    ("cast", "SELECT CAST('x' AS evil)", False),
+    ("sampling", "SELECT * FROM t TABLESAMPLE evil_sampler(10)", False),
+    ("dialect", "SELECT 1 /* /* */ ; DROP TABLE t; -- */", False),
+    ("dialect", "SELECT 'a\\''; DROP TABLE t; -- '", False),
+    ("dialect", "SELECT 1 /*!50000 ; DROP TABLE t */", False),
     ("unparsed", "SELEC 1", False),
     ("unparsed", "PRAGMA writable_schema = 1", False),
     ("unparsed", "", False),
