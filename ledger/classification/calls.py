@@ -2,7 +2,8 @@
 
 Shell tools are classified from their command, code-carrying MCP tools from the argument that
 carries the code, and whole-file writes by whether a workspace root covers the path. What people
-decided (an override, an org policy rule) is never second-guessed per call.
+decided (an override, an org policy rule) is not second-guessed per call, except that it cannot
+clear a statement or command the SQL or shell classifier refuses.
 """
 
 from __future__ import annotations
@@ -80,12 +81,33 @@ def _code_call(tool: Tool, classification: Classification) -> Classification:
     )
 
 
+def _decided(tool: Tool, tool_input: dict[str, Any], stored: Classification) -> Classification:
+    """What people decided stands, except over a statement or command the SQL or shell
+    classifier refuses: a rule that ``*query*`` tools are idempotent must not clear a drop."""
+    if tool.kind == "shell":
+        kind, argument = PerCall.SHELL, "command"
+    elif tool.per_call_kind in (PerCall.SQL, PerCall.SHELL):
+        kind, argument = PerCall(tool.per_call_kind), tool.per_call_argument
+    else:
+        return stored
+    value = tool_input.get(argument)
+    if kind is PerCall.SQL and isinstance(value, (str, list)):
+        refused = _classify_statements(tool, tool_input, argument)
+    elif kind is PerCall.SHELL and isinstance(value, str):
+        refused = classify_command(value)
+    else:
+        return stored
+    if refused.replay_policy is not ReplayPolicy.NEVER:
+        return stored
+    return most_conservative(stored, refused)
+
+
 def classify_tool_call(tool: Tool, tool_input: dict[str, Any]) -> Classification:
     """The classification of one call of ``tool`` with ``tool_input`` (raises InvalidInput
     when the argument that decides it is missing or not a string)."""
     stored = stored_classification(tool)
     if tool.override_idempotency or tool.rule.startswith("policy."):
-        return stored
+        return _decided(tool, tool_input, stored)
     if tool.kind == "shell":
         return classify_command(_string_argument(tool, tool_input, "command"))
     if not tool.per_call_kind:

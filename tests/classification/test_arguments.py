@@ -150,3 +150,16 @@ def test_a_file_write_with_another_effect_keeps_it_on_every_call(
     tool = _registered(_descriptor(name, description, **arguments))
     call = classify_tool_call(tool, {"path": "/ws/a.txt", "file": "/ws/a.txt", "content": "x"})
     assert call.replay_policy is ReplayPolicy.NEVER, call.reason
+
+
+@pytest.mark.parametrize("decided_by", ["override", "policy"])
+def test_a_loosening_decision_does_not_clear_a_refused_statement(decided_by: str) -> None:
+    tool = _registered(_descriptor("query", "Run a read-only SQL query", sql=STRING))
+    tool.idempotency, tool.replay_policy, tool.destructive = "idempotent", "auto", False
+    if decided_by == "override":
+        tool.override_idempotency = "idempotent"
+    else:
+        tool.rule = "policy.pattern"
+    dropping = classify_tool_call(tool, {"sql": "COMMIT; DROP SCHEMA public CASCADE"})
+    assert dropping.replay_policy is ReplayPolicy.NEVER and dropping.destructive
+    assert classify_tool_call(tool, {"sql": "SELECT 1"}).replay_policy is ReplayPolicy.AUTO
