@@ -54,9 +54,14 @@ class LedgerAPI(NinjaAPI):
             for operation in operations.values():
                 # Paths, queries and headers are text without control characters, or 400
                 # (ledger.middleware); a caller's deadline is the one header read here.
-                for parameter in operation.get("parameters", []):
+                parameters = operation.setdefault("parameters", [])
+                for parameter in parameters:
                     _text_only(parameter.get("schema", {}))
-                operation.setdefault("parameters", []).append(_TIMEOUT_PARAMETER)
+                if _TIMEOUT_PARAMETER not in parameters:
+                    parameters.append(_TIMEOUT_PARAMETER)
+                # One key per status (JSON objects have string keys; the YAML of the docs page
+                # refuses a status written both as 400 and "400").
+                operation["responses"] = {str(k): v for k, v in operation["responses"].items()}
                 for status, description in _EVERY_OPERATION.items():
                     operation["responses"].setdefault(
                         status,

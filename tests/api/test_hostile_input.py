@@ -215,3 +215,17 @@ def test_anonymous_clients_never_reach_a_view(quiet_tracebacks) -> None:
         "/api/v1/runs", data="{}", content_type="application/json", secure=True
     )
     _problem(response, 401, "UNAUTHENTICATED")
+
+
+def test_the_openapi_document_names_each_status_once(client) -> None:
+    """The docs page reads the document as YAML, which refuses a key written twice (400 and
+    "400" are one key in JSON)."""
+    raw = client.get("/api/v1/openapi.json").content.decode()
+    document = json.loads(raw, object_pairs_hook=_refuse_duplicates)
+    assert document["paths"]
+
+
+def _refuse_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    keys = [key for key, _ in pairs]
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+    return dict(pairs)
