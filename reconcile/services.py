@@ -62,7 +62,7 @@ def backoff(attempts: int) -> timedelta:
 
 def due_records(*, limit: int) -> list[int]:
     """Unknown records that are due for a look-up; pushes their next time out so the next
-    sweep does not enqueue them again while this round is in the queue. Due by the
+    sweep does not enqueue them again while their messages are in the queue. Due by the
     database's clock."""
     due = (
         Q(state=RecordState.UNKNOWN, escalated_at__isnull=True)
