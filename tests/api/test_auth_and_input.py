@@ -52,6 +52,19 @@ def test_revoked_token_is_401_and_changes_nothing(api: ApiClient) -> None:
     assert _counts() == before
 
 
+def test_token_of_a_deactivated_owner_is_401_and_changes_nothing(api: ApiClient) -> None:
+    api.start_run()
+    owner = ApiToken.objects.get().user
+    owner.is_active = False
+    owner.save(update_fields=["is_active"])
+    before = _counts()
+    _problem(api.call("create_order", {"x": 1}, business_object_id="o"), 401)
+    assert _counts() == before
+    owner.is_active = True
+    owner.save(update_fields=["is_active"])
+    assert api.call("create_order", {"x": 1}, business_object_id="o").status_code == 200
+
+
 def test_another_tenants_calls_and_keys_are_not_found(api: ApiClient, other_api: ApiClient) -> None:
     api.start_run()
     mine = api.call("create_order", {"cart": "c"}, business_object_id="cart-1").json()
