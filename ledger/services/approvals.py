@@ -174,7 +174,6 @@ def decide(
     a rejection needs a reason, and a request whose action changed is invalidated instead.
     """
     actor = user.get_username()
-    now = db_now()
     denial: str | None = None
     self_approval = False
     with transaction.atomic():
@@ -183,6 +182,9 @@ def decide(
             .select_related("entry__tool", "entry__combination", "entry__run", "record")
             .get(pk=approval.pk)
         )
+        # The clock after the lock: a decision that waited for the row judges its expiry
+        # at the moment it may act, not when it began to wait.
+        now = db_now()
         before: dict[str, Any] = {"state": locked.state}
         if locked.state != Approval.PENDING:
             denial = f"the request is already {locked.state}"
