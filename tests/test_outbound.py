@@ -4,9 +4,12 @@ and redirects are not followed."""
 
 from __future__ import annotations
 
+import socket
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
+import httpx
 import pytest
 
 from ledger import outbound
@@ -66,15 +69,15 @@ def test_private_networks_only_when_allowed(settings, sandbox) -> None:
     outbound.check_url(sandbox.url)
 
 
-def test_redirects_are_not_followed(settings) -> None:
-    """A hook that answers with a redirect (to an internal address, say) gets no second
-    request."""
-    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
-    hits: list[str] = []
+@pytest.fixture
+def hook() -> Iterator[tuple[int, list[tuple[str, str]]]]:
+    """A local hook answering every request with a redirect; its port and the (path, Host
+    header) of each request it got."""
+    hits: list[tuple[str, str]] = []
 
     class Hook(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            hits.append(self.path)
+            hits.append((self.path, self.headers["Host"]))
             self.send_response(302)
             self.send_header("Location", "/internal")
             self.send_header("Content-Length", "0")
@@ -88,10 +91,43 @@ def test_redirects_are_not_followed(settings) -> None:
     server = HTTPServer(("127.0.0.1", 0), Hook)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
-        response = outbound.post_json(url, {"x": 1})
-    finally:
-        server.shutdown()
+    yield server.server_address[1], hits
+    server.shutdown()
+
+
+def test_redirects_are_not_followed(settings, hook) -> None:
+    """A hook that answers with a redirect (to an internal address, say) gets no second
+    request."""
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
+    port, hits = hook
+    response = outbound.post_json(f"http://127.0.0.1:{port}/hook", {"x": 1})
     assert response.status_code == 302
-    assert hits == ["/hook"]
+    assert hits == [("/hook", f"127.0.0.1:{port}")]
+
+
+def test_a_delivery_goes_to_the_address_it_checked_with_the_urls_host(settings, hook) -> None:
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
+    port, hits = hook
+    outbound.post_json(f"http://localhost:{port}/hook", {"x": 1})
+    assert hits == [("/hook", f"localhost:{port}")]
+
+
+def test_a_name_that_rebinds_to_a_private_address_after_the_check_is_not_reached(
+    hook, monkeypatch
+) -> None:
+    """DNS rebinding: the name answers a public address to the check, then loopback. The
+    delivery connects to the public address it checked (unreachable here) and never to the
+    local hook."""
+    port, hits = hook
+    answers = iter(["192.0.43.10", "127.0.0.1", "127.0.0.1", "127.0.0.1"])
+    real = socket.getaddrinfo
+
+    def rebinding(host: str, *args: object, **kwargs: object) -> list:
+        if host == "rebind.example":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), port))]
+        return real(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    with pytest.raises(httpx.TransportError):
+        outbound.post_json(f"http://rebind.example:{port}/hook", {"x": 1}, timeout=1)
+    assert hits == []
