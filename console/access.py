@@ -7,15 +7,17 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.utils.cache import add_never_cache_headers
+from django.views.csrf import csrf_failure as django_csrf_failure
 
 from console.denials import Reason, audit_denial
 from console.models import Membership
-from console.roles import Role, has_role
+from console.roles import Role
 from ledger.models import Tenant
 
 TENANT_SESSION_KEY = "console_tenant_id"
@@ -28,6 +30,30 @@ def _user_id(request: HttpRequest) -> int:
     if not isinstance(user_id, int):
         raise PermissionDenied("Sign in first.")
     return user_id
+
+
+def roles_of(user: AbstractBaseUser | AnonymousUser, tenant: Tenant | int) -> set[Role]:
+    """The user's roles in ``tenant``: their membership's role, none without one. A superuser
+    is an admin wherever they are a member."""
+    if not user.is_authenticated:
+        return set()
+    tenant_id = tenant.pk if isinstance(tenant, Tenant) else tenant
+    role = (
+        Membership.objects.filter(user_id=user.pk, tenant_id=tenant_id)
+        .values_list("role", flat=True)
+        .first()
+    )
+    if role is None:
+        return set()
+    roles = {Role(role)} if role else set()
+    if getattr(user, "is_superuser", False):
+        roles.add(Role.ADMIN)
+    return roles
+
+
+def has_role(user: AbstractBaseUser | AnonymousUser, tenant: Tenant | int, *allowed: Role) -> bool:
+    roles = roles_of(user, tenant)
+    return Role.ADMIN in roles or bool(roles & set(allowed))
 
 
 def tenants_of(request: HttpRequest) -> list[Tenant]:
@@ -129,3 +155,15 @@ def console_view(
         return wrapped
 
     return decorate
+
+
+def csrf_failure(request: HttpRequest, reason: str = "", **kwargs: Any) -> HttpResponse:
+    """Django's CSRF failure page, after auditing the refused request."""
+    audit_denial(
+        request,
+        reason=Reason.CSRF,
+        tenant=tenant_or_none(request),
+        target=("page", request.path[:100]),
+        detail=f"{request.method} {request.path}: {reason}",
+    )
+    return django_csrf_failure(request, reason=reason)

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.http import HttpRequest, HttpResponse
-from django.views.csrf import csrf_failure as django_csrf_failure
+from django.http import HttpRequest
 
 from console.models import DenialWindow
 from ledger.clock import db_now
@@ -112,17 +110,3 @@ def _summarise_before(start: datetime) -> None:
                 detail=f"{row.suppressed} more denials in that minute were counted, not itemised",
             )
     DenialWindow.objects.filter(pk__in=[row.pk for row in finished]).delete()
-
-
-def csrf_failure(request: HttpRequest, reason: str = "", **kwargs: Any) -> HttpResponse:
-    """Django's CSRF failure page, after auditing the refused request."""
-    from console.access import tenant_or_none
-
-    audit_denial(
-        request,
-        reason=Reason.CSRF,
-        tenant=tenant_or_none(request),
-        target=("page", request.path[:100]),
-        detail=f"{request.method} {request.path}: {reason}",
-    )
-    return django_csrf_failure(request, reason=reason)

@@ -338,7 +338,7 @@ STORAGES = {
 CONSOLE_DENIALS_AUDITED_PER_MINUTE = positive_int(
     env, "CONSOLE_DENIALS_AUDITED_PER_MINUTE", default=10
 )
-CSRF_FAILURE_VIEW = "console.denials.csrf_failure"  # Django's page, after an audit event
+CSRF_FAILURE_VIEW = "console.access.csrf_failure"  # Django's page, after an audit event
 # Signed out after this long without activity (console/sessions.py), and after at most
 # SESSION_COOKIE_AGE whatever happens.
 SESSION_IDLE_MINUTES = positive_int(env, "SESSION_IDLE_MINUTES", default=30)

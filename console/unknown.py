@@ -25,7 +25,7 @@ from ledger.domain import RecordState
 from ledger.errors import InvalidInput, LedgerError
 from ledger.models import IdempotencyRecord, Tenant
 from ledger.services.records import Outcome, resolve_unknown
-from reconcile import services as reconcile_services
+from reconcile import operator_actions
 
 #: Calls per page of the queue; a bulk action takes at most one page's worth.
 PAGE = 100
@@ -48,7 +48,7 @@ def apply_action(record: IdempotencyRecord, action: str, note: str, actor: str) 
     """Do one operator action on one unknown call; returns what happened, for the operator.
     Raises ``LedgerError`` (nothing changed) when the action is not possible."""
     if action == "lookup":
-        reconcile_services.request_lookup(record=record, actor=actor)
+        operator_actions.request_lookup(record=record, actor=actor)
         return _("A look-up was queued.")
     if action == "succeeded":
         if not note:
@@ -75,7 +75,7 @@ def apply_action(record: IdempotencyRecord, action: str, note: str, actor: str) 
         )
         return _("Marked as not happened; a retry with the same key may run it.")
     if action == "escalate":
-        reconcile_services.escalate(record=record, actor=actor, reason=note)
+        operator_actions.escalate(record=record, actor=actor, reason=note)
         return _("Escalated.")
     raise InvalidInput(_("Unknown action."))
 

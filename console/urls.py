@@ -4,8 +4,8 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 
 from console import explorer, readiness, unknown, views
+from console.prometheus import metrics_view
 from ledger.api import api
-from ledger.prometheus import metrics_view
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

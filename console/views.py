@@ -20,11 +20,18 @@ from django.utils.translation import gettext as _
 
 from console import charts as charts_mod
 from console import claims, diffs, selectors
-from console.access import TENANT_SESSION_KEY, console_view, get_for_tenant, tenants_of
+from console.access import (
+    TENANT_SESSION_KEY,
+    console_view,
+    get_for_tenant,
+    has_role,
+    roles_of,
+    tenants_of,
+)
 from console.denials import Reason, audit_denial
 from console.language import save_language
 from console.params import parse_id
-from console.roles import Role, has_role, roles_of
+from console.roles import Role
 from ledger.domain import Idempotency, ServerTrust
 from ledger.errors import InvalidInput, LedgerError
 from ledger.models import (

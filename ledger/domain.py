@@ -123,3 +123,12 @@ class DataClassification(StrEnum):
 def choices(enum: type[StrEnum]) -> list[tuple[str, str]]:
     """Django ``choices`` for one of the enums above."""
     return [(member.value, member.value.replace("_", " ")) for member in enum]
+
+
+class PerCall(StrEnum):
+    """What a tool's deciding argument holds."""
+
+    SQL = "sql"
+    SHELL = "shell"
+    CODE = "code"
+    FILE_WRITE = "file_write"

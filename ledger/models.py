@@ -16,7 +16,6 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from ledger.classification.arguments import PerCall
 from ledger.domain import (
     DataClassification,
     Decision,
@@ -24,6 +23,7 @@ from ledger.domain import (
     Idempotency,
     InputSource,
     KeyScope,
+    PerCall,
     RecordState,
     ReplayPolicy,
     ServerTrust,

@@ -8,7 +8,10 @@ class ReconcileConfig(AppConfig):
     verbose_name = "Reconciliation"
 
     def ready(self) -> None:
+        # The ledger never imports this app; it learns what this app provides here.
+        from ledger.classification.files import register_workspace_roots
         from ledger.signals import records_became_unknown
+        from reconcile.models import WorkspaceRoot
         from reconcile.tasks import enqueue_reconciliation
 
         def on_unknown(sender: Any, record_ids: list[int], **kwargs: Any) -> None:
@@ -17,3 +20,4 @@ class ReconcileConfig(AppConfig):
         records_became_unknown.connect(
             on_unknown, weak=False, dispatch_uid="reconcile.enqueue_on_unknown"
         )
+        register_workspace_roots(WorkspaceRoot.paths_of)

@@ -29,6 +29,13 @@ class WorkspaceRoot(models.Model):
     def __str__(self) -> str:
         return f"{self.name} -> {self.path}"
 
+    @staticmethod
+    def paths_of(tenant_id: int) -> list[str]:
+        """The paths of the tenant's workspace roots (what the classifier checks a path against)."""
+        return list(
+            WorkspaceRoot.objects.filter(tenant_id=tenant_id).values_list("path", flat=True)
+        )
+
 
 class DownstreamAdapter(models.Model):
     """How to ask a tool's downstream whether the action with a given key happened."""

@@ -254,8 +254,9 @@ def test_reclassification_keeps_a_servers_namespace(tenant) -> None:
 
 
 def test_a_registered_code_argument_classifies_each_call_from_it(tenant) -> None:
-    from ledger.classification.arguments import DecidingArgument, PerCall
+    from ledger.classification.arguments import DecidingArgument
     from ledger.classification.calls import classify_tool_call
+    from ledger.domain import PerCall
 
     tool = _register(
         tenant,
@@ -273,7 +274,8 @@ def test_a_registered_code_argument_classifies_each_call_from_it(tenant) -> None
 
 
 def test_a_code_argument_hint_without_a_name_is_refused(tenant) -> None:
-    from ledger.classification.arguments import DecidingArgument, PerCall
+    from ledger.classification.arguments import DecidingArgument
+    from ledger.domain import PerCall
 
     with pytest.raises(InvalidInput):
         _register(tenant, "warehouse_sql", code_argument=DecidingArgument(PerCall.SQL, " "))

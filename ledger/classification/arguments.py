@@ -11,19 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from ledger.classification.words import description_write_words, read_name, stems, tokens
-
-
-class PerCall(StrEnum):
-    """What a tool's deciding argument holds."""
-
-    SQL = "sql"
-    SHELL = "shell"
-    CODE = "code"
-    FILE_WRITE = "file_write"
+from ledger.domain import PerCall
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,11 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from ledger.classification import Classification, most_conservative
-from ledger.classification.arguments import PerCall
 from ledger.classification.commands import classify_command
-from ledger.classification.files import classify_file_write
+from ledger.classification.files import classify_file_write, workspace_roots
 from ledger.classification.sql import classify_sql
 from ledger.classification.words import name_write, read_name
-from ledger.domain import Idempotency, ReplayPolicy
+from ledger.domain import Idempotency, PerCall, ReplayPolicy
 from ledger.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -55,12 +54,6 @@ def _classify_statements(tool: Tool, tool_input: dict[str, Any], name: str) -> C
         return classify_sql("")
     results = [classify_sql(item) for item in value]
     return functools.reduce(most_conservative, results)
-
-
-def _workspace_roots(tenant_id: int) -> list[str]:
-    from reconcile.models import WorkspaceRoot  # the reconcile app builds on this one
-
-    return list(WorkspaceRoot.objects.filter(tenant_id=tenant_id).values_list("path", flat=True))
 
 
 def _code_call(tool: Tool, classification: Classification) -> Classification:
@@ -120,6 +113,6 @@ def classify_tool_call(tool: Tool, tool_input: dict[str, Any]) -> Classification
     if kind is PerCall.FILE_WRITE:
         path = tool_input.get(argument)
         return classify_file_write(
-            path, _workspace_roots(tool.tenant_id), stored=stored, argument=argument
+            path, workspace_roots(tool.tenant_id), stored=stored, argument=argument
         )
     return stored  # other code (a script): nothing reads it, so the stored ``never`` stands

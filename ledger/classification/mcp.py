@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ledger.classification import UNDECLARED, Classification, most_conservative
-from ledger.classification.arguments import DecidingArgument, PerCall, deciding_argument
+from ledger.classification.arguments import DecidingArgument, deciding_argument
 from ledger.classification.words import (
     AMBIGUOUS_VERBS,
     NameReading,
@@ -33,7 +33,7 @@ from ledger.classification.words import (
     read_name,
     stems,
 )
-from ledger.domain import Idempotency, ServerTrust
+from ledger.domain import Idempotency, PerCall, ServerTrust
 
 _MKDIR_WORDS = frozenset({"directory", "directories", "dir", "dirs", "folder", "folders"})
 _MKDIR_SEMANTICS = re.compile(r"already exists|ensure[sd]? (?:that )?(?:a |the )?\w* ?exist", re.I)

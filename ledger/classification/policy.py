@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ledger.classification import UNDECLARED, Classification, most_conservative
-from ledger.classification.arguments import DecidingArgument, PerCall
+from ledger.classification.arguments import DecidingArgument
 from ledger.classification.catalogue import SHELL_TOOLS, catalogue_tool
 from ledger.classification.mcp import classify_mcp_tool, per_call_fallback
-from ledger.domain import POLICY_FOR, Idempotency, ServerTrust
+from ledger.domain import POLICY_FOR, Idempotency, PerCall, ServerTrust
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ledger.classification import Classification
-from ledger.classification.arguments import DecidingArgument, PerCall, deciding_argument
+from ledger.classification.arguments import DecidingArgument, deciding_argument
 from ledger.classification.catalogue import SHELL_TOOLS, catalogue_tool
 from ledger.classification.mcp import validate_descriptor
 from ledger.classification.policy import (
@@ -24,7 +24,7 @@ from ledger.classification.policy import (
     effective_classification,
 )
 from ledger.classification.words import catalogue_namespace
-from ledger.domain import Idempotency, KeyScope, ServerTrust
+from ledger.domain import Idempotency, KeyScope, PerCall, ServerTrust
 from ledger.errors import Conflict, InvalidInput, NotFound
 from ledger.keys import KeyBuildError, validate_key_fields
 from ledger.models import McpServer, Tenant, Tool

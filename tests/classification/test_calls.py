@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from ledger.classification import files
 from ledger.domain import Idempotency
 from ledger.models import ApprovalRequest, IdempotencyRecord, Tool
 from ledger.services.registry import override_tool
@@ -110,6 +111,17 @@ def test_another_tenants_workspace_root_does_not_cover_a_path(
     WorkspaceRoot.objects.create(tenant=other_tenant, name="ws", path=str(tmp_path))
     mine = _classify(api, "fs/write_file", {"path": f"{tmp_path}/a.txt", "content": "x"})
     assert mine["replay_policy"] == "never"
+
+
+def test_without_the_reconcile_apps_roots_no_root_covers_a_path(
+    api: ApiClient, tenant, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _import(api, "fs", "server_filesystem")
+    WorkspaceRoot.objects.create(tenant=tenant, name="ws", path=str(tmp_path))
+    monkeypatch.setattr(files, "_roots_of", files._no_roots)  # as before the app registers
+    unregistered = _classify(api, "fs/write_file", {"path": f"{tmp_path}/a.txt", "content": "x"})
+    assert unregistered["replay_policy"] == "never"
+    assert files.workspace_roots(tenant.pk) == []
 
 
 def test_a_lost_filesystem_write_file_settles_by_hash_without_a_human(

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from ledger.classification import Classification
-from ledger.classification.arguments import PerCall, deciding_argument
+from ledger.classification.arguments import deciding_argument
 from ledger.classification.calls import classify_tool_call
 from ledger.classification.mcp import classify_mcp_tool
 from ledger.classification.words import catalogue_namespace
-from ledger.domain import ReplayPolicy, ServerTrust
+from ledger.domain import PerCall, ReplayPolicy, ServerTrust
 from ledger.models import Tool
 from tests.classification.catalogue_tables import (
     READ,

@@ -1,0 +1,52 @@
+"""What an operator does with a call whose outcome is unknown: ask for a look-up now, or hand
+it to a human. Each is a conditional update on a record still ``unknown``, audited in the same
+transaction; a look-up asked for is enqueued once that transaction commits."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models.functions import Now
+
+from ledger.domain import RecordState
+from ledger.errors import InvalidInput, InvalidTransition
+from ledger.models import AuditEvent, IdempotencyRecord
+from ledger.services.audit import audit
+from reconcile.tasks import enqueue_reconciliation
+
+
+def request_lookup(*, record: IdempotencyRecord, actor: str) -> None:
+    """A human asks for a look-up now: clear the back-off and any escalation, then enqueue."""
+    with transaction.atomic():
+        updated = IdempotencyRecord.objects.filter(pk=record.pk, state=RecordState.UNKNOWN).update(
+            next_reconcile_at=None, escalated_at=None, escalation_reason=""
+        )
+        if not updated:
+            raise InvalidTransition("only a call whose outcome is unknown can be looked up")
+        audit(
+            tenant=record.tenant_id,
+            actor=actor,
+            action="reconcile.lookup_requested",
+            target=record,
+            source=AuditEvent.Source.CONSOLE,
+        )
+        enqueue_reconciliation([record.pk])
+
+
+def escalate(*, record: IdempotencyRecord, actor: str, reason: str) -> None:
+    """Hand an unknown call to a human (it stops being looked up automatically)."""
+    if not reason.strip():
+        raise InvalidInput("escalating needs a reason")
+    with transaction.atomic():
+        updated = IdempotencyRecord.objects.filter(pk=record.pk, state=RecordState.UNKNOWN).update(
+            escalated_at=Now(), escalation_reason=reason.strip()
+        )
+        if not updated:
+            raise InvalidTransition("only a call whose outcome is unknown can be escalated")
+        audit(
+            tenant=record.tenant_id,
+            actor=actor,
+            action="reconcile.escalated",
+            target=record,
+            source=AuditEvent.Source.CONSOLE,
+            detail=reason.strip(),
+        )
