@@ -13,7 +13,6 @@ from ledger.models import AuditEvent, McpServer, PolicyRule, Tool
 from ledger.services.registry import (
     import_mcp_tools,
     override_tool,
-    reclassify_tenant_tools,
     register_tool,
 )
 
@@ -144,26 +143,22 @@ def test_override_needs_a_reason_and_is_audited_with_before_and_after(tenant) ->
     assert cleared.replay_policy == ReplayPolicy.NEVER
 
 
-def test_policy_rules_apply_on_reclassification(tenant) -> None:
-    tool = _register(tenant, "billing_lookup", declared_idempotency=Idempotency.IDEMPOTENT)
+def test_policy_rules_apply_when_a_tool_is_registered(tenant) -> None:
     PolicyRule.objects.create(
         tenant=tenant,
         pattern="billing_*",
         idempotency=Idempotency.CONDITIONAL,
         reason="finance review",
     )
-    assert reclassify_tenant_tools(tenant=tenant, actor="carol", source="console") == 1
-    tool.refresh_from_db()
+    tool = _register(tenant, "billing_lookup", declared_idempotency=Idempotency.IDEMPOTENT)
     assert tool.replay_policy == ReplayPolicy.ASK and tool.rule.startswith("policy.")
 
 
 def test_policy_of_one_tenant_does_not_touch_another(tenant, other_tenant) -> None:
-    theirs = _register(other_tenant, "billing_lookup", declared_idempotency=Idempotency.IDEMPOTENT)
     PolicyRule.objects.create(
         tenant=tenant, pattern="*", idempotency=Idempotency.NON_IDEMPOTENT, reason="lockdown"
     )
-    reclassify_tenant_tools(tenant=tenant, actor="carol", source="console")
-    theirs.refresh_from_db()
+    theirs = _register(other_tenant, "billing_lookup", declared_idempotency=Idempotency.IDEMPOTENT)
     assert theirs.replay_policy == ReplayPolicy.AUTO
 
 
@@ -171,7 +166,7 @@ def test_policy_of_one_tenant_does_not_touch_another(tenant, other_tenant) -> No
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_declarations_of_a_new_tool_all_succeed() -> None:
     """Runtimes declaring the same new tool at once: one registers it, the others update the
-    row it committed (before, the losers of the insert failed with an IntegrityError)."""
+    row it committed; none of the insert's losers fails with an IntegrityError."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
@@ -240,13 +235,17 @@ def test_mcp_import_stores_the_argument_that_decides_each_call(tenant) -> None:
     assert event.after["per_call"] == "sql:sql"
 
 
-def test_reclassification_keeps_a_servers_namespace(tenant) -> None:
+def test_clearing_an_override_keeps_a_servers_namespace(tenant) -> None:
     maps = _import(tenant, "maps", "server_google_maps")
     assert maps["maps_geocode"].replay_policy == ReplayPolicy.AUTO
-    PolicyRule.objects.create(
-        tenant=tenant, pattern="nothing*", idempotency=Idempotency.IDEMPOTENT, reason="none"
+    overridden = override_tool(
+        tool=maps["maps_geocode"],
+        idempotency=Idempotency.NON_IDEMPOTENT,
+        reason="audit",
+        actor="bob",
+        source="console",
     )
-    assert reclassify_tenant_tools(tenant=tenant, actor="carol", source="console") == 0
+    assert overridden.replay_policy == ReplayPolicy.NEVER
     cleared = override_tool(
         tool=maps["maps_geocode"], idempotency=None, reason="none", actor="bob", source="console"
     )

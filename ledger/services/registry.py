@@ -415,37 +415,3 @@ def override_tool(
             detail=reason,
         )
     return locked
-
-
-def reclassify_tenant_tools(*, tenant: Tenant, actor: str, source: str) -> int:
-    """Recompute every tool of a tenant (after its policy rules change); returns changes."""
-    rules = _rules(tenant)
-    changed = 0
-    with transaction.atomic():
-        tools = list(
-            Tool.objects.select_for_update(of=("self",))
-            .filter(tenant=tenant)
-            .select_related("server")
-        )
-        names: dict[int, list[str]] = {}
-        for tool in tools:
-            if tool.server_id is not None:
-                names.setdefault(tool.server_id, []).append(str(tool.descriptor.get("name", "")))
-        for tool in tools:
-            before = _snapshot(tool)
-            namespace = catalogue_namespace(names.get(tool.server_id or 0, []))
-            _apply(tool, _classify(tool, rules, namespace))
-            if _snapshot(tool) != before:
-                tool.save()
-                audit(
-                    tenant=tenant,
-                    actor=actor,
-                    action="tool.reclassified",
-                    target=tool,
-                    source=source,
-                    before=before,
-                    after=_snapshot(tool),
-                    detail=tool.reason,
-                )
-                changed += 1
-    return changed

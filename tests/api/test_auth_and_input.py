@@ -158,3 +158,18 @@ def test_invalid_json_says_what_is_wrong(api: ApiClient) -> None:
     api.start_run()
     body = _problem(api.post("/calls", raw='{"run_id": "run-1", "input": {"x": NaN}}'), 400)
     assert "NaN is not valid JSON" in body["detail"]
+
+
+@pytest.mark.parametrize("agent", ["a" * 101, "bad agent", "<script>"])
+def test_a_bad_agent_id_is_a_clear_400(api: ApiClient, agent: str) -> None:
+    api.start_run()
+    before = LedgerEntry.objects.count()
+    response = api.client.post(
+        "/api/v1/calls",
+        data={"run_id": "run-1", "step_id": "s", "tool": "read_file"},
+        content_type="application/json",
+        secure=True,
+        headers={"Authorization": f"Bearer {api.token}", "X-Agent-Id": agent},
+    )
+    assert response.status_code == 400 and "X-Agent-Id" in response.json()["detail"]
+    assert LedgerEntry.objects.count() == before

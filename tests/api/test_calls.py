@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 
 import pytest
 
-from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry
+from ledger.errors import ApprovalError
+from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry
+from ledger.services.approvals import decide
+from reconcile.models import WorkspaceRoot
+from reconcile.services import reconcile_record
 from tests.api.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db
@@ -158,8 +163,6 @@ def test_write_replay_with_changed_file_is_a_conflict(api: ApiClient) -> None:
 def test_write_replay_apply_again_needs_an_approval_then_starts(
     api: ApiClient, django_user_model
 ) -> None:
-    from ledger.services.approvals import decide
-
     api.start_run()
     first = _write(api, "old", "new")
     replay = api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("old")}).json()
@@ -177,9 +180,9 @@ def test_write_replay_apply_again_needs_an_approval_then_starts(
 
 
 def test_a_replay_waiting_for_its_approval_says_so(api: ApiClient) -> None:
-    """Found by `make drill`: a replay waiting for a human was reported as
-    SIDE_EFFECT_UNCERTAIN (the record is still unknown) instead of APPROVAL_REQUIRED, so a
-    runtime whose approval deadline passed told the model to look the call up."""
+    """A replay waiting for a human is APPROVAL_REQUIRED, not SIDE_EFFECT_UNCERTAIN (its record
+    is still unknown), so a runtime whose approval deadline passes never tells the model to
+    look the call up."""
     api.start_run()
     first = _write(api, "old", "new")
     replay = api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("old")}).json()
@@ -192,8 +195,6 @@ def test_a_replay_waiting_for_its_approval_says_so(api: ApiClient) -> None:
 
 
 def test_rejection_reaches_the_model_as_an_observation(api: ApiClient, django_user_model) -> None:
-    from ledger.services.approvals import decide
-
     api.start_run()
     first = _write(api, "old", "new")
     replay = api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("old")}).json()
@@ -211,8 +212,6 @@ def test_a_rejected_replay_is_not_put_to_a_human_again(api: ApiClient, django_us
     """Found by `make drill`: asking for the same replay after a human rejected it opened a
     new approval request, where a new call of the same action (record_call) is refused. The
     rejection stands for this exact action; the model gets the reason again."""
-    from ledger.services.approvals import decide
-
     api.start_run()
     first = _write(api, "old", "new")
     api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("old")})
@@ -290,3 +289,107 @@ def test_record_lookup_by_key(api: ApiClient) -> None:
     found = api.get("/records", key=first["idempotency_key"]).json()
     assert found["state"] == "executing" and found["tool"] == "create_order"
     assert api.get("/records", key="agent:nope").status_code == 404
+
+
+def test_a_final_failure_reported_late_voids_the_approval(
+    api: ApiClient, django_user_model
+) -> None:
+    api.start_run()
+    first = _write(api, "old", "new")
+    duplicate = api.call("write_file", {"path": "src/app.py", "content": "new"}).json()
+    assert duplicate["decision"] == "approval_required"
+    late = api.post(
+        f"/calls/{first['call_id']}/complete",
+        {
+            "fencing_token": 1,
+            "outcome": "failed",
+            "error": {"code": "PERMISSION_DENIED", "message": "read-only fs"},
+        },
+    )
+    assert late.status_code == 200
+    approval = ApprovalRequest.objects.get()
+    assert approval.state == "invalidated"
+    approver = django_user_model.objects.create_user("approver", password="pw-123456789")
+    with pytest.raises(ApprovalError):
+        decide(approval=approval, user=approver, approve=True, reason="ok")
+    assert api.post(f"/calls/{duplicate['call_id']}/start").status_code == 409
+    assert IdempotencyRecord.objects.get().executions == 1
+
+
+def test_an_approval_the_worker_requested_can_be_used(
+    api: ApiClient, tenant, tmp_path: Path, django_user_model
+) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "app.py").write_text("old")
+    WorkspaceRoot.objects.create(tenant=tenant, name="repo", path=str(tmp_path))
+    api.start_run()
+    first = _write(api, "old", "new")
+    record = IdempotencyRecord.objects.get()
+    assert reconcile_record(record.pk) == "escalated"
+    approval = ApprovalRequest.objects.get()
+    approver = django_user_model.objects.create_user("approver", password="pw-123456789")
+    decide(approval=approval, user=approver, approve=True, reason="apply again")
+    # The runtime (never the worker) re-applies the write: its replay finds the approval.
+    replay = api.post(f"/calls/{first['call_id']}/replay", {}).json()
+    assert replay["decision"] == "approval_required" and replay["approval_state"] == "approved"
+    started = api.post(f"/calls/{replay['call_id']}/start")
+    assert started.status_code == 200, started.content
+    assert started.json()["lease"]["fencing_token"] == 2
+    assert first["idempotency_key"] == started.json()["idempotency_key"]
+
+
+def test_complete_can_be_repeated_after_a_lost_response(api: ApiClient) -> None:
+    api.start_run()
+    first = api.call("create_order", {"c": 1}, business_object_id="c1").json()
+    body = {"fencing_token": 1, "outcome": "succeeded", "result": {"id": 7}}
+    assert api.post(f"/calls/{first['call_id']}/complete", body).status_code == 200
+    again = api.post(f"/calls/{first['call_id']}/complete", body)
+    assert again.status_code == 200
+    assert again.json()["observation"]["content"] == {"id": 7}
+    assert AuditEvent.objects.filter(action="record.succeeded").count() == 1
+
+
+def test_a_refused_completion_is_audited(api: ApiClient) -> None:
+    api.start_run()
+    first = api.call("read_file", {"p": 1}).json()
+    api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+    api.call("read_file", {"p": 1})  # the automatic replay takes token 2
+    stale = api.post(
+        f"/calls/{first['call_id']}/complete",
+        {"fencing_token": 1, "outcome": "succeeded", "result": {}},
+    )
+    assert stale.status_code == 409
+    assert (
+        AuditEvent.objects.filter(action="record.complete_refused", outcome="denied").count() == 1
+    )
+
+
+def test_a_redacted_recorded_result_says_so(api: ApiClient) -> None:
+    api.start_run()
+    first = api.call("create_order", {"c": 1}, business_object_id="c1").json()
+    api.post(
+        f"/calls/{first['call_id']}/complete",
+        {"fencing_token": 1, "outcome": "succeeded", "result": {"email": "a@b.co"}},
+    )
+    again = api.call("create_order", {"c": 1}, business_object_id="c1").json()
+    assert again["observation"]["metadata"]["result_redacted"] is True
+
+
+def test_restricted_errors_keep_their_code(api: ApiClient) -> None:
+    api.start_run()
+    first = api.call(
+        "create_order", {"c": 1}, business_object_id="c1", data_classification="restricted"
+    ).json()
+    api.post(
+        f"/calls/{first['call_id']}/complete",
+        {
+            "fencing_token": 1,
+            "outcome": "failed",
+            "error": {"code": "PERMISSION_DENIED", "message": "patient 42"},
+        },
+    )
+    again = api.call(
+        "create_order", {"c": 1}, business_object_id="c1", data_classification="restricted"
+    ).json()
+    assert again["observation"]["code"] == "PERMISSION_DENIED"
+    assert "patient 42" not in str(IdempotencyRecord.objects.get().error)

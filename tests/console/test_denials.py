@@ -149,3 +149,23 @@ def test_another_tenants_run_or_combination_lists_nothing(django_user_model, ten
     assert Run.objects.exclude(tenant=tenant).exists()
     assert VersionCombination.objects.exclude(tenant=tenant).exists()
     assert not _denials("mallory").exists()
+
+
+def test_denied_attempts_are_in_the_audit_log(django_user_model, tenant, pending) -> None:
+    operator = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    assert (
+        operator.post(
+            f"/approvals/{pending.pk}/decide", {"decision": "approve"}, secure=True
+        ).status_code
+        == 403
+    )
+    assert operator.get("/combinations/", secure=True).status_code == 403
+    denied = AuditEvent.objects.filter(outcome="denied", action="console.denied", actor="olga")
+    assert sorted((e.target_type, e.target_id) for e in denied) == [
+        ("approvalrequest", str(pending.pk)),
+        ("page", "/combinations/"),
+    ]
+    assert {e.after["reason"] for e in denied} == {"role"}
+    assert all(e.tenant_id == tenant.pk for e in denied)
+    page = operator.get("/audit/", {"outcome": "denied"}, secure=True)
+    assert len(page.context["events"]) == 2

@@ -70,3 +70,13 @@ def test_a_bad_language_or_foreign_redirect_changes_nothing(django_user_model, t
     )
     assert response["Location"] == "/"
     assert client.get("/language", secure=True).status_code == 405
+
+
+@pytest.mark.django_db
+def test_states_and_decisions_are_words_in_the_users_language(django_user_model, tenant, pending):
+    user = make_user(django_user_model, "li", tenant, "approver")
+    Preferences.objects.create(user=user, language="zh-hans")
+    html = signed_in(user).get(f"/approvals/{pending.pk}/", secure=True).content.decode()
+    assert '<span class="badge">待审批</span>' in html  # the approval's state, "pending"
+    assert ">pending<" not in html
+    assert "有条件" in html  # conditional

@@ -7,11 +7,13 @@ from django.test import Client
 from django.urls import reverse
 
 from console.models import Membership
-from ledger.models import ApprovalRequest, AuditEvent
+from ledger.models import ApprovalRequest, AuditEvent, Run, Threshold
+from ledger.services import combinations
 from tests.api.conftest import client_for
 from tests.console.conftest import make_user, signed_in
 
 pytestmark = pytest.mark.django_db
+VERSIONS = {"model": "m", "rules": "r", "tool_schema": "t", "data_version": "d"}
 
 
 def test_anonymous_users_are_sent_to_sign_in() -> None:
@@ -324,3 +326,41 @@ def test_metrics_dashboard_draws_charts_and_adds_thresholds(
     assert Threshold.objects.count() == 1
     operator = signed_in(make_user(django_user_model, "op", tenant, "operator"))
     assert operator.get("/metrics/", secure=True).status_code == 403
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/audit/?before=²",
+        "/unknown/bulk?ids=²&action=lookup",
+        "/unknown/bulk?ids=99999999999999999999999&action=lookup",
+        "/unknown/?after=²",
+        "/ledger/runs/RUN/?after=²",
+        "/combinations/COMBO/rollback?restore=²",
+    ],
+)
+def test_odd_digits_in_parameters_are_bad_input_not_a_500(django_user_model, tenant, path):
+    run = Run.objects.create(tenant=tenant, run_id="r1", user_id="u")
+    combo, _ = combinations.create_combination(
+        tenant=tenant, label="c", actor="x", source="api", prompt="c", **VERSIONS
+    )
+    root = signed_in(make_user(django_user_model, "root", tenant, "admin"))
+    url = path.replace("RUN", str(run.pk)).replace("COMBO", str(combo.pk))
+    assert root.get(url, secure=True).status_code in (200, 302, 400, 404)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"metric": "dedup_hit_rate", "above": "-1", "window_minutes": "15"},
+        {"metric": "dedup_hit_rate", "above": "0.5", "window_minutes": "0"},
+        {"metric": "dedup_hit_rate", "above": "0.5", "window_minutes": "15", "email": "nope"},
+        {"metric": "dedup_hit_rate", "above": "nan", "window_minutes": "15"},
+    ],
+)
+def test_a_bad_threshold_is_a_clear_error_not_a_500(django_user_model, tenant, bad) -> None:
+    manager = signed_in(make_user(django_user_model, "maria", tenant, "manager"))
+    response = manager.post("/metrics/", bad, secure=True, follow=True)
+    assert response.status_code == 200
+    assert "invalid threshold" in response.content.decode()
+    assert not Threshold.objects.exists()

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from ledger.domain import Decision, EntryStatus, ObservationCode, RecordState
+from ledger.domain import Decision, EntryStatus, ObservationCode, RecordState, ReplayPolicy
 from ledger.errors import (
     InvalidTransition,
     LeaseExpired,
@@ -369,9 +369,20 @@ def test_entry_transition_loses_to_a_concurrent_change(tenant, create_order) -> 
         transition_entry(entry, EntryStatus.UNCERTAIN)
 
 
-def test_reserve_key_signature_is_keyword_only() -> None:
-    with pytest.raises(TypeError):
-        reserve_key(None)  # type: ignore[misc]
+def test_reserve_key_takes_its_arguments_by_name_only(tenant, create_order) -> None:
+    named = {
+        "tool": create_order,
+        "key": "k-positional",
+        "fingerprint": "0" * 64,
+        "replay_policy": ReplayPolicy.NEVER,
+        "lease_owner": "w",
+        "actor": "w",
+    }
+    with pytest.raises(TypeError, match="positional"):
+        reserve_key(tenant, **named)  # type: ignore[misc]
+    assert not IdempotencyRecord.objects.filter(key="k-positional").exists()
+    reserve_key(tenant=tenant, **named)  # the same arguments, by name, reserve the key
+    assert IdempotencyRecord.objects.filter(key="k-positional").exists()
 
 
 def test_a_contradicting_report_voids_open_approvals_and_its_retry_changes_nothing(

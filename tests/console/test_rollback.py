@@ -1,0 +1,77 @@
+"""Rolling back a version combination: never onto a halted one, and, when there is no previous
+combination to restore, the console page asks which to restore before it acts."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledger.errors import Conflict, InvalidInput
+from ledger.models import VersionCombination
+from ledger.services import combinations
+from tests.console.conftest import make_user, signed_in
+
+pytestmark = pytest.mark.django_db
+VERSIONS = {"model": "m", "rules": "r", "tool_schema": "t", "data_version": "d"}
+
+
+def _combo(tenant, label: str) -> VersionCombination:
+    combo, _ = combinations.create_combination(
+        tenant=tenant, label=label, actor="x", source="api", prompt=label, **VERSIONS
+    )
+    return combo
+
+
+def test_a_rollback_never_turns_a_halted_combination_back_on(tenant) -> None:
+    good, bad, spare = _combo(tenant, "good"), _combo(tenant, "bad"), _combo(tenant, "spare")
+    combinations.activate(tenant=tenant, combination_id=good.pk, actor="x", source="api")
+    combinations.activate(tenant=tenant, combination_id=bad.pk, actor="x", source="api")
+    combinations.halt(tenant=tenant, combination_id=good.pk, actor="x", source="api", reason="r")
+    with pytest.raises(Conflict):  # its previous is halted: a human names what to restore
+        combinations.rollback(
+            tenant=tenant, combination_id=bad.pk, actor="x", source="api", reason="r"
+        )
+    with pytest.raises(InvalidInput):
+        combinations.rollback(
+            tenant=tenant,
+            combination_id=bad.pk,
+            actor="x",
+            source="api",
+            reason="r",
+            restore_id=good.pk,
+        )
+    assert VersionCombination.objects.get(pk=good.pk).state == "halted"
+    assert VersionCombination.objects.get(pk=bad.pk).state == "active"
+    combinations.rollback(
+        tenant=tenant,
+        combination_id=bad.pk,
+        actor="x",
+        source="api",
+        reason="r",
+        restore_id=spare.pk,
+    )
+    states = dict(VersionCombination.objects.values_list("label", "state"))
+    assert states == {"good": "halted", "bad": "halted", "spare": "active"}
+
+
+def test_rolling_back_the_only_active_combination_asks_what_to_restore(
+    django_user_model, tenant
+) -> None:
+    only, spare = _combo(tenant, "only"), _combo(tenant, "spare")
+    combinations.activate(tenant=tenant, combination_id=only.pk, actor="x", source="api")
+    manager = signed_in(make_user(django_user_model, "maria", tenant, "manager"))
+    asks = manager.get(f"/combinations/{only.pk}/rollback", secure=True)
+    assert asks.status_code == 200 and asks.context["report"] is None
+    html = asks.content.decode()
+    assert "no previous combination to restore" in html and f'value="{spare.pk}"' in html
+    preview = manager.get(f"/combinations/{only.pk}/rollback", {"restore": spare.pk}, secure=True)
+    assert preview.context["report"].dry_run and preview.context["restored"] == spare
+    no_reason = manager.post(
+        f"/combinations/{only.pk}/rollback", {"restore": spare.pk}, secure=True
+    )
+    assert no_reason["Location"].endswith(f"?restore={spare.pk}")
+    manager.post(
+        f"/combinations/{only.pk}/rollback", {"restore": spare.pk, "reason": "bad"}, secure=True
+    )
+    only.refresh_from_db()
+    spare.refresh_from_db()
+    assert (only.state, spare.state) == ("halted", "active")
