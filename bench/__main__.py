@@ -1,4 +1,4 @@
-"""``python -m bench [--quick]``: run every benchmark of issue 8 in one go (see bench/__init__)."""
+"""``python -m bench [--quick]``: run every benchmark in one go (see bench/__init__)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """A stand-in for autovacuum, for a PostgreSQL that runs without it.
 
-The machines the bench has run on set ``autovacuum = off`` (a CI configuration file), which
+The machines the bench runs on set ``autovacuum = off`` (a CI configuration file), which
 production must not (docs/runbook.md). Without it the hot path's tables, new and growing, are
 never analysed, and PostgreSQL's CPU per request grows as they do: 1.12 to 1.47 ms a request over
 20 s at 32 clients in one measurement, 0.89 to 0.93 ms after an ``ANALYZE``
-(docs/performance.md, the eighth round). So while the hot path is measured, this does what
+(docs/performance.md). So while the hot path is measured, this does what
 autovacuum would: a ``VACUUM (ANALYZE)`` at once and then every ``autovacuum_naptime``, in the
 measured windows, its CPU counted with PostgreSQL's as autovacuum's would be.
 """

@@ -1,4 +1,4 @@
-"""The goals of issue 8, judged from one run's results, and the printed table."""
+"""The goals of docs/performance.md, judged from one run's results, and the printed table."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
 TIMELINE_PAGE = 100
 # What the timeline shows of a call: only these are read (an entry, its record and its tool
-# have over 60 columns, JSON among them; building them all was most of the page's time).
+# have over 60 columns, JSON among them; building them all would be most of the page's time).
 TIMELINE_FIELDS = (
     "call_id",
     "step_id",

@@ -12,9 +12,9 @@ def freeze_loaded_objects() -> int:
     """Load the URLconf (the views, the API and its schemas), then move every object alive now
     into the garbage collector's permanent generation; returns how many.
 
-    Those objects live as long as the process, yet each full collection walked all of them:
-    about 95 ms, once every few hundred console requests, in a process with 145,000 of them
-    (docs/performance.md). Frozen, a full collection walks only what requests left behind.
+    Those objects live as long as the process, yet unfrozen each full collection walks all of
+    them: about 95 ms, once every few hundred console requests, in a process with 145,000 of
+    them (docs/performance.md). Frozen, a full collection walks only what requests left behind.
     """
     import_module(settings.ROOT_URLCONF)
     gc.collect()  # start-up's garbage is freed, not frozen

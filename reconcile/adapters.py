@@ -53,7 +53,7 @@ class _NoCookies(CookieJar):
 def http_client() -> httpx.Client:
     """One pooled client per process, shared by its threads. ``httpx.get`` would build a new
     client, and with it an SSL context, for every look-up: about 35 ms of CPU each, which
-    capped a worker near a thousand look-ups a minute (docs/performance.md). Per process, so
+    caps a worker near two thousand look-ups a minute (docs/performance.md). Per process, so
     a forked worker never shares its parent's sockets."""
     pid = os.getpid()
     client = _clients.get(pid)

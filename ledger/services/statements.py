@@ -39,7 +39,7 @@ def run_precompiled(sql: str, params: Sequence[Any]) -> tuple[tuple[Any, ...] | 
     With server-side binding on (``DATABASE_PREPARED_STATEMENTS``) PostgreSQL prepares each of
     them on its first use on a connection and then neither parses nor plans it again. Only
     these: an ORM query prepared with a generic plan can be far slower than one planned for
-    its values (a console page over a million rows went from 40 to 240 ms at p95), while these
+    its values (a console page over a million rows: 242 ms at p95 prepared, 59 ms not), while these
     statements look rows up by unique keys, where the generic plan is the right one. A
     migration that changes a column's type invalidates them: outside a transaction the
     connection's prepared statements are dropped and the statement runs once more; inside one

@@ -43,7 +43,7 @@ from ledger.services.approvals import decide
 from ledger.services.audit import audit
 from sandbox.server import SandboxServer, serve
 
-#: Written last: a demo ledger without it was left part-way by a failed demo run.
+#: Written last: a demo ledger without it is one a failed demo run left part-way.
 DEMO_COMPLETED = "demo.completed"
 
 COMBINATIONS = {
