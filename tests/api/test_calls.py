@@ -209,9 +209,9 @@ def test_rejection_reaches_the_model_as_an_observation(api: ApiClient, django_us
 
 
 def test_a_rejected_replay_is_not_put_to_a_human_again(api: ApiClient, django_user_model) -> None:
-    """Found by `make drill`: asking for the same replay after a human rejected it opened a
-    new approval request, where a new call of the same action (record_call) is refused. The
-    rejection stands for this exact action; the model gets the reason again."""
+    """Asking for the same replay after a human rejected it opens no new approval request, as a
+    new call of the same action (record_call) is refused: the rejection stands for this exact
+    action, and the model gets the reason again."""
     api.start_run()
     first = _write(api, "old", "new")
     api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("old")})

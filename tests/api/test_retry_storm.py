@@ -108,8 +108,8 @@ def test_agents_using_a_catalogue_tool_for_the_first_time_at_once(
     api: ApiClient, same_key: bool
 ) -> None:
     """The first use of a catalogue tool registers it. Many first uses at once register it
-    once, and every caller gets its answer (before, the losers of the insert got a 500, and
-    one that found the row locked it for an update and deadlocked against the others)."""
+    once, and every caller gets its answer: none of the insert's losers gets a 500, and none
+    locks the committed row for an update (which would deadlock against the others)."""
     api.start_run()
     callers = 16
     answers = _in_threads(

@@ -1,12 +1,13 @@
-"""Rolling back a version combination: never onto a halted one, and, when there is no previous
-combination to restore, the console page asks which to restore before it acts."""
+"""Rolling back a version combination: a preview that changes nothing, then the rollback with
+a reason; never onto a halted combination, and, when there is no previous one to restore, the
+console page asks which to restore before it acts."""
 
 from __future__ import annotations
 
 import pytest
 
 from ledger.errors import Conflict, InvalidInput
-from ledger.models import VersionCombination
+from ledger.models import AuditEvent, VersionCombination
 from ledger.services import combinations
 from tests.console.conftest import make_user, signed_in
 
@@ -51,6 +52,21 @@ def test_a_rollback_never_turns_a_halted_combination_back_on(tenant) -> None:
     )
     states = dict(VersionCombination.objects.values_list("label", "state"))
     assert states == {"good": "halted", "bad": "halted", "spare": "active"}
+
+
+def test_rollback_previews_then_confirms(django_user_model, tenant, combos) -> None:
+    good, bad = combos
+    client = signed_in(make_user(django_user_model, "mgr", tenant, "manager"))
+    preview = client.get(f"/combinations/{bad.pk}/rollback", secure=True)
+    assert preview.status_code == 200 and preview.context["report"].dry_run
+    assert VersionCombination.objects.get(pk=bad.pk).state == "active"  # nothing changed yet
+    empty = client.post(f"/combinations/{bad.pk}/rollback", {"reason": ""}, secure=True)
+    assert empty.status_code == 302
+    assert VersionCombination.objects.get(pk=bad.pk).state == "active"
+    done = client.post(f"/combinations/{bad.pk}/rollback", {"reason": "dup spike"}, secure=True)
+    assert done.status_code == 200 and not done.context["report"].dry_run
+    assert VersionCombination.objects.get(pk=good.pk).state == "active"
+    assert AuditEvent.objects.filter(action="rollback.completed", actor="mgr").exists()
 
 
 def test_rolling_back_the_only_active_combination_asks_what_to_restore(

@@ -195,23 +195,6 @@ def test_combinations_need_the_manager_role(
     assert client.get("/combinations/", secure=True).status_code == status
 
 
-def test_rollback_previews_then_confirms(django_user_model, tenant, combos) -> None:
-    from ledger.models import VersionCombination
-
-    good, bad = combos
-    client = signed_in(make_user(django_user_model, "mgr", tenant, "manager"))
-    preview = client.get(f"/combinations/{bad.pk}/rollback", secure=True)
-    assert preview.status_code == 200 and preview.context["report"].dry_run
-    assert VersionCombination.objects.get(pk=bad.pk).state == "active"  # nothing changed yet
-    empty = client.post(f"/combinations/{bad.pk}/rollback", {"reason": ""}, secure=True)
-    assert empty.status_code == 302
-    assert VersionCombination.objects.get(pk=bad.pk).state == "active"
-    done = client.post(f"/combinations/{bad.pk}/rollback", {"reason": "dup spike"}, secure=True)
-    assert done.status_code == 200 and not done.context["report"].dry_run
-    assert VersionCombination.objects.get(pk=good.pk).state == "active"
-    assert AuditEvent.objects.filter(action="rollback.completed", actor="mgr").exists()
-
-
 def test_another_tenants_combination_is_a_404(django_user_model, other_tenant, combos) -> None:
     _good, bad = combos
     client = signed_in(make_user(django_user_model, "them", other_tenant, "manager"))
