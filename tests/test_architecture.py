@@ -1,9 +1,12 @@
 """Imports point one way (docs/architecture.md): console on reconcile on ledger, no cycle inside
 an app, and the client, the sandbox, the drills and the benchmark apart. The contracts are
-import-linter's, in pyproject.toml; imports inside functions count."""
+import-linter's, in pyproject.toml; imports inside functions count. And every module, function
+and file docs/architecture.md names exists, so the page follows the code when it moves."""
 
 from __future__ import annotations
 
+import importlib
+import re
 import shutil
 import subprocess
 import sys
@@ -79,3 +82,44 @@ def test_an_upward_import_or_a_cycle_breaks_a_contract(
     checked = _lint_imports(config, tmp_path)
     assert checked.returncode == 1
     assert broken in checked.stdout.split("Broken contracts", 1)[1]
+
+
+PREFIXES = ("", "ledger.", "ledger.services.", "ledger.classification.", "ledger.models.")
+PREFIXES += ("reconcile.", "console.")
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``dotted`` names a module, or something in one, under one of ``PREFIXES`` (the
+    page names ``records.reserve_key`` for ``ledger.services.records.reserve_key``)."""
+    for prefix in PREFIXES:
+        parts = (prefix + dotted).split(".")
+        for cut in range(len(parts), 0, -1):
+            try:
+                found: object = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            try:
+                for name in parts[cut:]:
+                    found = getattr(found, name)
+            except AttributeError:
+                break
+            return True
+    return False
+
+
+def test_every_module_function_and_file_docs_architecture_names_exists() -> None:
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    missing = []
+    for quoted in re.findall(r"`([^`\s]+)`", page):
+        name = quoted.split("(", 1)[0]
+        if name.startswith("/"):
+            continue  # a URL
+        if "/" in name or name.endswith((".py", ".toml")):
+            if not (ROOT / name).exists() and not any(
+                p for p in ROOT.glob(f"*/**/{name}") if ".venv" not in p.parts
+            ):
+                missing.append(quoted)
+        elif "." in name and re.fullmatch(r"[A-Za-z_][\w.]*", name) and not _resolves(name):
+            missing.append(quoted)
+    assert missing == []
+    assert not _resolves("records.reserve_no_key") and _resolves("records.reserve_key")
