@@ -51,7 +51,7 @@ stop:
 # A reconciliation worker with the periodic sweeps (beat) for the embedded default; run it
 # beside `make run`. In production run workers and one beat per README "Scale out".
 worker: install
-	DEBUG=true $(VENV)/bin/celery -A console worker -B -Q reconcile,maintenance -c 2 -l INFO
+	DEBUG=true $(VENV)/bin/celery -A console worker -B -Q reconcile,maintenance,notify -c 2 -l INFO
 
 services:
 	@TEST_DATABASE_URL=$(TEST_DATABASE_URL) TEST_BROKER_URL=$(TEST_BROKER_URL) PY=$(PY) \

@@ -186,6 +186,9 @@ CELERY_TASK_ROUTES = {
     "reconcile.tasks.sweep_expired_leases": {"queue": "maintenance"},
     "reconcile.tasks.cleanup_expired": {"queue": "maintenance"},
     "reconcile.tasks.roll_up_metrics": {"queue": "maintenance"},
+    "reconcile.tasks.sweep_notifications": {"queue": "maintenance"},
+    # deliveries wait on mail servers and webhooks: their own queue, so they never delay sweeps;
+    "reconcile.tasks.deliver_notification": {"queue": "notify"},
 }
 # publishing must not hang a web request when the broker is down: fail fast, the sweep catches up;
 CELERY_TASK_PUBLISH_RETRY = False
@@ -214,6 +217,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     "cleanup-expired": {"task": "reconcile.tasks.cleanup_expired", "schedule": 300.0},
     "roll-up-metrics": {"task": "reconcile.tasks.roll_up_metrics", "schedule": 30.0},
+    "sweep-notifications": {"task": "reconcile.tasks.sweep_notifications", "schedule": 30.0},
 }
 CELERY_TASK_ALWAYS_EAGER = strict_bool(env, "CELERY_TASK_ALWAYS_EAGER", default=False)
 RECONCILE_BATCH_SIZE = positive_int(env, "RECONCILE_BATCH_SIZE", default=500)
@@ -273,6 +277,16 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="agent-ledger@localho
 # (a webhook URL is a user's input: ledger/outbound.py).
 LEDGER_OUTBOUND_ALLOWED_HOSTS: list[str] = env.list("LEDGER_OUTBOUND_ALLOWED_HOSTS", default=[])
 LEDGER_OUTBOUND_ALLOW_PRIVATE = strict_bool(env, "LEDGER_OUTBOUND_ALLOW_PRIVATE", default=False)
+# On-call notifications (ledger/services/notifications.py): items per rule and channel (and
+# deliveries enqueued) per sweep; sends of one notification before it is abandoned; the first
+# retry's delay (doubling after each failure); a sender's claim on one notification, after which
+# a sender that died mid-delivery is taken over (longer than the delivery task's 60 s limit).
+LEDGER_NOTIFY_BATCH_SIZE = positive_int(env, "LEDGER_NOTIFY_BATCH_SIZE", default=200)
+LEDGER_NOTIFY_MAX_ATTEMPTS = positive_int(env, "LEDGER_NOTIFY_MAX_ATTEMPTS", default=5)
+LEDGER_NOTIFY_RETRY_SECONDS = positive_int(env, "LEDGER_NOTIFY_RETRY_SECONDS", default=30)
+LEDGER_NOTIFY_CLAIM_SECONDS = positive_int(env, "LEDGER_NOTIFY_CLAIM_SECONDS", default=120)
+if LEDGER_NOTIFY_CLAIM_SECONDS <= 60:
+    raise ImproperlyConfigured("LEDGER_NOTIFY_CLAIM_SECONDS must exceed the delivery's 60 s limit.")
 # Prometheus scrapes /metrics with this bearer token (staff users may also view it).
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 

@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 
-from console import explorer, readiness, unknown, views
+from console import explorer, on_call, readiness, unknown, views
 from console.prometheus import metrics_view
 from ledger.api import api
 
@@ -32,6 +32,7 @@ console_patterns = [
     path("ledger/runs/<int:pk>/", explorer.run_timeline, name="run"),
     path("audit/", views.audit_log, name="audit"),
     path("metrics/", views.metrics_page, name="metrics"),
+    path("on-call/", on_call.on_call, name="on_call"),
     path("tools/", views.tools_page, name="tools"),
     path("tools/import", views.tools_import, name="tools_import"),
     path("tools/<int:pk>/override", views.tool_override, name="tool_override"),

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from ledger.services import metrics, thresholds
+from ledger.services import metrics, notifications, thresholds
 from ledger.services.cleanup import cleanup_expired_records
 from ledger.services.records import expire_leases
 from reconcile import services
@@ -95,6 +95,37 @@ def roll_up_metrics() -> int:
     read = metrics.roll_up()
     thresholds.evaluate()
     return read
+
+
+@shared_task(soft_time_limit=50, time_limit=60)
+def sweep_notifications() -> int:
+    """Create the on-call notifications that are due and enqueue the ones to send (including
+    retries whose back-off has passed, and any whose message a broker outage lost)."""
+    due = notifications.sweep(batch_size=settings.LEDGER_NOTIFY_BATCH_SIZE)
+    for sent, notification_id in enumerate(due):
+        try:
+            deliver_notification.delay(notification_id)
+        except Exception:
+            # Nothing is lost: the notification is pending in PostgreSQL; the next sweep sends it.
+            logger.warning(
+                "broker unavailable; notifications left to the next sweep",
+                extra={"notifications": len(due) - sent},
+            )
+            break
+    return len(due)
+
+
+@shared_task(
+    bind=True, max_retries=settings.LEDGER_NOTIFY_MAX_ATTEMPTS, soft_time_limit=50, time_limit=60
+)
+def deliver_notification(self: Task, notification_id: int) -> str:
+    """Send one notification; a failed send is retried with exponential back-off (the
+    database's ``next_attempt_at`` decides, a message that arrives early is skipped)."""
+    outcome = notifications.deliver(notification_id)
+    if outcome == "retry":
+        delay = notifications.retry_delay(self.request.retries + 1)
+        raise self.retry(countdown=delay.total_seconds())
+    return outcome
 
 
 def send_lookups(record_ids: list[int]) -> None:

@@ -15,16 +15,13 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-import httpx
-from django.conf import settings
-from django.core.mail import send_mail
 from django.db import transaction
 
 from ledger import outbound
 from ledger.clock import db_now
 from ledger.errors import InvalidInput
 from ledger.models import AlertEvent, Tenant, Threshold, VersionCombination
-from ledger.services import combinations, metrics
+from ledger.services import combinations, metrics, senders
 from ledger.services.audit import audit
 
 logger = logging.getLogger(__name__)
@@ -149,10 +146,9 @@ def deliver(alert: AlertEvent) -> None:
     delivery: dict[str, Any] = {}
     if threshold.email:
         try:
-            send_mail("Agent Ledger alert", text, settings.DEFAULT_FROM_EMAIL, [threshold.email])
-            delivery["email"] = "sent"
-        except Exception as exc:
-            delivery["email"] = f"failed: {type(exc).__name__}"
+            delivery["email"] = senders.send_email(threshold.email, "Agent Ledger alert", text)
+        except senders.DeliveryFailed as exc:
+            delivery["email"] = f"failed: {exc}"
     if threshold.webhook_url:
         payload = {
             "metric": alert.metric,
@@ -164,11 +160,8 @@ def deliver(alert: AlertEvent) -> None:
             "text": text,
         }
         try:
-            response = outbound.post_json(threshold.webhook_url, payload)
-            delivery["webhook"] = f"HTTP {response.status_code}"
-        except outbound.OutboundRefused as exc:
-            delivery["webhook"] = f"refused: {exc}"
-        except httpx.HTTPError as exc:
-            delivery["webhook"] = f"failed: {type(exc).__name__}"
+            delivery["webhook"] = senders.post_webhook(threshold.webhook_url, payload)
+        except senders.DeliveryFailed as exc:
+            delivery["webhook"] = f"failed: {exc}"
     AlertEvent.objects.filter(pk=alert.pk).update(delivery=delivery)
     logger.warning("threshold crossed", extra={"alert": alert.pk, "delivery": delivery})

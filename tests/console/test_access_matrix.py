@@ -34,6 +34,7 @@ ROUTES = [
     ("rollback", "combination", {"GET", "POST"}, {"manager"}),
     ("combination_action", "combination", {"POST"}, {"manager"}),
     ("metrics", None, {"GET", "POST"}, {"manager"}),
+    ("on_call", None, {"GET", "POST"}, {"manager"}),
     ("tools", None, {"GET"}, STAFF),
     ("tools_import", None, {"POST"}, {"manager"}),
     ("tool_override", "tool", {"POST"}, {"manager"}),

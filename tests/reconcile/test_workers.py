@@ -75,6 +75,8 @@ def test_every_task_has_a_named_queue() -> None:
         "reconcile.tasks.sweep_expired_leases": "maintenance",
         "reconcile.tasks.cleanup_expired": "maintenance",
         "reconcile.tasks.roll_up_metrics": "maintenance",
+        "reconcile.tasks.sweep_notifications": "maintenance",
+        "reconcile.tasks.deliver_notification": "notify",
     }
 
 
