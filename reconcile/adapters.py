@@ -14,6 +14,7 @@ from urllib.parse import quote
 import httpx
 from django.conf import settings
 
+from ledger import tracing
 from reconcile.models import DownstreamAdapter
 
 
@@ -73,7 +74,10 @@ class HttpLookup:
         adapter = self.adapter
         url = adapter.url_template.replace("{key}", quote(idempotency_key, safe=""))
         try:
-            response = http_client().get(url, timeout=adapter.timeout_seconds)
+            # The look-up's trace context goes with it, so the downstream's spans join it.
+            response = http_client().get(
+                url, timeout=adapter.timeout_seconds, headers=tracing.outgoing_headers()
+            )
         except httpx.TimeoutException as exc:
             return LookupResult(LookupOutcome.TIMEOUT, f"no answer in time: {exc}")
         except httpx.TransportError as exc:

@@ -27,6 +27,7 @@ from django.db import models, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from ledger import tracing
 from ledger.decisions import WriteCheck, check_write_plan
 from ledger.domain import WRITE_CONFLICT_ESCALATION, RecordState
 from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tool, WritePlan
@@ -144,17 +145,24 @@ def reconcile_record(record_id: int, *, worker: str | None = None) -> str:
     if claimed is None:
         return "skipped"  # settled, escalated, or another worker holds it
     record, adapter, plan = claimed
-    if plan is not None:
-        finding = _check_file(record, plan)
-    elif adapter is not None:
-        finding = _look_up(record, adapter)
-    else:
-        finding = Finding(
-            ReconcileAttempt.Kind.NONE,
-            Attempt.NO_CHECK,
-            f"{record.tool.name} has no downstream adapter to look the key up",
-        )
-    return _apply(record, finding, adapter, plan, worker)
+    with tracing.lookup_span(record) as span:
+        if plan is not None:
+            finding = _check_file(record, plan)
+        elif adapter is not None:
+            finding = _look_up(record, adapter)
+        else:
+            finding = Finding(
+                ReconcileAttempt.Kind.NONE,
+                Attempt.NO_CHECK,
+                f"{record.tool.name} has no downstream adapter to look the key up",
+            )
+        result = _apply(record, finding, adapter, plan, worker)
+        if span.is_recording():  # one more read, only when the span is exported
+            state = IdempotencyRecord.objects.filter(pk=record.pk).values_list("state", flat=True)
+            tracing.describe_lookup(
+                span, outcome=finding.outcome, result=result, state=state.first() or "deleted"
+            )
+    return result
 
 
 def _check_file(record: IdempotencyRecord, plan: WritePlan) -> Finding:

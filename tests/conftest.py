@@ -9,6 +9,10 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 from hypothesis import settings as hypothesis_settings
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.factories import make_tenant, make_tool
 from tests.sandbox_fixtures import sandbox  # noqa: F401 - a fixture for every test module
@@ -40,6 +44,17 @@ def _empty_test_queues() -> None:
         import redis
 
         redis.Redis.from_url(settings.CELERY_BROKER_URL).delete("reconcile", "maintenance")
+
+
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
+    """The spans this test's server side ends (the SDK's in-memory exporter). The global
+    provider may be set only once per process, so the test swaps it in and back out."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)
+    return exporter
 
 
 @pytest.fixture

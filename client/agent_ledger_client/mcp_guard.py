@@ -10,9 +10,9 @@
 (an untrusted server's annotations can only make a tool more conservative). ``call_tool`` goes
 through the ledger, as the MCP specification has a tool call:
 
-- the idempotency key (and the W3C ``traceparent``, when given) goes to the server in the
-  request's ``_meta``; the ledger's answer comes back in the result's ``_meta`` under
-  ``io.agentledger/ledger``;
+- the idempotency key (and the W3C ``traceparent``, given or the caller's current span's) goes
+  to the server in the request's ``_meta``, and the ``traceparent`` to the ledger too; the
+  ledger's answer comes back in the result's ``_meta`` under ``io.agentledger/ledger``;
 - ``isError: true`` is a failed call carrying its text; a timeout, a dead server or a broken
   pipe is uncertain; the server's ``outputSchema`` is checked against ``structuredContent``;
 - a refusal comes back as an error result whose text is the model-facing observation, so the
@@ -41,6 +41,7 @@ from mcp.types import CallToolResult, ListToolsResult, RequestParamsMeta, TextCo
 from agent_ledger_client.aio import AsyncLedgerClient, AsyncRun
 from agent_ledger_client.errors import InvalidToolInput, ToolError
 from agent_ledger_client.protocol import DEFAULT_APPROVAL_DEADLINE, CallContext
+from agent_ledger_client.surface import trace_headers
 
 #: Where the ledger's answer goes in a result's ``_meta``.
 LEDGER_META_KEY = "io.agentledger/ledger"
@@ -148,8 +149,10 @@ class LedgerGuard:
         traceparent: str | None = None,
         **options: Any,
     ) -> CallToolResult:
-        """Call ``name`` on the server through the ledger."""
+        """Call ``name`` on the server through the ledger. The trace context (``traceparent``,
+        else the caller's current OpenTelemetry span) goes to the ledger and to the server."""
         arguments = arguments or {}
+        traceparent = traceparent or trace_headers().get("traceparent")
         plan: dict[str, Any] | None = None
         refused: InvalidToolInput | None = None
         if self.files is not None and name in self.files.tools:
@@ -178,6 +181,7 @@ class LedgerGuard:
         settings: dict[str, Any] = {
             "wait_for_approval": self.wait_for_approval,
             "approval_deadline": self.approval_deadline,
+            "traceparent": traceparent,
             **options,
         }
         if self.tool_timeout is not None:

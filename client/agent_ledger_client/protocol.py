@@ -69,10 +69,15 @@ class Request:
     json: Any = None
     params: dict[str, str] | None = None
     timeout: float = 10.0
+    #: The W3C trace context the caller gave (the driver adds the ambient one otherwise).
+    traceparent: str | None = None
 
     @property
     def headers(self) -> dict[str, str]:
-        return {TIMEOUT_HEADER: str(max(1, int(self.timeout * 1000)))}
+        headers = {TIMEOUT_HEADER: str(max(1, int(self.timeout * 1000)))}
+        if self.traceparent:
+            headers["traceparent"] = self.traceparent
+        return headers
 
 
 @dataclass(frozen=True)
@@ -213,6 +218,9 @@ class CallOptions:
     #: False: an ``approval_required`` decision returns ``APPROVAL_REQUIRED`` at once.
     wait_for_approval: bool = True
     max_replays: int = 2
+    #: A W3C ``traceparent`` for the ledger's spans of this call (the MCP guard's ``_meta``);
+    #: without one the drivers send the caller's current OpenTelemetry context, if any.
+    traceparent: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -314,6 +322,7 @@ class LedgerProtocol:
         json: Any = None,
         params: dict[str, str] | None = None,
         budget: float | None = None,
+        traceparent: str | None = None,
     ) -> Flow[Response | TransportFailure]:
         """One request, retried on transport errors and 5xx (honouring ``Retry-After``, with
         jitter) while the time budget lasts; the last reply when it runs out."""
@@ -321,7 +330,7 @@ class LedgerProtocol:
         attempt = 0
         while True:
             timeout = min(self.request_timeout, max(0.1, deadline - self.clock()))
-            reply = yield Send(Request(method, path, json, params, timeout))
+            reply = yield Send(Request(method, path, json, params, timeout, traceparent))
             assert isinstance(reply, Response | TransportFailure)
             if isinstance(reply, Response) and reply.status < 500:
                 return reply
@@ -460,7 +469,7 @@ class LedgerProtocol:
         replays = attempt = 0
         deadline = self.clock() + opts.wait_deadline
         while True:
-            reply = yield from self.exchange("POST", path, json=body)
+            reply = yield from self.exchange("POST", path, json=body, traceparent=opts.traceparent)
             if isinstance(reply, TransportFailure) or reply.status >= 500:
                 return (
                     yield from self._without_ledger(tool, tool_input, execute, opts, _reason(reply))
@@ -520,9 +529,11 @@ class LedgerProtocol:
         lease = lease_seconds(call)
         done = yield Execute(execute, context, self._timeout(context.tool, opts), lease / 3)
         assert isinstance(done, Executed)
-        return (yield from self._complete(context, done, lease)), done
+        return (yield from self._complete(context, done, lease, opts.traceparent)), done
 
-    def _complete(self, context: CallContext, done: Executed, lease: float) -> Flow[dict[str, Any]]:
+    def _complete(
+        self, context: CallContext, done: Executed, lease: float, traceparent: str | None = None
+    ) -> Flow[dict[str, Any]]:
         """Report the outcome with the same fencing token until the ledger answers (for at
         least the lease length; a cancelled call only briefly). A refusal (409) carries the
         observation the model gets; without one the outcome is uncertain."""
@@ -532,6 +543,7 @@ class LedgerProtocol:
             f"/calls/{context.call_id}/complete",
             json=complete_body(context, done),
             budget=budget,
+            traceparent=traceparent,
         )
         if isinstance(reply, Response) and isinstance(reply.body, dict):
             observation = reply.body.get("observation")

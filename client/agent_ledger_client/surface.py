@@ -17,6 +17,11 @@ from typing import (
 
 import httpx
 
+try:  # optional: the caller's trace context goes with every request when it has one
+    from opentelemetry import propagate
+except ImportError:  # pragma: no cover - without OpenTelemetry there is no context to send
+    propagate = None  # type: ignore[assignment]
+
 from agent_ledger_client.protocol import Flow, LedgerProtocol, Request, api_base, auth_headers
 
 if TYPE_CHECKING:
@@ -100,6 +105,16 @@ class Surface:
     finish_run = Operation(LedgerProtocol.finish_run)
 
 
+def trace_headers() -> dict[str, str]:
+    """The caller's current W3C trace context (``traceparent``, ``tracestate``): empty without
+    OpenTelemetry or outside a span. Drivers send requests in the caller's own thread or task,
+    so this is the caller's context."""
+    carrier: dict[str, str] = {}
+    if propagate is not None:
+        propagate.inject(carrier)
+    return carrier
+
+
 def http_arguments(request: Request) -> dict[str, Any]:
     """The keyword arguments of ``httpx`` for one protocol request."""
     return {
@@ -107,6 +122,6 @@ def http_arguments(request: Request) -> dict[str, Any]:
         "url": request.path,
         "json": request.json,
         "params": request.params,
-        "headers": request.headers,
+        "headers": {**trace_headers(), **request.headers},
         "timeout": request.timeout,
     }

@@ -8,6 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema
 from pydantic import Field
 
+from ledger import tracing
 from ledger.api.auth import caller_of
 from ledger.api.parser import reject_unknown_query
 from ledger.api.schemas import (
@@ -111,20 +112,22 @@ def record_call(request: HttpRequest, payload: CallIn) -> HttpResponse:
     """
     caller = caller_of(request)
     plan = payload.write_plan
-    result = calls.record_call(
-        caller=caller,
-        request=calls.CallInput(
-            run_id=payload.run_id,
-            step_id=payload.step_id,
-            tool=payload.tool,
-            input=payload.input,
-            business_object_id=payload.business_object_id,
-            input_source=payload.input_source,
-            data_classification=payload.data_classification,
-            end_user_id=payload.end_user_id,
-            write_plan=calls.WritePlanInput(**plan.model_dump()) if plan else None,
-        ),
-    )
+    with tracing.decision_span(request.headers, "record") as span:
+        result = calls.record_call(
+            caller=caller,
+            request=calls.CallInput(
+                run_id=payload.run_id,
+                step_id=payload.step_id,
+                tool=payload.tool,
+                input=payload.input,
+                business_object_id=payload.business_object_id,
+                input_source=payload.input_source,
+                data_classification=payload.data_classification,
+                end_user_id=payload.end_user_id,
+                write_plan=calls.WritePlanInput(**plan.model_dump()) if plan else None,
+            ),
+        )
+        tracing.describe_decision(span, result)
     return _respond(result)
 
 
@@ -143,7 +146,10 @@ def get_call(request: HttpRequest, call_id: str) -> CallOut:
 )
 def start(request: HttpRequest, call_id: str) -> HttpResponse:
     """Uses the granted approval once; the approval must be for this exact action."""
-    return _respond(calls.start_call(caller=caller_of(request), call_id=_uuid(call_id)))
+    with tracing.decision_span(request.headers, "start") as span:
+        result = calls.start_call(caller=caller_of(request), call_id=_uuid(call_id))
+        tracing.describe_decision(span, result)
+    return _respond(result)
 
 
 @router.post(
@@ -167,16 +173,18 @@ def complete(request: HttpRequest, call_id: str, payload: CompleteIn) -> HttpRes
     """``succeeded`` with the result (checked against the tool's output schema), ``failed``
     with an error (``retryable`` when no side effect happened), or ``uncertain`` after a timeout
     or lost connection. A stale fencing token is refused with 409."""
-    result = calls.complete_call(
-        caller=caller_of(request),
-        call_id=_uuid(call_id),
-        fencing_token=payload.fencing_token,
-        outcome=Outcome(payload.outcome),
-        result=payload.result,
-        error=payload.error.model_dump() if payload.error else None,
-        retryable=payload.retryable,
-        evidence=payload.evidence,
-    )
+    with tracing.decision_span(request.headers, "complete") as span:
+        result = calls.complete_call(
+            caller=caller_of(request),
+            call_id=_uuid(call_id),
+            fencing_token=payload.fencing_token,
+            outcome=Outcome(payload.outcome),
+            result=payload.result,
+            error=payload.error.model_dump() if payload.error else None,
+            retryable=payload.retryable,
+            evidence=payload.evidence,
+        )
+        tracing.describe_decision(span, result)
     return _respond(result)
 
 
@@ -189,9 +197,11 @@ def replay(request: HttpRequest, call_id: str, payload: ReplayIn) -> HttpRespons
     """Applies the recovery table: idempotent tools replay (a new lease), conditional ones are
     checked (``current_hash``) and approved by a human, non-idempotent ones are looked up
     downstream, final failures are never replayed."""
-    result = calls.replay_call(
-        caller=caller_of(request), call_id=_uuid(call_id), current_hash=payload.current_hash
-    )
+    with tracing.decision_span(request.headers, "replay") as span:
+        result = calls.replay_call(
+            caller=caller_of(request), call_id=_uuid(call_id), current_hash=payload.current_hash
+        )
+        tracing.describe_decision(span, result)
     return _respond(result)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from opentelemetry.sdk.trace import TracerProvider
 
 from agent_ledger_client import AsyncLedgerClient
 from agent_ledger_client.mcp_guard import KEY_META_KEY, LEDGER_META_KEY, LedgerGuard
@@ -125,6 +126,42 @@ def test_the_idempotency_key_reaches_the_server_in_meta(
     (sent,) = shim.calls("list_directory")
     assert sent["_meta"][KEY_META_KEY] == result.meta[LEDGER_META_KEY]["idempotency_key"]
     assert sent["_meta"]["traceparent"].startswith("00-4bf92f35")
+
+
+def test_the_given_traceparent_reaches_the_ledger_too(
+    live_server, ledger_token: str, shim: Shim, root: Path, spans
+) -> None:
+    async def scenario(guard: LedgerGuard, shim: Shim) -> Any:
+        return await guard.call_tool(
+            "list_directory",
+            {"path": str(root)},
+            traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        )
+
+    _run(live_server, ledger_token, shim, [*FILESYSTEM, str(root)], scenario, server="fs")
+    decided = [s for s in spans.get_finished_spans() if s.name == "execute_tool fs/list_directory"]
+    assert decided and {format(s.context.trace_id, "032x") for s in decided} == {
+        "4bf92f3577b34da6a3ce929d0e0e4736"
+    }
+
+
+def test_the_callers_current_span_goes_to_the_server_and_the_ledger(
+    live_server, ledger_token: str, shim: Shim, root: Path, spans
+) -> None:
+    agent = TracerProvider().get_tracer("agent")  # the runtime's own tracing
+
+    async def scenario(guard: LedgerGuard, shim: Shim) -> Any:
+        with agent.start_as_current_span("invoke_agent") as caller:
+            await guard.call_tool("list_directory", {"path": str(root)})
+        return caller.get_span_context()
+
+    caller = _run(live_server, ledger_token, shim, [*FILESYSTEM, str(root)], scenario, server="fs")
+    trace_id = format(caller.trace_id, "032x")
+    (sent,) = shim.calls("list_directory")
+    assert sent["_meta"]["traceparent"].startswith(f"00-{trace_id}-")
+    ledger_spans = [s for s in spans.get_finished_spans() if s.name.startswith("execute_tool")]
+    assert ledger_spans
+    assert {format(s.context.trace_id, "032x") for s in ledger_spans} == {trace_id}
 
 
 def test_is_error_is_a_failed_call_with_its_text(

@@ -1,0 +1,177 @@
+"""OpenTelemetry spans of the ledger's decisions and look-ups, in the caller's trace.
+
+Agent teams debug in their tracing tools; a span per API decision and per reconciliation
+look-up puts the ledger's answers there. Spans follow the GenAI semantic conventions for tool
+execution (name ``execute_tool {gen_ai.tool.name}``, ``gen_ai.operation.name`` =
+``execute_tool``, ``gen_ai.tool.name``, ``gen_ai.tool.call.id``: the runtime's tool-call id,
+which is the ledger's step id) plus the ledger's own attributes under ``agent_ledger.``: the
+decision, the record's state, the idempotency class and replay policy, the version
+combination, and the key's sha256, never the key or the input (either may carry personal data
+or secrets).
+
+Off by default: ``configure`` installs an exporter only when the standard variables ask for one
+(``OTEL_TRACES_EXPORTER=otlp``, or an ``OTEL_EXPORTER_OTLP_ENDPOINT`` /
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``; never with ``OTEL_SDK_DISABLED=true`` or
+``OTEL_TRACES_EXPORTER=none``). The exporter is OTLP over HTTP and reads its endpoint, headers
+and timeout from the same variables; ``OTEL_SERVICE_NAME`` names the service. Without it the
+ledger makes no span at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Span, SpanKind, Tracer
+from opentelemetry.util.types import AttributeValue
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from ledger.models import IdempotencyRecord
+    from ledger.services.calls import CallResult
+
+TRACER = "agent_ledger"
+NAMESPACE = "agent_ledger"
+EXECUTE_TOOL = "execute_tool"
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+
+def exporting(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the ``OTEL_*`` variables ask for traces to be exported over OTLP."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporters = {e.strip().lower() for e in environ.get("OTEL_TRACES_EXPORTER", "").split(",")}
+    if exporters - {""}:
+        return "otlp" in exporters
+    return any(environ.get(name, "").strip() for name in ENDPOINT_VARIABLES)
+
+
+def configure(environ: Mapping[str, str] = os.environ) -> TracerProvider | None:
+    """Install the OTLP/HTTP exporter if the environment asks for it (at start-up, once per
+    process); the provider, or None when tracing is off."""
+    if not exporting(environ):
+        return None
+    # Imported only when exporting: a process with tracing off never loads the SDK.
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create(
+        {SERVICE_NAME: environ.get("OTEL_SERVICE_NAME", "") or "agent-ledger"}
+    )
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    return provider
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _tracer() -> Tracer | None:
+    """The ledger's tracer, or None while no provider is installed: then a decision costs no
+    span at all (the API's no-op span still costs tens of microseconds on the hot path)."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider):
+        return None
+    return provider.get_tracer(TRACER)
+
+
+@contextmanager
+def decision_span(headers: Mapping[str, str], operation: str) -> Iterator[Span]:
+    """The span of one API decision, a child of the caller's ``traceparent`` when it sent
+    one. Named for the tool once the decision says which (``describe_decision``)."""
+    tracer = _tracer()
+    if tracer is None:
+        yield trace.INVALID_SPAN
+        return
+    parent = propagate.extract(headers) if "traceparent" in headers else None
+    with tracer.start_as_current_span(
+        EXECUTE_TOOL,
+        context=parent,
+        kind=SpanKind.SERVER,
+        attributes={
+            "gen_ai.operation.name": EXECUTE_TOOL,
+            f"{NAMESPACE}.api.operation": operation,
+        },
+    ) as span:
+        yield span
+
+
+def describe_decision(span: Span, result: CallResult) -> None:
+    """Name the span for the tool and record what the ledger decided."""
+    if not span.is_recording():
+        return
+    entry = result.entry
+    tool = entry.tool.name
+    span.update_name(f"{EXECUTE_TOOL} {tool}")
+    attributes: dict[str, AttributeValue] = {
+        "gen_ai.tool.name": tool,
+        "gen_ai.tool.call.id": entry.step_id,
+        f"{NAMESPACE}.call.id": str(entry.call_id),
+        f"{NAMESPACE}.decision": str(result.decision),
+        f"{NAMESPACE}.entry.status": entry.status,
+        f"{NAMESPACE}.idempotency": entry.idempotency,
+        f"{NAMESPACE}.replay_policy": entry.replay_policy,
+    }
+    if entry.record is not None:
+        attributes[f"{NAMESPACE}.record.state"] = entry.record.state
+    if entry.idempotency_key:
+        attributes[f"{NAMESPACE}.key.sha256"] = key_hash(entry.idempotency_key)
+    if entry.combination_id is not None:
+        attributes[f"{NAMESPACE}.combination.id"] = entry.combination_id
+    if result.observation and result.observation.get("code"):
+        attributes[f"{NAMESPACE}.observation.code"] = result.observation["code"]
+    span.set_attributes(attributes)
+
+
+@contextmanager
+def lookup_span(record: IdempotencyRecord) -> Iterator[Span]:
+    """The span of one reconciliation look-up of ``record`` (a worker's, so no caller)."""
+    tracer = _tracer()
+    if tracer is None:
+        yield trace.INVALID_SPAN
+        return
+    tool = record.tool.name
+    attributes: dict[str, AttributeValue] = {
+        "gen_ai.operation.name": EXECUTE_TOOL,
+        "gen_ai.tool.name": tool,
+        f"{NAMESPACE}.api.operation": "lookup",
+        f"{NAMESPACE}.idempotency": record.classified_as,
+        f"{NAMESPACE}.key.sha256": key_hash(record.key),
+        f"{NAMESPACE}.record.id": record.pk,
+        f"{NAMESPACE}.lookup.attempt": record.reconcile_attempts + 1,
+    }
+    if record.combination_id is not None:
+        attributes[f"{NAMESPACE}.combination.id"] = record.combination_id
+    with tracer.start_as_current_span(
+        f"{EXECUTE_TOOL} {tool}", kind=SpanKind.INTERNAL, attributes=attributes
+    ) as span:
+        yield span
+
+
+def describe_lookup(span: Span, *, outcome: str, result: str, state: str) -> None:
+    """What the look-up found, what became of the record, and its state after."""
+    if span.is_recording():
+        span.set_attributes(
+            {
+                f"{NAMESPACE}.lookup.outcome": outcome,
+                f"{NAMESPACE}.lookup.result": result,
+                f"{NAMESPACE}.record.state": state,
+            }
+        )
+
+
+def outgoing_headers() -> dict[str, str]:
+    """The current trace context as W3C headers, for a request the ledger makes (a downstream
+    look-up), so the downstream's spans join the trace."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier
