@@ -243,3 +243,23 @@ class ThresholdAdmin(ReadOnlyAdmin):
 class AlertEventAdmin(ReadOnlyAdmin):
     list_display = ("created_at", "tenant", "combination", "metric", "observed", "action")
     list_filter = ("tenant", "metric")
+
+
+@admin.register(models.OnCallPolicy)
+class OnCallPolicyAdmin(ReadOnlyAdmin):
+    list_display = ("tenant", "first_sla_minutes", "second_sla_minutes", "expiry_warning_minutes")
+
+
+@admin.register(models.NotificationChannel)
+class NotificationChannelAdmin(ReadOnlyAdmin):
+    # A webhook URL often carries a token: shown masked here as on the console's On call page.
+    list_display = ("tenant", "role", "tier", "kind", "masked_target", "created_at")
+    list_filter = ("tenant", "role", "tier", "kind")
+    fields = ("tenant", "role", "tier", "kind", "masked_target", "created_at")
+    readonly_fields = fields
+
+
+@admin.register(models.Notification)
+class NotificationAdmin(ReadOnlyAdmin):
+    list_display = ("created_at", "tenant", "event", "subject_type", "subject_id", "state")
+    list_filter = ("tenant", "event", "state")

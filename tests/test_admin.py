@@ -51,6 +51,9 @@ def test_every_ledger_model_is_registered() -> None:
         "writeplan",
         "approvalrequest",
         "auditevent",
+        "notificationchannel",
+        "notification",
+        "oncallpolicy",
     ],
 )
 def test_changelist_loads(staff_client: Client, model: str) -> None:
@@ -221,3 +224,26 @@ def test_the_adapter_list_hides_the_look_up_secret_in_its_url(
     assert page.status_code == 200
     assert b"s3cr3t-v4lue" not in page.content
     assert b"http://billing:8026/idempotency/{key}?scope=agent&amp;access_token=***" in page.content
+
+
+def test_a_channels_webhook_token_is_not_shown(staff_client: Client, tenant, settings) -> None:
+    from ledger.services import notifications
+
+    settings.LEDGER_OUTBOUND_ALLOWED_HOSTS = ["hooks.example.com"]
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
+    channel = notifications.add_channel(
+        tenant=tenant,
+        actor="m",
+        source="console",
+        role="operator",
+        tier=1,
+        kind="slack",
+        target="https://hooks.example.com/services/T0/B0/s3cr3t-token",
+    )
+    for url in (
+        "/admin/ledger/notificationchannel/",
+        f"/admin/ledger/notificationchannel/{channel.pk}/change/",
+    ):
+        response = staff_client.get(url, secure=True)
+        assert response.status_code == 200 and b"s3cr3t" not in response.content
+        assert b"hooks.example.com" in response.content

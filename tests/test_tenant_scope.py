@@ -19,7 +19,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from console import selectors
 from ledger.api import api as ninja_api
 from ledger.models import IdempotencyRecord, Tenant
-from ledger.services import combinations, metrics
+from ledger.services import combinations, metrics, notifications
 from ledger.services.approvals import decide
 from tests.api.conftest import ApiClient, client_for
 from tests.console.conftest import make_pending, make_user, signed_in
@@ -134,6 +134,15 @@ def _rows(tenant: Tenant) -> dict[str, Any]:
         {"metric": "uncertain_results", "above": 5, "email": f"{marker}@example.com"},
     )
     assert response.status_code == 201, response.content
+    notifications.add_channel(
+        tenant=tenant,
+        actor="m",
+        source="console",
+        role="operator",
+        tier=1,
+        kind="email",
+        target=f"oncall@{marker}.example",
+    )
     make_pending(tenant, path=f"{marker}.py", run_id=f"{marker}-write")
     # A decided approval too, so lists of past decisions have a row.
     decided = make_pending(tenant, path=f"{marker}-decided.py", run_id=f"{marker}-decided")

@@ -14,7 +14,7 @@ from ledger.api.parser import reject_unknown_query
 from ledger.api.schemas import JsonInt, JsonNumber, PositiveInt, Problem, Strict
 from ledger.errors import NotFound
 from ledger.models import Threshold, VersionCombination
-from ledger.services import combinations, metrics, thresholds
+from ledger.services import combinations, metrics, senders, thresholds
 
 router = Router(tags=["combinations"])
 metrics_router = Router(tags=["metrics"])
@@ -312,8 +312,8 @@ class ThresholdIn(Strict):
     window_minutes: JsonInt = Field(default=15, ge=1, le=thresholds.MAX_WINDOW_MINUTES)
     min_requests: JsonInt = Field(default=20, ge=0, le=10**9)
     action: Literal["alert", "halt"] = "alert"
-    email: str = Field(default="", max_length=254, pattern=thresholds.EMAIL_PATTERN)
-    webhook_url: str = Field(default="", max_length=200, pattern=thresholds.WEBHOOK_PATTERN)
+    email: str = Field(default="", max_length=254, pattern=senders.EMAIL_PATTERN)
+    webhook_url: str = Field(default="", max_length=200, pattern=senders.WEBHOOK_PATTERN)
 
 
 class ThresholdOut(Schema):

@@ -16,7 +16,6 @@ database's clock (``Now()`` in the deciding statement).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -28,7 +27,6 @@ from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 from django.urls import reverse
 
-from ledger import outbound
 from ledger.clock import db_now
 from ledger.domain import RecordState
 from ledger.errors import InvalidInput, NotFound
@@ -43,7 +41,6 @@ from ledger.models import (
 )
 from ledger.services import senders
 from ledger.services.audit import audit
-from ledger.services.thresholds import EMAIL_PATTERN, WEBHOOK_PATTERN
 
 logger = logging.getLogger(__name__)
 Event = Notification.Event
@@ -162,16 +159,12 @@ def add_channel(
         problems.append("tier: 1 or 2")
     if kind not in Kind.values:
         problems.append("kind: one of " + ", ".join(Kind.values))
-    elif kind == Kind.EMAIL:
-        if not target or not re.fullmatch(EMAIL_PATTERN, target) or len(target) > 254:
-            problems.append("target: an e-mail address")
-    elif not target or not re.fullmatch(WEBHOOK_PATTERN, target) or len(target) > 500:
-        problems.append("target: an http(s) URL of at most 500 characters")
-    else:
-        try:
-            outbound.check_url(target)
-        except outbound.OutboundRefused as exc:
-            problems.append(f"target: {exc}")
+    elif problem := (
+        senders.email_problem(target)
+        if kind == Kind.EMAIL
+        else senders.webhook_problem(target, max_length=500)
+    ):
+        problems.append(f"target: {problem}")
     if problems:
         raise InvalidInput(f"invalid notification channel ({'; '.join(problems)})")
     with transaction.atomic():

@@ -7,6 +7,7 @@ exception from the HTTP library may quote the URL, so only the exception's type 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -14,6 +15,30 @@ from django.conf import settings
 from django.core.mail import send_mail
 
 from ledger import outbound
+
+#: The same rules for the API's schemas and the console's forms. Explicit ASCII classes, not
+#: ``\s``: Python, the schema validator and JSON Schema disagree on what ``\s`` matches.
+EMAIL_PATTERN = r"^$|^[^@\x00-\x20\x7f]+@[^@\x00-\x20\x7f]+\.[^@\x00-\x20\x7f]+$"
+WEBHOOK_PATTERN = r"^$|^https?://[^\x00-\x20\x7f]+$"
+
+
+def email_problem(address: str) -> str | None:
+    """Why ``address`` cannot receive a message, or None."""
+    if not address or not re.fullmatch(EMAIL_PATTERN, address) or len(address) > 254:
+        return "an e-mail address"
+    return None
+
+
+def webhook_problem(url: str, *, max_length: int) -> str | None:
+    """Why ``url`` cannot receive a webhook (its form, its length, the outbound allow-list),
+    or None."""
+    if not url or not re.fullmatch(WEBHOOK_PATTERN, url) or len(url) > max_length:
+        return f"an http(s) URL of at most {max_length} characters"
+    try:
+        outbound.check_url(url)
+    except outbound.OutboundRefused as exc:
+        return str(exc)
+    return None
 
 
 class DeliveryFailed(Exception):

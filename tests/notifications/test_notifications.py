@@ -12,6 +12,7 @@ from django.db.models.functions import Now
 
 from ledger.errors import InvalidInput
 from ledger.models import (
+    ApprovalRequest,
     AuditEvent,
     IdempotencyRecord,
     Notification,
@@ -22,7 +23,9 @@ from ledger.models import (
     VersionCombination,
 )
 from ledger.services import combinations, notifications
+from ledger.services.approvals import decide
 from ledger.services.records import Outcome, complete_execution
+from tests.console.conftest import make_pending, make_user
 from tests.factories import make_tenant, make_tool, reserve
 from tests.notifications.conftest import WebhookReceiver
 
@@ -266,3 +269,52 @@ def test_a_webhook_whose_host_became_private_is_refused_at_delivery(
     assert run_sweep() == ["retry"]
     assert "refused" in Notification.objects.get().last_error
     assert webhook_receiver.received == []
+
+
+@pytest.fixture
+def approvers(tenant, webhook_receiver: WebhookReceiver) -> WebhookReceiver:
+    channel(tenant, "webhook", f"{webhook_receiver.url}/approvers", role="approver")
+    channel(tenant, "webhook", f"{webhook_receiver.url}/approvers2", role="approver", tier=2)
+    return webhook_receiver
+
+
+def events(receiver: WebhookReceiver, path: str) -> list[str]:
+    return sorted(payload["event"] for payload in receiver.posts(path))
+
+
+def test_an_approval_is_announced_then_escalated_past_each_sla(tenant, approvers) -> None:
+    approval = make_pending(tenant)
+    run_sweep()
+    [payload] = approvers.posts("/approvers")
+    assert payload["event"] == "approval_requested" and payload["subject"]["id"] == approval.pk
+    assert payload["console_path"] == f"/approvals/{approval.pk}/"
+    ApprovalRequest.objects.filter(pk=approval.pk).update(created_at=Now() - timedelta(minutes=20))
+    run_sweep()
+    assert events(approvers, "/approvers") == ["approval_requested", "sla_exceeded"]
+    assert approvers.posts("/approvers2") == []
+    ApprovalRequest.objects.filter(pk=approval.pk).update(created_at=Now() - timedelta(minutes=61))
+    run_sweep()
+    assert events(approvers, "/approvers2") == ["sla_exceeded"]
+    assert run_sweep() == []
+
+
+def test_an_approval_about_to_expire_is_announced(tenant, approvers) -> None:
+    approval = make_pending(tenant)
+    ApprovalRequest.objects.filter(pk=approval.pk).update(expires_at=Now() + timedelta(minutes=5))
+    run_sweep()
+    assert events(approvers, "/approvers") == ["approval_expiring", "approval_requested"]
+    [expiring] = [p for p in approvers.posts("/approvers") if p["event"] == "approval_expiring"]
+    assert "expires in" in expiring["text"]
+
+
+def test_a_decided_approval_is_not_announced(tenant, approvers, django_user_model) -> None:
+    approval = make_pending(tenant)
+    [pk] = notifications.sweep(batch_size=10)
+    decide(
+        approval=approval,
+        user=make_user(django_user_model, "ann", tenant, "approver"),
+        approve=False,
+        reason="not now",
+    )
+    assert notifications.deliver(pk) == "skipped"
+    assert approvers.received == []
