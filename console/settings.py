@@ -271,6 +271,8 @@ LEDGER_ADAPTER_MODULES: list[str] = env.list("LEDGER_ADAPTER_MODULES", default=[
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
 EMAIL_PORT = positive_int(env, "EMAIL_PORT", default=25)
+# Django waits on a mail server forever by default; a delivery task must give up and retry.
+EMAIL_TIMEOUT = positive_int(env, "EMAIL_TIMEOUT", default=10)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="agent-ledger@localhost")
 # Alert webhooks go only to these hosts (and their subdomains; empty: any public host), and
 # never to loopback, private or link-local addresses unless LEDGER_OUTBOUND_ALLOW_PRIVATE is on
