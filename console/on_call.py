@@ -33,8 +33,8 @@ def on_call(request: HttpRequest, tenant: Tenant) -> HttpResponse:
         recent=Notification.objects.filter(tenant=tenant)
         .select_related("channel")
         .order_by("-pk")[:20],
-        role_choices=NotificationChannel.Role.choices,
-        kind_choices=NotificationChannel.Kind.choices,
+        roles=NotificationChannel.Role.values,
+        kinds=NotificationChannel.Kind.values,
     )
     htmx = getattr(request, "htmx", False)
     return render(

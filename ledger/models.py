@@ -860,11 +860,13 @@ class Notification(models.Model):
         SLA_EXCEEDED = "sla_exceeded"  # the channel's tier says which service level
         APPROVAL_EXPIRING = "approval_expiring"
         COMBINATION_HALTED = "combination_halted"
+        THRESHOLD_CROSSED = "threshold_crossed"
 
     class Subject(models.TextChoices):
         APPROVAL = "approval"
         RECORD = "record"
         COMBINATION = "combination"
+        ALERT = "alert"
 
     class State(models.TextChoices):
         PENDING = "pending"

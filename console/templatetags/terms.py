@@ -64,6 +64,24 @@ TERMS = {
     "duplicate_side_effects": _("duplicate side effects"),
     "alert": _("alert"),
     "halt": _("halt the combination"),
+    # on-call notifications
+    "approval_requested": _("approval requested"),
+    "approval_expiring": _("approval about to expire"),
+    "unknown_escalated": _("unknown call escalated"),
+    "sla_exceeded": _("past the service level"),
+    "combination_halted": _("combination halted"),
+    "threshold_crossed": _("threshold crossed"),
+    "sending": _("sending"),
+    "delivered": _("delivered"),
+    "operator": _("operator"),
+    "approver": _("approver"),
+    "manager": _("manager"),
+    "email": _("e-mail"),
+    "webhook": _("webhook (JSON)"),
+    "slack": _("Slack-compatible webhook"),
+    "approval": _("approval"),
+    "record": _("call"),
+    "combination": _("combination"),
 }
 
 

@@ -3,8 +3,8 @@
 What is due is read from the database's state, never from events held in memory: an approval
 that is pending, an unknown call that a look-up escalated to a human, an approval or unknown call
 older than the tenant's first service level (tier 1) or second (tier 2), an approval about to
-expire, a halted combination. PostgreSQL is the source of truth, so nothing is missed while
-Redis or a worker is down; the next sweep finds it.
+expire, a halted combination, a metric threshold's alert. PostgreSQL is the source of truth, so
+nothing is missed while Redis or a worker is down; the next sweep finds it.
 
 ``sweep`` inserts one ``Notification`` per channel and item (``INSERT ... ON CONFLICT DO
 NOTHING`` against the ``notification_once_per_item_and_tier`` constraint, so sweeps may run
@@ -31,6 +31,7 @@ from ledger.clock import db_now
 from ledger.domain import RecordState
 from ledger.errors import InvalidInput, NotFound
 from ledger.models import (
+    AlertEvent,
     ApprovalRequest,
     IdempotencyRecord,
     Notification,
@@ -64,13 +65,14 @@ def _unknown_records(tenant: Tenant) -> QuerySet[IdempotencyRecord]:
 
 @dataclass(frozen=True)
 class Rule:
-    """Which items are due for ``event`` at ``tier``, and whose channels hear of it."""
+    """Which items are due for ``event`` at ``tier`` (given the tenant, its service levels and
+    the channel), and whose channels hear of it."""
 
     event: str
     subject: str
     role: str
     tier: int
-    due: Callable[[Tenant, OnCallPolicy], QuerySet[Any]]
+    due: Callable[[Tenant, OnCallPolicy, NotificationChannel], QuerySet[Any]]
 
 
 #: The one table of what is announced to whom. Tier 2 hears only of items past the second
@@ -81,14 +83,14 @@ RULES = (
         Subject.APPROVAL,
         Role.APPROVER,
         1,
-        lambda t, p: _pending_approvals(t),
+        lambda t, p, c: _pending_approvals(t),
     ),
     Rule(
         Event.APPROVAL_EXPIRING,
         Subject.APPROVAL,
         Role.APPROVER,
         1,
-        lambda t, p: _pending_approvals(t).filter(
+        lambda t, p, c: _pending_approvals(t).filter(
             expires_at__gt=Now(),
             expires_at__lte=Now() + timedelta(minutes=p.expiry_warning_minutes),
         ),
@@ -98,44 +100,53 @@ RULES = (
         Subject.APPROVAL,
         Role.APPROVER,
         1,
-        lambda t, p: _pending_approvals(t).filter(created_at__lte=_ago(p.first_sla_minutes)),
+        lambda t, p, c: _pending_approvals(t).filter(created_at__lte=_ago(p.first_sla_minutes)),
     ),
     Rule(
         Event.SLA_EXCEEDED,
         Subject.APPROVAL,
         Role.APPROVER,
         2,
-        lambda t, p: _pending_approvals(t).filter(created_at__lte=_ago(p.second_sla_minutes)),
+        lambda t, p, c: _pending_approvals(t).filter(created_at__lte=_ago(p.second_sla_minutes)),
     ),
     Rule(
         Event.UNKNOWN_ESCALATED,
         Subject.RECORD,
         Role.OPERATOR,
         1,
-        lambda t, p: _unknown_records(t).filter(escalated_at__isnull=False),
+        lambda t, p, c: _unknown_records(t).filter(escalated_at__isnull=False),
     ),
     Rule(
         Event.SLA_EXCEEDED,
         Subject.RECORD,
         Role.OPERATOR,
         1,
-        lambda t, p: _unknown_records(t).filter(uncertain_since__lte=_ago(p.first_sla_minutes)),
+        lambda t, p, c: _unknown_records(t).filter(uncertain_since__lte=_ago(p.first_sla_minutes)),
     ),
     Rule(
         Event.SLA_EXCEEDED,
         Subject.RECORD,
         Role.OPERATOR,
         2,
-        lambda t, p: _unknown_records(t).filter(uncertain_since__lte=_ago(p.second_sla_minutes)),
+        lambda t, p, c: _unknown_records(t).filter(uncertain_since__lte=_ago(p.second_sla_minutes)),
     ),
     Rule(
         Event.COMBINATION_HALTED,
         Subject.COMBINATION,
         Role.MANAGER,
         1,
-        lambda t, p: VersionCombination.objects.filter(
+        lambda t, p, c: VersionCombination.objects.filter(
             tenant=t, state=VersionCombination.State.HALTED
         ),
+    ),
+    # A metric threshold's alert also reaches the managers' channels (with retries and an
+    # audit trail); alerts from before a channel existed are history, not news.
+    Rule(
+        Event.THRESHOLD_CROSSED,
+        Subject.ALERT,
+        Role.MANAGER,
+        1,
+        lambda t, p, c: AlertEvent.objects.filter(tenant=t, created_at__gte=c.created_at),
     ),
 )
 
@@ -284,7 +295,7 @@ def _plan(tenant: Tenant, batch_size: int) -> int:
                 subject_id=OuterRef("pk"),
             )
             ids = (
-                rule.due(tenant, policy)
+                rule.due(tenant, policy, channel)
                 .filter(~Exists(told))
                 .order_by("pk")
                 .values_list("pk", flat=True)[:batch_size]
@@ -443,6 +454,26 @@ def compose(notification: Notification) -> Message | None:
         what = f"{tool}: approval waiting for {_minutes(now, approval.created_at)} min"
         if notification.event == Event.APPROVAL_EXPIRING:
             what = f"{tool}: approval expires in {max(0, -_minutes(now, approval.expires_at))} min"
+    elif subject_type == Subject.ALERT:
+        alert = (
+            AlertEvent.objects.filter(tenant=notification.tenant, pk=subject_id)
+            .select_related("threshold", "combination")
+            .first()
+        )
+        if alert is None:
+            return None
+        facts.update(
+            metric=alert.metric,
+            observed=alert.observed,
+            threshold=alert.threshold.above,
+            action=alert.action,
+            combination=alert.combination.label,
+            console_path=reverse("console:metrics"),
+        )
+        what = (
+            f"{alert.metric} = {alert.observed:.4g} on combination {alert.combination.label} "
+            f"crossed {alert.threshold.above:g}; action: {alert.action}"
+        )
     else:
         combination = VersionCombination.objects.filter(
             tenant=notification.tenant, pk=subject_id, state=VersionCombination.State.HALTED
@@ -461,6 +492,7 @@ def compose(notification: Notification) -> Message | None:
         Event.SLA_EXCEEDED: f"past the tier {tier} service level",
         Event.UNKNOWN_ESCALATED: "unknown call escalated",
         Event.COMBINATION_HALTED: "combination halted",
+        Event.THRESHOLD_CROSSED: "metric threshold crossed",
     }[Event(notification.event)]
     text = f"Agent Ledger ({notification.tenant.slug}), {headline}: {what}. {facts['console_path']}"
     return Message(subject=f"Agent Ledger: {headline}", text=text, payload={**facts, "text": text})

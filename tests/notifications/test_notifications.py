@@ -12,6 +12,7 @@ from django.db.models.functions import Now
 
 from ledger.errors import InvalidInput
 from ledger.models import (
+    AlertEvent,
     ApprovalRequest,
     AuditEvent,
     IdempotencyRecord,
@@ -19,6 +20,7 @@ from ledger.models import (
     NotificationChannel,
     OnCallPolicy,
     Tenant,
+    Threshold,
     Tool,
     VersionCombination,
 )
@@ -318,3 +320,41 @@ def test_a_decided_approval_is_not_announced(tenant, approvers, django_user_mode
     )
     assert notifications.deliver(pk) == "skipped"
     assert approvers.received == []
+
+
+def test_a_threshold_alert_reaches_the_managers_channels(tenant, webhook_receiver) -> None:
+    combo = VersionCombination.objects.create(
+        tenant=tenant,
+        label="v3",
+        model="m",
+        prompt="p",
+        rules="r",
+        tool_schema="s",
+        data_version="d",
+        fingerprint="b" * 64,
+        state="active",
+    )
+    threshold = Threshold.objects.create(tenant=tenant, metric="duplicate_side_effects", above=0)
+    old = AlertEvent.objects.create(
+        tenant=tenant,
+        threshold=threshold,
+        combination=combo,
+        metric="duplicate_side_effects",
+        observed=1,
+        action="alert",
+    )
+    AlertEvent.objects.filter(pk=old.pk).update(created_at=Now() - timedelta(days=1))
+    channel(tenant, "webhook", f"{webhook_receiver.url}/managers", role="manager")
+    alert = AlertEvent.objects.create(
+        tenant=tenant,
+        threshold=threshold,
+        combination=combo,
+        metric="duplicate_side_effects",
+        observed=2,
+        action="alert",
+    )
+    assert run_sweep() == ["delivered"]  # the alert from before the channel is not news
+    [payload] = webhook_receiver.posts("/managers")
+    assert payload["event"] == "threshold_crossed" and payload["subject"]["id"] == alert.pk
+    assert payload["combination"] == "v3" and payload["observed"] == 2
+    assert run_sweep() == []
