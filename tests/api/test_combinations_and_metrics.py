@@ -124,9 +124,9 @@ def test_rollback_end_to_end_through_the_api(tenant, api: ApiClient) -> None:
     again = api.post(f"/combinations/{bad['id']}/rollback", {"reason": "dup spike"})
     assert again.status_code == 200 and again.json()["steps"][0] == "already halted"
     actions = list(
-        AuditEvent.objects.filter(tenant=tenant, action__startswith="rollback.").values_list(
-            "action", "actor"
-        )
+        AuditEvent.objects.filter(tenant=tenant, action__startswith="rollback.")
+        .order_by("pk")
+        .values_list("action", "actor")
     )
     assert [a for a, _ in actions[:3]] == [
         "rollback.runs_halted",
