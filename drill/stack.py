@@ -365,7 +365,7 @@ class Stack:
                 "console",
                 "worker",
                 "-Q",
-                "reconcile,maintenance",
+                "reconcile,maintenance,notify",
                 "-c",
                 "1",
                 "-n",
