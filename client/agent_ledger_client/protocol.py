@@ -422,6 +422,18 @@ class LedgerProtocol:
         )
 
     # --- the decision loop ------------------------------------------------------------------
+    def ask(
+        self, run_id: str, tool: str, tool_input: dict[str, Any], **options: Any
+    ) -> Flow[Response | TransportFailure]:
+        """The ledger's first answer to a call (``call``'s options), executing nothing: for a
+        runtime that decides whether to interrupt for a human before it runs the tool. An
+        ``execute`` answer holds the call's lease: hand it to ``call(answer=...)`` at once."""
+        opts = CallOptions(**options)
+        body = call_body(run_id, tool, tool_input, opts, read_only=tool in self.idempotent_tools)
+        return (
+            yield from self.exchange("POST", "/calls", json=body, traceparent=opts.traceparent)
+        )
+
     def call(
         self,
         run_id: str,
@@ -429,12 +441,14 @@ class LedgerProtocol:
         tool_input: dict[str, Any],
         *,
         execute: Callable[[CallContext], Any],
+        answer: Response | TransportFailure | None = None,
         **options: Any,
     ) -> Flow[dict[str, Any]]:
-        """Record, decide, execute if allowed, report, and return the model's observation."""
+        """Record, decide, execute if allowed, report, and return the model's observation;
+        ``answer`` (from ``ask``) is the ledger's first answer, so it is not asked again."""
         opts = CallOptions(**options)
         body = call_body(run_id, tool, tool_input, opts, read_only=tool in self.idempotent_tools)
-        return (yield from self._decide("/calls", body, tool, tool_input, execute, opts))
+        return (yield from self._decide("/calls", body, tool, tool_input, execute, opts, answer))
 
     def replay(
         self,
@@ -464,12 +478,19 @@ class LedgerProtocol:
         tool_input: dict[str, Any],
         execute: Callable[[CallContext], Any],
         opts: CallOptions,
+        answer: Response | TransportFailure | None = None,
     ) -> Flow[dict[str, Any]]:
-        """Follow the ledger's decisions until there is an observation for the model."""
+        """Follow the ledger's decisions (from ``answer``, when given) until there is an
+        observation for the model."""
         replays = attempt = 0
         deadline = self.clock() + opts.wait_deadline
         while True:
-            reply = yield from self.exchange("POST", path, json=body, traceparent=opts.traceparent)
+            if answer is None:
+                reply = yield from self.exchange(
+                    "POST", path, json=body, traceparent=opts.traceparent
+                )
+            else:
+                reply, answer = answer, None
             if isinstance(reply, TransportFailure) or reply.status >= 500:
                 return (
                     yield from self._without_ledger(tool, tool_input, execute, opts, _reason(reply))

@@ -100,6 +100,7 @@ class Surface:
     classify = Operation(LedgerProtocol.classify)
     lookup = Operation(LedgerProtocol.lookup)
     get_call = Operation(LedgerProtocol.get_call)
+    ask = Operation(LedgerProtocol.ask)
     call = Operation(LedgerProtocol.call)
     replay = Operation(LedgerProtocol.replay)
     finish_run = Operation(LedgerProtocol.finish_run)

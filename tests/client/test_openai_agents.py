@@ -16,7 +16,8 @@ from agent_ledger_client import AsyncLedgerClient
 from agent_ledger_client.integrations.openai_agents import LedgerFunctionTools
 from ledger.models import IdempotencyRecord, Run
 from sandbox.server import SandboxServer
-from tests.client.agent_tools import order_tool
+from tests.client.agent_tools import flaky_write_tool, order_tool
+from tests.client.test_seed_eval_cases import _approve_when_asked
 from tests.sandbox_fixtures import arm
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -60,6 +61,71 @@ def test_a_lost_order_retried_by_the_model_runs_once(
     assert record.key.endswith(":create_order:cart=cart-9")
 
 
+def _paused_write(
+    live_server: Any, token: str, sandbox: SandboxServer, *, approve: bool, run_id: str
+) -> tuple[Any, Any, list[str]]:
+    """A write_file whose first attempt is lost and which the model re-issues under a new call
+    id: the ledger holds the retry for a human, the run is interrupted, the approver decides
+    in the ledger, and the run resumes with the interruption approved in the SDK."""
+    attempts: list[str] = []
+    write_file = function_tool(flaky_write_tool(sandbox, attempts))
+    write = {"path": "app.py", "content": "new"}
+    model = ScriptedModel(
+        [
+            [function_call("write_file", write, call_id="call-1")],
+            [function_call("write_file", write, call_id="call-2")],
+            [assistant_message("Done.")],
+        ]
+    )
+
+    async def scenario() -> tuple[Any, Any]:
+        async with AsyncLedgerClient(live_server.url, token) as ledger:
+            await ledger.register_tool("write_file", key_fields=["path"])
+            tools = LedgerFunctionTools(ledger, user_id="u1", run_id=run_id, approval_wait=15)
+            agent = Agent(name="coder", model=model, tools=tools.wrap([write_file]))
+            paused = await Runner.run(agent, "write app.py")
+            approver = _approve_when_asked(approve=approve)
+            await asyncio.to_thread(approver.join, 15)
+            state = paused.to_state()
+            for item in paused.interruptions:
+                state.approve(item)
+            resumed = await Runner.run(agent, state)
+            await tools.finish()
+            return paused, resumed
+
+    paused, resumed = asyncio.run(scenario())
+    return paused, resumed, attempts
+
+
+def test_an_approval_interrupts_the_run_and_resumes_with_the_approval(
+    live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    paused, resumed, attempts = _paused_write(
+        live_server, ledger_token, sandbox, approve=True, run_id="conv-3"
+    )
+    (pending,) = paused.interruptions
+    assert (pending.tool_name, pending.call_id) == ("write_file", "call-2")
+    lost, written = _tool_outputs(resumed)
+    assert json.loads(lost)["code"] == "SIDE_EFFECT_UNCERTAIN"
+    assert written == "written" and resumed.final_output == "Done."
+    assert httpx.get(f"{sandbox.url}/workspace/files/app.py").json()["content"] == "new"
+    assert attempts == ["app.py", "app.py"]
+    assert IdempotencyRecord.objects.get().state == "succeeded"
+
+
+def test_an_approval_rejected_in_the_ledger_reaches_the_model(
+    live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    paused, resumed, attempts = _paused_write(
+        live_server, ledger_token, sandbox, approve=False, run_id="conv-4"
+    )
+    assert [item.call_id for item in paused.interruptions] == ["call-2"]
+    _lost, refused = (json.loads(output) for output in _tool_outputs(resumed))
+    assert refused["code"] == "APPROVAL_REJECTED" and "not this file" in refused["content"]
+    assert attempts == ["app.py"]  # the lost attempt only
+    assert httpx.get(f"{sandbox.url}/workspace/files/app.py").status_code == 404
+
+
 def test_arguments_that_are_not_an_object_fail_without_side_effect(
     live_server, ledger_token: str
 ) -> None:
@@ -80,6 +146,11 @@ def test_arguments_that_are_not_an_object_fail_without_side_effect(
             tools = LedgerFunctionTools(ledger, user_id="u1", run_id="conv-2")
             agent = Agent(name="shop", model=model, tools=tools.wrap([create_order]))
             result = await Runner.run(agent, "order")
+            # The SDK itself holds arguments it cannot inspect for approval.
+            state = result.to_state()
+            for item in result.interruptions:
+                state.approve(item)
+            result = await Runner.run(agent, state)
             await tools.finish()
             return result
 

@@ -266,3 +266,22 @@ def test_a_driver_reads_retry_after_and_non_json_bodies() -> None:
     answer = response_of(503, {"Retry-After": "3"}, b"<html>busy</html>")
     assert answer.retry_after == 3.0 and answer.body["code"] == "HTTP_ERROR"
     assert response_of(200, {}, b'{"a": 1}') == Response(200, {"a": 1}, None)
+
+
+def test_ask_sends_the_call_and_executes_nothing() -> None:
+    protocol, script = _protocol()
+    flow = protocol.ask("r-1", "create_order", {"cart": "cart-9"}, step_id="s-1")
+    answer = script.run(flow, [_execute_answer()])
+    assert answer == _execute_answer() and script.executed == []
+    (request,) = script.sent
+    assert (request.method, request.path) == ("POST", "/calls")
+    assert request.json["step_id"] == "s-1" and request.json["input"] == {"cart": "cart-9"}
+
+
+def test_a_call_continues_from_the_answer_it_is_given() -> None:
+    protocol, script = _protocol()
+    complete = Response(200, {"observation": {"ok": True, "content": {"order": "o-1"}}})
+    observation = script.run(_call(protocol, answer=_execute_answer()), [complete])
+    assert [request.path for request in script.sent] == ["/calls/c-1/complete"]
+    assert len(script.executed) == 1 and script.executed[0].context.fencing_token == 7
+    assert observation["content"] == {"order": "o-1"}

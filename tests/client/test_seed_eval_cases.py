@@ -117,23 +117,25 @@ def _uncertain_write(client: LedgerClient, sandbox: SandboxServer) -> tuple[Any,
     return run, first
 
 
-def _approve_when_asked() -> threading.Thread:
-    """A human approver, in another thread, who approves the first pending request."""
+def _approve_when_asked(*, approve: bool = True) -> threading.Thread:
+    """A human approver, in another thread, who approves (or rejects) the first pending
+    request."""
 
-    def approve() -> None:
+    def decide_first_pending() -> None:
         try:
             approver = get_user_model().objects.create_user("approver", password="pw-12345678")
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 pending = ApprovalRequest.objects.filter(state="pending").first()
                 if pending is not None:
-                    decide(approval=pending, user=approver, approve=True, reason="diff is right")
+                    reason = "diff is right" if approve else "not this file"
+                    decide(approval=pending, user=approver, approve=approve, reason=reason)
                     return
                 time.sleep(0.1)
         finally:
             connections.close_all()
 
-    thread = threading.Thread(target=approve, daemon=True)
+    thread = threading.Thread(target=decide_first_pending, daemon=True)
     thread.start()
     return thread
 

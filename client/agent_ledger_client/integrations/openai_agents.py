@@ -6,11 +6,14 @@
     await ledger_tools.finish()
 
 ``ToolContext.tool_call_id`` is the step id; one ``LedgerFunctionTools`` is one ledger run.
+Each wrapped tool's ``needs_approval`` asks the ledger first: a call the ledger holds for a
+human (``APPROVAL_REQUIRED``) becomes one of the SDK's approval interruptions
+(``result.interruptions``). Once the approver has decided in the ledger, approve the item in
+the run state (``state.approve(item)``) and run the state again: the call runs if the ledger
+shows it approved, or the model gets ``APPROVAL_REJECTED`` with the approver's reason.
 Arguments that are not a JSON object are a failed call with no side effect; a tool's exception
 is reported to the ledger (uncertain, or failed for a ``ToolError``) rather than turned into a
-message that reads like success. A call the ledger holds
-for a human waits for the decision up to ``approval_deadline`` inside the tool and the model
-gets the outcome (the approved result, ``APPROVAL_REJECTED`` or ``APPROVAL_REQUIRED``).
+message that reads like success.
 """
 
 from __future__ import annotations
@@ -20,13 +23,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from agents import FunctionTool
+from agents import FunctionTool, RunContextWrapper
 from agents.tool_context import ToolContext
 
 from agent_ledger_client.aio import AsyncLedgerClient, AsyncRun
 from agent_ledger_client.errors import InvalidToolInput
 from agent_ledger_client.observations import model_text
-from agent_ledger_client.protocol import DEFAULT_APPROVAL_DEADLINE, CallContext
+from agent_ledger_client.protocol import CallContext, Response, TransportFailure
 
 
 class LedgerFunctionTools:
@@ -38,13 +41,16 @@ class LedgerFunctionTools:
         *,
         user_id: str,
         run_id: str,
-        approval_deadline: float = DEFAULT_APPROVAL_DEADLINE,
+        approval_wait: float = 30.0,
     ) -> None:
         self.ledger = ledger
         self.user_id = user_id
         self.run_id = run_id
-        self.approval_deadline = approval_deadline
+        #: How long an approved call waits for the ledger to show the approver's decision.
+        self.approval_wait = approval_wait
         self._run: AsyncRun | None = None
+        #: The ledger's first answers, by tool-call id, from ``needs_approval`` to the call.
+        self._answers: dict[str, Response | TransportFailure] = {}
 
     async def ledger_run(self) -> AsyncRun:
         """The ledger run, started once (starting is idempotent by run id)."""
@@ -61,6 +67,17 @@ class LedgerFunctionTools:
         """The same tools, each call going through the ledger."""
         return [self._wrapped(tool) for tool in tools]
 
+    async def _held_for_a_human(self, name: str, tool_input: dict[str, Any], call_id: str) -> bool:
+        """Whether the ledger answers this call ``approval_required``; any other answer is
+        kept for the call itself, so the ledger is asked once."""
+        run = await self.ledger_run()
+        answer = await self.ledger.ask(run.run_id, name, tool_input, step_id=call_id)
+        body = answer.body if isinstance(answer, Response) else None
+        if isinstance(body, dict) and body.get("decision") == "approval_required":
+            return True
+        self._answers[call_id] = answer
+        return False
+
     def _wrapped(self, tool: FunctionTool) -> FunctionTool:
         # The SDK turns a tool's exception into a message for the model by default, which
         # would report a timeout as success; this copy raises, so it is reported uncertain.
@@ -68,17 +85,18 @@ class LedgerFunctionTools:
             tool, _failure_error_function=None, _use_default_failure_error_function=False
         )
 
+        async def needs_approval(
+            ctx: RunContextWrapper[Any], tool_input: dict[str, Any], call_id: str
+        ) -> bool:
+            return await self._held_for_a_human(tool.name, tool_input, call_id)
+
         async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
             run = await self.ledger_run()
-            try:
-                tool_input = json.loads(arguments or "{}")
-            except ValueError:
-                tool_input = None
-            if not isinstance(tool_input, dict):
-                tool_input = {"arguments": arguments}
+            parsed = _json_object(arguments)
+            tool_input = parsed if parsed is not None else {"arguments": arguments}
 
             async def execute(call: CallContext) -> Any:
-                if "arguments" in tool_input and len(tool_input) == 1:
+                if parsed is None:
                     raise InvalidToolInput("the arguments are not a JSON object")
                 return await raw.on_invoke_tool(ctx, arguments)
 
@@ -86,9 +104,19 @@ class LedgerFunctionTools:
                 tool.name,
                 tool_input,
                 execute=execute,
+                answer=self._answers.pop(ctx.tool_call_id, None),
                 step_id=ctx.tool_call_id,
-                approval_deadline=self.approval_deadline,
+                approval_deadline=self.approval_wait,
             )
             return model_text(observation)
 
-        return dataclasses.replace(tool, on_invoke_tool=invoke)
+        return dataclasses.replace(tool, on_invoke_tool=invoke, needs_approval=needs_approval)
+
+
+def _json_object(arguments: str) -> dict[str, Any] | None:
+    """The model's arguments as an object, or None when they are not one."""
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
