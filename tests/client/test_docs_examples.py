@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -130,10 +131,27 @@ def _proxy_example(venv: FreshVenv, server: str, token: str, sandbox: SandboxSer
     assert out.split() == ["False", "True"]
 
 
+def _proxy_http_example(venv: FreshVenv, server: str, token: str, sandbox: SandboxServer) -> None:
+    repo = venv.folder / "proxied-http"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    out = venv.run(
+        _examples()["proxy-http"],
+        LEDGER_URL=server,
+        LEDGER_TOKEN=token,
+        REPO=str(repo),
+        PROXY_PORT=port,
+    )
+    assert out.split() == ["False", "True"]
+
+
 CHECKS: dict[str, Check] = {
     "client": _ordering("client", "True True"),
     "mcp": _mcp_example,
     "proxy": _proxy_example,
+    "proxy-http": _proxy_http_example,
     "langgraph": _ordering("langgraph", "[False, True]"),
     "pydantic-ai": _ordering("pydantic-ai", "done"),
     "openai-agents": _ordering("openai-agents", "done True"),
@@ -151,6 +169,18 @@ def test_the_proxy_configuration_is_the_example_s_command() -> None:
     flags = [arg for arg in server["args"] if arg.startswith("-")]
     assert all(f'"{flag}"' in example for flag in flags)
     assert set(server["env"]) == {"LEDGER_TOKEN"}
+
+
+def test_the_http_configuration_is_the_example_s_endpoint() -> None:
+    """The URL configuration in docs/integrations.md is where the HTTP example connects."""
+    guide = (ROOT / "docs" / "integrations.md").read_text()
+    block = re.search(r"<!-- config: proxy-http -->\n```json\n(.*?)```", guide, re.S)
+    assert block, "docs/integrations.md has no streamable-HTTP configuration"
+    url = json.loads(block.group(1))["mcpServers"]["git"]["url"]
+    example = _examples()["proxy-http"]
+    assert url == "http://127.0.0.1:8765/mcp"
+    assert '"PROXY_PORT", "8765"' in example and 'f"http://127.0.0.1:{port}/mcp"' in example
+    assert '"--http", f"127.0.0.1:{port}"' in example and "--http 127.0.0.1:8765" in guide
 
 
 def test_every_example_is_checked() -> None:

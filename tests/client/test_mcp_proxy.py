@@ -7,15 +7,19 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import socket
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from agent_ledger_client.mcp_guard import LEDGER_META_KEY
 from ledger.models import IdempotencyRecord, PolicyRule, Tenant
@@ -29,15 +33,9 @@ pytestmark = [
 GIT = [sys.executable, "-m", "mcp_server_git"]
 
 
-def _proxied(
-    live_server: Any,
-    token: str,
-    shim: Shim,
-    upstream: list[str],
-    scenario: Callable[[ClientSession], Awaitable[Any]],
-    *options: str,
-) -> Any:
-    command = [
+def _proxy_arguments(live_server: Any, shim: Shim, upstream: list[str], *options: str) -> list[str]:
+    """The proxy's command line after the interpreter, with the shim in front of upstream."""
+    return [
         "-m",
         "agent_ledger_client.mcp_proxy",
         "--ledger",
@@ -50,6 +48,17 @@ def _proxied(
         "--",
         *shim.command(upstream),
     ]
+
+
+def _proxied(
+    live_server: Any,
+    token: str,
+    shim: Shim,
+    upstream: list[str],
+    scenario: Callable[[ClientSession], Awaitable[Any]],
+    *options: str,
+) -> Any:
+    command = _proxy_arguments(live_server, shim, upstream, *options)
     params = StdioServerParameters(
         command=sys.executable, args=command, env={**os.environ, "LEDGER_TOKEN": token}
     )
@@ -188,6 +197,75 @@ def test_a_lost_write_file_that_landed_settles_already_applied_through_the_proxy
     assert _code(result) == "ALREADY_APPLIED", result
     assert (root / "app.py").read_text() == "new\n" and len(shim.calls("write_file")) == 1
     assert IdempotencyRecord.objects.get(tool__name="fs/write_file").state == "succeeded"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def _http_proxy(
+    live_server: Any, token: str, shim: Shim, upstream: list[str], *options: str
+) -> Iterator[str]:
+    """The proxy serving streamable HTTP, as its own process; yields its MCP endpoint."""
+    port = _free_port()
+    command = _proxy_arguments(live_server, shim, upstream, "--http", f"127.0.0.1:{port}", *options)
+    log = shim.log.with_name("proxy.log")
+    with log.open("wb") as stderr:
+        proxy = subprocess.Popen(
+            [sys.executable, *command],
+            env={**os.environ, "LEDGER_TOKEN": token},
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proxy.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, "the proxy did not start serving HTTP"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proxy.terminate()
+        try:
+            proxy.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proxy.kill()
+            proxy.wait()
+
+
+def test_the_proxy_serves_streamable_http_to_a_real_mcp_client(
+    live_server, ledger_token: str, shim: Shim, tmp_path: Path
+) -> None:
+    (tmp_path / "a.txt").write_text("hello\n")
+    note = {"path": str(tmp_path / "b.txt"), "content": "new\n"}
+
+    async def scenario(url: str) -> tuple[Any, Any, list[Any]]:
+        async with (
+            streamable_http_client(url) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            listed = await session.list_tools()
+            got = await session.call_tool("read_text_file", {"path": str(tmp_path / "a.txt")})
+            shim.arm("write_file", "drop_response")
+            writes = [await session.call_tool("write_file", note) for _ in range(2)]
+            return listed, got, writes
+
+    upstream = [*FILESYSTEM, str(tmp_path)]
+    with _http_proxy(live_server, ledger_token, shim, upstream, "--server", "fs") as url:
+        listed, got, writes = asyncio.run(scenario(url))
+    assert "write_file" in {tool.name for tool in listed.tools}
+    assert got.is_error is not True and got.structured_content == {"content": "hello\n"}
+    assert got.meta[LEDGER_META_KEY]["ok"] is True and len(shim.calls("read_text_file")) == 1
+    assert [_code(result) for result in writes] == ["SIDE_EFFECT_UNCERTAIN"] * 2
+    assert len(shim.calls("write_file")) == 1  # the retry is refused, not executed
 
 
 def test_the_proxy_refuses_to_start_without_a_token() -> None:
