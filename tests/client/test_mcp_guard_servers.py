@@ -76,7 +76,7 @@ def _run(
             ledger.run(user_id="u1") as run,
         ):
             await session.initialize()
-            subject = LedgerGuard(session, ledger, run, tool_timeout=3, **guard)
+            subject = LedgerGuard(session, ledger, run, **{"tool_timeout": 3, **guard})
             await subject.list_tools()
             return await scenario(subject, shim)
 

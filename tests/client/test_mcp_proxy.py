@@ -23,7 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agent_ledger_client.mcp_guard import LEDGER_META_KEY
 from ledger.models import IdempotencyRecord, PolicyRule, Tenant
-from tests.client.test_mcp_guard_servers import FILESYSTEM, Shim, memory_server
+from tests.client.test_mcp_guard_servers import FILESYSTEM, Shim
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -98,31 +98,6 @@ def test_a_read_through_the_proxy_runs_once_and_returns_its_structured_result(
     assert read.meta[LEDGER_META_KEY]["ok"] is True
     assert len(shim.calls("read_text_file")) == 1
     assert IdempotencyRecord.objects.get().executions == 1
-
-
-MEMORY_WRITES = {
-    "create_entities": {"entities": [{"name": "Ada", "entityType": "person", "observations": []}]},
-    "create_relations": {"relations": [{"from": "Ada", "to": "Ada", "relationType": "knows"}]},
-    "add_observations": {"observations": [{"entityName": "Ada", "contents": ["likes tea"]}]},
-}
-
-
-def test_lost_memory_writes_are_never_executed_again(
-    live_server, ledger_token: str, shim: Shim, tmp_path: Path
-) -> None:
-    async def scenario(session: ClientSession) -> dict[str, list[Any]]:
-        seen: dict[str, list[Any]] = {}
-        for tool, arguments in MEMORY_WRITES.items():
-            shim.arm(tool, "drop_response")
-            seen[tool] = [await session.call_tool(tool, arguments) for _ in range(3)]
-        return seen
-
-    seen = _proxied(
-        live_server, ledger_token, shim, memory_server(tmp_path), scenario, "--server", "memory"
-    )
-    for tool, results in seen.items():
-        assert [_code(r) for r in results] == ["SIDE_EFFECT_UNCERTAIN"] * 3, tool
-        assert len(shim.calls(tool)) == 1, tool  # 0 re-executions
 
 
 def test_a_lost_git_commit_is_never_executed_again(
