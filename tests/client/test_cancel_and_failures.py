@@ -5,6 +5,7 @@ side effect started is a plain failure, anything else is uncertain."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -15,9 +16,13 @@ from ledger.models import IdempotencyRecord
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_cancelled_call_is_unknown_at_once_and_its_retry_uncertain(
-    live_server, ledger_token: str
+def test_a_cancelled_call_is_unknown_within_a_heartbeat_and_its_retry_uncertain(
+    live_server, ledger_token: str, settings
 ) -> None:
+    # A three-second lease: the client heartbeats every second, and a call left executing
+    # would still hold its key when the retry below comes (it waits one second at most).
+    settings.LEDGER_LEASE_SECONDS = 3
+    heartbeat_interval = settings.LEDGER_LEASE_SECONDS / 3
     executions = 0
 
     async def create_order(ctx: CallContext) -> dict[str, Any]:
@@ -27,7 +32,7 @@ def test_a_cancelled_call_is_unknown_at_once_and_its_retry_uncertain(
         await asyncio.Event().wait()  # the downstream never answers
         return {}
 
-    async def scenario() -> tuple[str, dict[str, Any]]:
+    async def scenario() -> tuple[str, float, dict[str, Any]]:
         async with (
             AsyncLedgerClient(live_server.url, ledger_token) as ledger,
             ledger.run(user_id="u1") as run,
@@ -36,18 +41,21 @@ def test_a_cancelled_call_is_unknown_at_once_and_its_retry_uncertain(
                 run.call("create_order", {"cart": "c-1"}, execute=create_order)
             )
             await started.wait()
+            cancelled_at = time.monotonic()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
             state = (await asyncio.to_thread(IdempotencyRecord.objects.get)).state
+            reported_after = time.monotonic() - cancelled_at
             retry = await run.call(
                 "create_order", {"cart": "c-1"}, execute=create_order, wait_deadline=1
             )
-            return state, retry
+            return state, reported_after, retry
 
     started = asyncio.Event()
-    state, retry = asyncio.run(scenario())
+    state, reported_after, retry = asyncio.run(scenario())
     assert state == "unknown"  # reported by the cancelled call itself, not by a lease sweep
+    assert reported_after < heartbeat_interval
     assert retry["code"] == "SIDE_EFFECT_UNCERTAIN" and retry["metadata"]["replayed"] is False
     assert executions == 1
 
