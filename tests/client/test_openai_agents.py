@@ -9,7 +9,13 @@ from typing import Any
 
 import httpx
 import pytest
-from agents import Agent, Runner, function_tool
+from agents import (
+    Agent,
+    Runner,
+    ToolGuardrailFunctionOutput,
+    function_tool,
+    tool_input_guardrail,
+)
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agent_ledger_client import AsyncLedgerClient
@@ -157,5 +163,82 @@ def test_arguments_that_are_not_an_object_fail_without_side_effect(
     result = asyncio.run(scenario())
     (output,) = _tool_outputs(result)
     assert json.loads(output)["code"] == "INVALID_TOOL_INPUT" and ran == []
+    record = IdempotencyRecord.objects.get()
+    assert (record.state, record.error_retryable) == ("failed_final", True)
+
+
+def test_a_call_beside_an_interrupted_one_runs_once(
+    live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    attempts: list[str] = []
+    write_file = function_tool(flaky_write_tool(sandbox, attempts))
+    create_order = function_tool(order_tool(sandbox))
+    write = {"path": "app.py", "content": "new"}
+    model = ScriptedModel(
+        [
+            [function_call("write_file", write, call_id="call-1")],
+            [
+                function_call("write_file", write, call_id="call-2"),
+                function_call("create_order", {"cart": "cart-9"}, call_id="call-3"),
+            ],
+            [assistant_message("Done.")],
+        ]
+    )
+
+    async def scenario() -> tuple[Any, Any]:
+        async with AsyncLedgerClient(live_server.url, ledger_token) as ledger:
+            await ledger.register_tool("write_file", key_fields=["path"])
+            tools = LedgerFunctionTools(ledger, user_id="u1", run_id="conv-5", approval_wait=15)
+            agent = Agent(name="shop", model=model, tools=tools.wrap([write_file, create_order]))
+            paused = await Runner.run(agent, "write app.py and order cart-9")
+            approver = _approve_when_asked()
+            await asyncio.to_thread(approver.join, 15)
+            state = paused.to_state()
+            for item in paused.interruptions:
+                state.approve(item)
+            resumed = await Runner.run(agent, state)
+            await tools.finish()
+            return paused, resumed
+
+    paused, resumed = asyncio.run(scenario())
+    assert [item.call_id for item in paused.interruptions] == ["call-2"]
+    assert resumed.final_output == "Done." and attempts == ["app.py", "app.py"]
+    assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
+    order = IdempotencyRecord.objects.get(tool__name="create_order")
+    assert (order.state, order.executions) == ("succeeded", 1)
+
+
+def test_a_call_a_tool_guardrail_refuses_is_reported_not_started(
+    live_server, ledger_token: str
+) -> None:
+    ran: list[str] = []
+
+    @tool_input_guardrail
+    def no_orders(data: Any) -> ToolGuardrailFunctionOutput:
+        return ToolGuardrailFunctionOutput.reject_content("orders are closed today")
+
+    @function_tool(tool_input_guardrails=[no_orders])
+    def create_order(cart: str) -> str:
+        """Create an order for a cart."""
+        ran.append(cart)
+        return "o-1"
+
+    model = ScriptedModel(
+        [
+            [function_call("create_order", {"cart": "c-1"}, call_id="call-1")],
+            [assistant_message("ok")],
+        ]
+    )
+
+    async def scenario() -> Any:
+        async with AsyncLedgerClient(live_server.url, ledger_token) as ledger:
+            tools = LedgerFunctionTools(ledger, user_id="u1", run_id="conv-6")
+            agent = Agent(name="shop", model=model, tools=tools.wrap([create_order]))
+            result = await Runner.run(agent, "order")
+            await tools.finish()
+            return result
+
+    result = asyncio.run(scenario())
+    assert _tool_outputs(result) == ["orders are closed today"] and ran == []
     record = IdempotencyRecord.objects.get()
     assert (record.state, record.error_retryable) == ("failed_final", True)

@@ -32,6 +32,25 @@ from agent_ledger_client.observations import model_text
 from agent_ledger_client.protocol import CallContext, Response, TransportFailure
 
 
+@dataclasses.dataclass(frozen=True)
+class _Asked:
+    """The ledger's first answer to a call, kept until the SDK starts the tool."""
+
+    tool: str
+    tool_input: dict[str, Any]
+    answer: Response | TransportFailure
+
+    @property
+    def holds_the_lease(self) -> bool:
+        """An ``execute`` answer: the key is held for this call until it reports."""
+        body = self.answer.body if isinstance(self.answer, Response) else None
+        return isinstance(body, dict) and body.get("decision") == "execute"
+
+
+def _not_started(call: CallContext) -> Any:
+    raise InvalidToolInput("the agent run did not start the tool")
+
+
 class LedgerFunctionTools:
     """Wraps function tools so each call is recorded, decided and reported by the ledger."""
 
@@ -50,7 +69,7 @@ class LedgerFunctionTools:
         self.approval_wait = approval_wait
         self._run: AsyncRun | None = None
         #: The ledger's first answers, by tool-call id, from ``needs_approval`` to the call.
-        self._answers: dict[str, Response | TransportFailure] = {}
+        self._answers: dict[str, _Asked] = {}
 
     async def ledger_run(self) -> AsyncRun:
         """The ledger run, started once (starting is idempotent by run id)."""
@@ -59,8 +78,22 @@ class LedgerFunctionTools:
         return self._run
 
     async def finish(self, termination_reason: str = "completed") -> None:
-        """End the ledger run."""
-        await (await self.ledger_run()).finish(termination_reason)
+        """End the ledger run. A call the ledger answered whose tool the SDK then did not
+        start (a tool guardrail refused it) is reported failed with no side effect, so its
+        key is not left held until the lease lapses."""
+        run = await self.ledger_run()
+        while self._answers:
+            call_id, asked = self._answers.popitem()
+            if not asked.holds_the_lease:
+                continue
+            await run.call(
+                asked.tool,
+                asked.tool_input,
+                execute=_not_started,
+                answer=asked.answer,
+                step_id=call_id,
+            )
+        await run.finish(termination_reason)
         self._run = None
 
     def wrap(self, tools: Sequence[FunctionTool]) -> list[FunctionTool]:
@@ -75,7 +108,7 @@ class LedgerFunctionTools:
         body = answer.body if isinstance(answer, Response) else None
         if isinstance(body, dict) and body.get("decision") == "approval_required":
             return True
-        self._answers[call_id] = answer
+        self._answers[call_id] = _Asked(name, tool_input, answer)
         return False
 
     def _wrapped(self, tool: FunctionTool) -> FunctionTool:
@@ -100,11 +133,12 @@ class LedgerFunctionTools:
                     raise InvalidToolInput("the arguments are not a JSON object")
                 return await raw.on_invoke_tool(ctx, arguments)
 
+            asked = self._answers.pop(ctx.tool_call_id, None)
             observation = await run.call(
                 tool.name,
                 tool_input,
                 execute=execute,
-                answer=self._answers.pop(ctx.tool_call_id, None),
+                answer=asked.answer if asked is not None else None,
                 step_id=ctx.tool_call_id,
                 approval_deadline=self.approval_wait,
             )
