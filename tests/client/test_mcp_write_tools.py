@@ -1,10 +1,12 @@
 """Every write tool of the official servers, after a lost response, runs once: through the
-guard and through the proxy, against the filesystem and memory servers (npx) and the git
-server (PyPI). The write tools are the ones the server lists without ``readOnlyHint``, so a
-tool a server adds is covered by default (the test fails until it has arguments here)."""
+guard and through the proxy (stdio and streamable HTTP), against the filesystem and memory
+servers (npx) and the git server (PyPI). The write tools are the ones the server lists without
+``readOnlyHint``, so a tool a server adds is covered by default (the test fails until it has
+arguments here)."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 from collections.abc import Awaitable, Callable
@@ -13,11 +15,12 @@ from typing import Any
 
 import pytest
 from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, ListToolsResult
 
 from agent_ledger_client.mcp_guard import LEDGER_META_KEY, LedgerGuard
 from tests.client.test_mcp_guard_servers import FILESYSTEM, Shim, _run, memory_server
-from tests.client.test_mcp_proxy import GIT, _proxied
+from tests.client.test_mcp_proxy import GIT, _http_proxy, _proxied
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -129,21 +132,28 @@ def _through(
     server: str,
     scenario: Scenario,
 ) -> tuple[list[str], dict[str, list[CallToolResult]]]:
-    """The scenario through the proxy (an MCP client session) or the guard; neither waits
-    for a human, and a retried call is the same call (the guard: the same tool-call id)."""
+    """The scenario through the proxy (an MCP client session over stdio or streamable HTTP)
+    or the guard; none waits for a human, and a retried call is the same call (the guard: the
+    same tool-call id)."""
+    options = ["--server", server, "--no-wait-for-approval", "--tool-timeout", str(TOOL_TIMEOUT)]
+
+    async def via_proxy(session: ClientSession) -> Any:
+        return await scenario(session.list_tools, session.call_tool)
+
     if path == "proxy":
-
-        async def via_proxy(session: ClientSession) -> Any:
-            return await scenario(session.list_tools, session.call_tool)
-
-        options = [
-            "--server",
-            server,
-            "--no-wait-for-approval",
-            "--tool-timeout",
-            str(TOOL_TIMEOUT),
-        ]
         return _proxied(live_server, token, shim, upstream, via_proxy, *options)
+    if path == "proxy-http":
+
+        async def over_http(url: str) -> Any:
+            async with (
+                streamable_http_client(url) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                return await via_proxy(session)
+
+        with _http_proxy(live_server, token, shim, upstream, *options) as url:
+            return asyncio.run(over_http(url))
 
     async def via_guard(guard: LedgerGuard, shim: Shim) -> Any:
         async def call(name: str, tool_input: dict[str, Any]) -> CallToolResult:
@@ -167,7 +177,7 @@ def _code(result: CallToolResult) -> str | None:
     return result.meta[LEDGER_META_KEY]["code"] if result.meta else None
 
 
-@pytest.mark.parametrize("path", ["guard", "proxy"])
+@pytest.mark.parametrize("path", ["guard", "proxy", "proxy-http"])
 @pytest.mark.parametrize("server", sorted(SERVERS))
 def test_no_write_tool_runs_again_after_its_response_is_lost(
     server: str, path: str, live_server, ledger_token: str, tmp_path: Path
