@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -14,6 +15,7 @@ from agents import (
     Runner,
     ToolGuardrailFunctionOutput,
     function_tool,
+    set_tracing_disabled,
     tool_input_guardrail,
 )
 from agents.testing import ScriptedModel, assistant_message, function_call
@@ -27,6 +29,14 @@ from tests.client.test_seed_eval_cases import _approve_when_asked
 from tests.sandbox_fixtures import arm
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def offline() -> Iterator[None]:
+    """No trace export: the runs stay on this machine whatever the environment holds."""
+    set_tracing_disabled(True)
+    yield
+    set_tracing_disabled(False)
 
 
 def _tool_outputs(result: Any) -> list[str]:
