@@ -88,8 +88,9 @@ def test_a_lost_order_retried_by_the_model_runs_once(
     assert (record.executions, record.duplicate_hits) == (1, 1)
 
 
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "rejected"])
 def test_an_approval_interrupts_the_graph_and_resumes_with_the_decision(
-    live_server, ledger_token: str, sandbox: SandboxServer
+    approve: bool, live_server, ledger_token: str, sandbox: SandboxServer
 ) -> None:
     attempts: list[str] = []
     write_file = tool(flaky_write_tool(sandbox, attempts))
@@ -105,18 +106,23 @@ def test_an_approval_interrupts_the_graph_and_resumes_with_the_decision(
             calls = LedgerToolCalls(ledger, user_id="u1")
             graph = _graph(model, [write_file], calls)
             paused = await graph.ainvoke({"messages": [HumanMessage("write app.py")]}, config)
-            approver = _approve_when_asked()
+            approver = _approve_when_asked(approve=approve)
             await asyncio.to_thread(approver.join, 15)
-            resumed = await graph.ainvoke(Command(resume="approved"), config)
+            resumed = await graph.ainvoke(Command(resume="decided"), config)
             await calls.finish(config)
             return paused, resumed
 
     paused, resumed = asyncio.run(scenario())
     (pending,) = paused["__interrupt__"]
     assert pending.value["ledger"]["code"] == "APPROVAL_REQUIRED"
-    lost, written = _tool_messages(resumed)
+    lost, decided = _tool_messages(resumed)
     assert '"SIDE_EFFECT_UNCERTAIN"' in str(lost.content)
-    assert written.content == "written" and written.status == "success"
     assert resumed["messages"][-1].content == "Done."
-    assert httpx.get(f"{sandbox.url}/workspace/files/app.py").json()["content"] == "new"
-    assert attempts == ["app.py", "app.py"]
+    written = httpx.get(f"{sandbox.url}/workspace/files/app.py")
+    if approve:
+        assert decided.content == "written" and decided.status == "success"
+        assert written.json()["content"] == "new" and attempts == ["app.py", "app.py"]
+    else:
+        assert decided.status == "error" and decided.artifact["code"] == "APPROVAL_REJECTED"
+        assert "not this file" in decided.artifact["content"]
+        assert written.status_code == 404 and attempts == ["app.py"]

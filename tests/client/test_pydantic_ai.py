@@ -76,8 +76,9 @@ def test_a_lost_order_retried_by_the_model_runs_once(
     assert IdempotencyRecord.objects.get().executions == 1
 
 
-def test_an_approval_is_a_deferred_call_that_runs_once_approved(
-    live_server, ledger_token: str, sandbox: SandboxServer
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "rejected"])
+def test_an_approval_is_a_deferred_call_that_resumes_with_the_decision(
+    approve: bool, live_server, ledger_token: str, sandbox: SandboxServer
 ) -> None:
     attempts: list[str] = []
     write_file = flaky_write_tool(sandbox, attempts)
@@ -92,7 +93,7 @@ def test_an_approval_is_a_deferred_call_that_runs_once_approved(
             )
             agent = Agent(model, toolsets=[toolset], output_type=[str, DeferredToolRequests])
             paused = await agent.run("write app.py")
-            approver = _approve_when_asked()
+            approver = _approve_when_asked(approve=approve)
             await asyncio.to_thread(approver.join, 15)
             approvals = DeferredToolResults(
                 approvals={call.tool_call_id: True for call in paused.output.approvals}
@@ -108,8 +109,12 @@ def test_an_approval_is_a_deferred_call_that_runs_once_approved(
     (asked,) = paused.output.approvals
     assert asked.tool_call_id == "tc-2"
     assert paused.output.metadata["tc-2"]["ledger"]["code"] == "APPROVAL_REQUIRED"
-    lost, written = _returns(resumed.all_messages())
-    assert lost["code"] == "SIDE_EFFECT_UNCERTAIN" and written == "written"
-    assert resumed.output == "Done."
-    assert httpx.get(f"{sandbox.url}/workspace/files/app.py").json()["content"] == "new"
-    assert attempts == ["app.py", "app.py"]
+    lost, decided = _returns(resumed.all_messages())
+    assert lost["code"] == "SIDE_EFFECT_UNCERTAIN" and resumed.output == "Done."
+    written = httpx.get(f"{sandbox.url}/workspace/files/app.py")
+    if approve:
+        assert decided == "written" and written.json()["content"] == "new"
+        assert attempts == ["app.py", "app.py"]
+    else:
+        assert decided["code"] == "APPROVAL_REJECTED" and "not this file" in decided["content"]
+        assert written.status_code == 404 and attempts == ["app.py"]
