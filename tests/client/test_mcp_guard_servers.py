@@ -20,7 +20,8 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from agent_ledger_client import AsyncLedgerClient
 from agent_ledger_client.mcp_guard import KEY_META_KEY, LEDGER_META_KEY, LedgerGuard
-from ledger.models import IdempotencyRecord, PolicyRule, Tenant, WritePlan
+from ledger.models import ApprovalRequest, IdempotencyRecord, PolicyRule, Tenant, WritePlan
+from tests.client.test_seed_eval_cases import _approve_when_asked
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -265,6 +266,45 @@ def test_a_lost_write_file_that_never_landed_asks_a_human_without_blocking(
     assert plan.before_hash == hashlib.sha256(b"old\n").hexdigest()
     assert plan.after_hash == hashlib.sha256(b"new\n").hexdigest()
     assert "-old\n+new" in plan.diff
+
+
+def test_a_lost_write_file_that_never_landed_runs_again_once_approved(
+    live_server, ledger_token: str, shim: Shim, root: Path
+) -> None:
+    approver = _approve_when_asked()
+    result = _lost_write(live_server, ledger_token, shim, root, "hang", approval_deadline=15)
+    approver.join(15)
+    assert result.is_error is False, result.content[0].text
+    assert result.meta[LEDGER_META_KEY]["ok"] is True
+    assert (root / "notes.txt").read_text() == "new\n"
+    assert ApprovalRequest.objects.get().state == "consumed"
+    assert IdempotencyRecord.objects.get(tool__name="fs/write_file").state == "succeeded"
+
+
+def test_a_lost_write_file_whose_file_changed_meanwhile_is_a_conflict(
+    live_server, ledger_token: str, shim: Shim, root: Path
+) -> None:
+    _conditional_writes()
+    target = root / "notes.txt"
+
+    async def someone_else_writes() -> None:
+        await asyncio.sleep(1)  # while the guard waits for the hung call
+        target.write_text("theirs\n")
+
+    async def scenario(subject: LedgerGuard, shim: Shim) -> Any:
+        shim.arm("write_file", "hang")
+        other = asyncio.create_task(someone_else_writes())
+        result = await subject.call_tool(
+            "write_file", {"path": str(target), "content": "new\n"}, tool_call_id="tc-1"
+        )
+        await other
+        return result
+
+    upstream = [*FILESYSTEM, str(root)]
+    result = _run(live_server, ledger_token, shim, upstream, scenario, server="fs", file_root=root)
+    assert result.is_error is True
+    assert result.meta[LEDGER_META_KEY]["code"] == "WRITE_CONFLICT"
+    assert target.read_text() == "theirs\n" and not ApprovalRequest.objects.exists()
 
 
 def test_a_write_outside_the_root_fails_before_reaching_the_server(
