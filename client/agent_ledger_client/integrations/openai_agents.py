@@ -43,8 +43,12 @@ class _Asked:
     @property
     def holds_the_lease(self) -> bool:
         """An ``execute`` answer: the key is held for this call until it reports."""
-        body = self.answer.body if isinstance(self.answer, Response) else None
-        return isinstance(body, dict) and body.get("decision") == "execute"
+        return _decision(self.answer) == "execute"
+
+
+def _decision(answer: Response | TransportFailure) -> str | None:
+    body = answer.body if isinstance(answer, Response) else None
+    return body.get("decision") if isinstance(body, dict) else None
 
 
 def _not_started(call: CallContext) -> Any:
@@ -105,8 +109,7 @@ class LedgerFunctionTools:
         kept for the call itself, so the ledger is asked once."""
         run = await self.ledger_run()
         answer = await self.ledger.ask(run.run_id, name, tool_input, step_id=call_id)
-        body = answer.body if isinstance(answer, Response) else None
-        if isinstance(body, dict) and body.get("decision") == "approval_required":
+        if _decision(answer) == "approval_required":
             return True
         self._answers[call_id] = _Asked(name, tool_input, answer)
         return False
