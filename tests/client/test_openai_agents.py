@@ -43,6 +43,34 @@ def _tool_outputs(result: Any) -> list[str]:
     return [item.output for item in result.new_items if item.type == "tool_call_output_item"]
 
 
+def _agent_run(
+    live_server: Any,
+    token: str,
+    model: ScriptedModel,
+    tools: list[Any],
+    *,
+    run_id: str,
+    key_fields: dict[str, list[str]] | None = None,
+    approve_interruptions: bool = False,
+) -> Any:
+    """One agent run with its tools wrapped (after registering ``key_fields``), resumed with
+    its interruptions approved if asked, and its ledger run finished."""
+
+    async def scenario() -> Any:
+        async with AsyncLedgerClient(live_server.url, token) as ledger:
+            for name, fields in (key_fields or {}).items():
+                await ledger.register_tool(name, key_fields=fields)
+            wrapped = LedgerFunctionTools(ledger, user_id="u1", run_id=run_id)
+            agent = Agent(name="shop", model=model, tools=wrapped.wrap(tools))
+            result = await Runner.run(agent, "go")
+            if approve_interruptions:
+                result = await _resume_approving(agent, result)
+            await wrapped.finish()
+            return result
+
+    return asyncio.run(scenario())
+
+
 def test_a_lost_order_retried_by_the_model_runs_once(
     live_server, ledger_token: str, sandbox: SandboxServer
 ) -> None:
@@ -56,17 +84,14 @@ def test_a_lost_order_retried_by_the_model_runs_once(
         ]
     )
     arm(sandbox, service="orders", mode="timeout_after_commit", hang_seconds=2)
-
-    async def scenario() -> Any:
-        async with AsyncLedgerClient(live_server.url, ledger_token) as ledger:
-            await ledger.register_tool("create_order", key_fields=["cart"])
-            tools = LedgerFunctionTools(ledger, user_id="u1", run_id="conv-1")
-            agent = Agent(name="shop", model=model, tools=tools.wrap([create_order]))
-            result = await Runner.run(agent, "order cart-9")
-            await tools.finish()
-            return result
-
-    result = asyncio.run(scenario())
+    result = _agent_run(
+        live_server,
+        ledger_token,
+        model,
+        [create_order],
+        run_id="conv-1",
+        key_fields={"create_order": ["cart"]},
+    )
     first, retry = (json.loads(output) for output in _tool_outputs(result))
     assert first["code"] == retry["code"] == "SIDE_EFFECT_UNCERTAIN"
     assert result.final_output == "I will ask the user."
@@ -77,19 +102,37 @@ def test_a_lost_order_retried_by_the_model_runs_once(
     assert record.key.endswith(":create_order:cart=cart-9")
 
 
+async def _resume_approving(agent: Agent[Any], paused: Any) -> Any:
+    """The interrupted run, resumed with every interruption approved in the SDK."""
+    state = paused.to_state()
+    for item in paused.interruptions:
+        state.approve(item)
+    return await Runner.run(agent, state)
+
+
 def _paused_write(
-    live_server: Any, token: str, sandbox: SandboxServer, *, approve: bool, run_id: str
+    live_server: Any,
+    token: str,
+    sandbox: SandboxServer,
+    *,
+    approve: bool,
+    run_id: str,
+    order_beside: bool = False,
 ) -> tuple[Any, Any, list[str]]:
     """A write_file whose first attempt is lost and which the model re-issues under a new call
-    id: the ledger holds the retry for a human, the run is interrupted, the approver decides
-    in the ledger, and the run resumes with the interruption approved in the SDK."""
+    id (with ``order_beside``, together with a create_order): the ledger holds the retry for a
+    human, the run is interrupted, the approver decides in the ledger, and the run resumes
+    with the interruption approved in the SDK."""
     attempts: list[str] = []
-    write_file = function_tool(flaky_write_tool(sandbox, attempts))
+    tools = [function_tool(flaky_write_tool(sandbox, attempts)), function_tool(order_tool(sandbox))]
     write = {"path": "app.py", "content": "new"}
+    retry = [function_call("write_file", write, call_id="call-2")]
+    if order_beside:
+        retry.append(function_call("create_order", {"cart": "cart-9"}, call_id="call-3"))
     model = ScriptedModel(
         [
             [function_call("write_file", write, call_id="call-1")],
-            [function_call("write_file", write, call_id="call-2")],
+            retry,
             [assistant_message("Done.")],
         ]
     )
@@ -97,16 +140,13 @@ def _paused_write(
     async def scenario() -> tuple[Any, Any]:
         async with AsyncLedgerClient(live_server.url, token) as ledger:
             await ledger.register_tool("write_file", key_fields=["path"])
-            tools = LedgerFunctionTools(ledger, user_id="u1", run_id=run_id, approval_wait=15)
-            agent = Agent(name="coder", model=model, tools=tools.wrap([write_file]))
+            wrapped = LedgerFunctionTools(ledger, user_id="u1", run_id=run_id, approval_wait=15)
+            agent = Agent(name="coder", model=model, tools=wrapped.wrap(tools))
             paused = await Runner.run(agent, "write app.py")
             approver = _approve_when_asked(approve=approve)
             await asyncio.to_thread(approver.join, 15)
-            state = paused.to_state()
-            for item in paused.interruptions:
-                state.approve(item)
-            resumed = await Runner.run(agent, state)
-            await tools.finish()
+            resumed = await _resume_approving(agent, paused)
+            await wrapped.finish()
             return paused, resumed
 
     paused, resumed = asyncio.run(scenario())
@@ -157,20 +197,15 @@ def test_arguments_that_are_not_an_object_fail_without_side_effect(
         [[function_call("create_order", "[1, 2]", call_id="call-1")], [assistant_message("ok")]]
     )
 
-    async def scenario() -> Any:
-        async with AsyncLedgerClient(live_server.url, ledger_token) as ledger:
-            tools = LedgerFunctionTools(ledger, user_id="u1", run_id="conv-2")
-            agent = Agent(name="shop", model=model, tools=tools.wrap([create_order]))
-            result = await Runner.run(agent, "order")
-            # The SDK itself holds arguments it cannot inspect for approval.
-            state = result.to_state()
-            for item in result.interruptions:
-                state.approve(item)
-            result = await Runner.run(agent, state)
-            await tools.finish()
-            return result
-
-    result = asyncio.run(scenario())
+    # The SDK itself holds arguments it cannot inspect for approval.
+    result = _agent_run(
+        live_server,
+        ledger_token,
+        model,
+        [create_order],
+        run_id="conv-2",
+        approve_interruptions=True,
+    )
     (output,) = _tool_outputs(result)
     assert json.loads(output)["code"] == "INVALID_TOOL_INPUT" and ran == []
     record = IdempotencyRecord.objects.get()
@@ -180,37 +215,9 @@ def test_arguments_that_are_not_an_object_fail_without_side_effect(
 def test_a_call_beside_an_interrupted_one_runs_once(
     live_server, ledger_token: str, sandbox: SandboxServer
 ) -> None:
-    attempts: list[str] = []
-    write_file = function_tool(flaky_write_tool(sandbox, attempts))
-    create_order = function_tool(order_tool(sandbox))
-    write = {"path": "app.py", "content": "new"}
-    model = ScriptedModel(
-        [
-            [function_call("write_file", write, call_id="call-1")],
-            [
-                function_call("write_file", write, call_id="call-2"),
-                function_call("create_order", {"cart": "cart-9"}, call_id="call-3"),
-            ],
-            [assistant_message("Done.")],
-        ]
+    paused, resumed, attempts = _paused_write(
+        live_server, ledger_token, sandbox, approve=True, run_id="conv-5", order_beside=True
     )
-
-    async def scenario() -> tuple[Any, Any]:
-        async with AsyncLedgerClient(live_server.url, ledger_token) as ledger:
-            await ledger.register_tool("write_file", key_fields=["path"])
-            tools = LedgerFunctionTools(ledger, user_id="u1", run_id="conv-5", approval_wait=15)
-            agent = Agent(name="shop", model=model, tools=tools.wrap([write_file, create_order]))
-            paused = await Runner.run(agent, "write app.py and order cart-9")
-            approver = _approve_when_asked()
-            await asyncio.to_thread(approver.join, 15)
-            state = paused.to_state()
-            for item in paused.interruptions:
-                state.approve(item)
-            resumed = await Runner.run(agent, state)
-            await tools.finish()
-            return paused, resumed
-
-    paused, resumed = asyncio.run(scenario())
     assert [item.call_id for item in paused.interruptions] == ["call-2"]
     assert resumed.final_output == "Done." and attempts == ["app.py", "app.py"]
     assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
@@ -240,15 +247,7 @@ def test_a_call_a_tool_guardrail_refuses_is_reported_not_started(
         ]
     )
 
-    async def scenario() -> Any:
-        async with AsyncLedgerClient(live_server.url, ledger_token) as ledger:
-            tools = LedgerFunctionTools(ledger, user_id="u1", run_id="conv-6")
-            agent = Agent(name="shop", model=model, tools=tools.wrap([create_order]))
-            result = await Runner.run(agent, "order")
-            await tools.finish()
-            return result
-
-    result = asyncio.run(scenario())
+    result = _agent_run(live_server, ledger_token, model, [create_order], run_id="conv-6")
     assert _tool_outputs(result) == ["orders are closed today"] and ran == []
     record = IdempotencyRecord.objects.get()
     assert (record.state, record.error_retryable) == ("failed_final", True)
