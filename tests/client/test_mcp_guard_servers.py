@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from agent_ledger_client import AsyncLedgerClient
 from agent_ledger_client.mcp_guard import KEY_META_KEY, LEDGER_META_KEY, LedgerGuard
 from ledger.models import ApprovalRequest, IdempotencyRecord, PolicyRule, Tenant, WritePlan
+from reconcile.models import WorkspaceRoot
 from tests.client.test_seed_eval_cases import _approve_when_asked
 
 pytestmark = [
@@ -227,11 +228,18 @@ def _conditional_writes() -> None:
 
 
 def _lost_write(
-    live_server: Any, token: str, shim: Shim, root: Path, fault: str, **guard: Any
+    live_server: Any,
+    token: str,
+    shim: Shim,
+    root: Path,
+    fault: str,
+    *,
+    conditional: Callable[[], None] = _conditional_writes,
+    **guard: Any,
 ) -> Any:
-    """A write_file of notes.txt ("old" to "new") under a conditional policy, whose call meets
-    ``fault`` in the shim."""
-    _conditional_writes()
+    """A write_file of notes.txt ("old" to "new"), made conditional by ``conditional``, whose
+    call meets ``fault`` in the shim."""
+    conditional()
     target = root / "notes.txt"
 
     async def scenario(subject: LedgerGuard, shim: Shim) -> Any:
@@ -252,6 +260,19 @@ def test_a_lost_write_file_that_landed_settles_already_applied(
     assert result.meta[LEDGER_META_KEY]["code"] == "ALREADY_APPLIED"
     assert (root / "notes.txt").read_text() == "new\n" and len(shim.calls("write_file")) == 1
     assert IdempotencyRecord.objects.get(tool__name="fs/write_file").state == "succeeded"
+
+
+def test_a_lost_write_file_under_a_registered_workspace_root_settles_by_hash(
+    live_server, ledger_token: str, shim: Shim, root: Path
+) -> None:
+    def registered_root() -> None:
+        WorkspaceRoot.objects.create(tenant=Tenant.objects.get(), name="fs", path=str(root))
+
+    result = _lost_write(
+        live_server, ledger_token, shim, root, "drop_response", conditional=registered_root
+    )
+    assert result.meta[LEDGER_META_KEY]["code"] == "ALREADY_APPLIED", result.content[0].text
+    assert len(shim.calls("write_file")) == 1 and not PolicyRule.objects.exists()
 
 
 def test_a_lost_write_file_that_never_landed_asks_a_human_without_blocking(
