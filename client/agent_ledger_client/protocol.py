@@ -430,9 +430,7 @@ class LedgerProtocol:
         ``execute`` answer holds the call's lease: hand it to ``call(answer=...)`` at once."""
         opts = CallOptions(**options)
         body = call_body(run_id, tool, tool_input, opts, read_only=tool in self.idempotent_tools)
-        return (
-            yield from self.exchange("POST", "/calls", json=body, traceparent=opts.traceparent)
-        )
+        return (yield from self.exchange("POST", "/calls", json=body, traceparent=opts.traceparent))
 
     def call(
         self,
