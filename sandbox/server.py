@@ -16,6 +16,11 @@ Every service honours an ``Idempotency-Key`` header: a repeated key returns the 
 key, and ``/{service}/stats`` counts side effects per key and per business reference, which is
 what the acceptance tests judge by.
 
+An object is undone by ``POST /{service}/objects/{id}/cancel`` (a compensation), keyed the same
+way: a repeated key returns the first cancellation, a second cancellation of the same object
+under another key is refused (409). Cancellations are looked up by key at
+``/{service}/cancellations/by-key/{key}`` and counted per object in the stats.
+
 Run it with ``python -m sandbox --port 8025``; ``manage.py demo_agent`` and the tests start
 their own on a free port.
 """
@@ -52,7 +57,7 @@ MAX_BODY = 1024 * 1024
 class Fault:
     mode: str
     service: str = "*"  # a service name or "*"
-    operation: str = "create"  # create, lookup or "*"
+    operation: str = "create"  # create, cancel, lookup or "*"
     remaining: int = 1
     latency_ms: int = 0
     hang_seconds: float = 5.0
@@ -76,6 +81,8 @@ class State:
     # asked for the side effect, which the per-key dedup above would otherwise hide.
     creates: Counter[tuple[str, str]] = field(default_factory=Counter)
     writes: Counter[str] = field(default_factory=Counter)  # workspace writes per path
+    cancellations: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # by key
+    cancel_requests: Counter[tuple[str, str]] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def take_fault(self, service: str, operation: str) -> Fault | None:
@@ -108,6 +115,30 @@ class State:
                 self.by_key[(service, key)] = obj
             return obj, True
 
+    def cancel(self, service: str, object_id: str, key: str | None) -> tuple[int, dict]:
+        """Cancel object ``object_id``: (status, the cancellation or an error body)."""
+        with self.lock:
+            if key:
+                self.cancel_requests[(service, key)] += 1
+                if (service, key) in self.cancellations:
+                    return 200, self.cancellations[(service, key)]
+            target = next((o for o in self.objects[service] if o["id"] == object_id), None)
+            if target is None:
+                return 404, {"error": "not_found", "id": object_id}
+            if target.get("cancelled_by"):
+                return 409, {"error": "already_cancelled", "id": object_id}
+            cancellation_id = f"can_{uuid.uuid4().hex[:12]}"
+            cancellation: dict[str, Any] = {
+                "id": cancellation_id,
+                "service": service,
+                "object_id": object_id,
+                "idempotency_key": key,
+                "created_at": time.time(),
+            }
+            target["cancelled_by"] = cancellation_id
+            self.cancellations[(service, key or cancellation_id)] = cancellation
+            return 201, cancellation
+
     def stats(self, service: str) -> dict[str, Any]:
         with self.lock:
             objects = list(self.objects[service])
@@ -116,6 +147,12 @@ class State:
         with self.lock:
             lookups = {key: n for (svc, key), n in self.lookups.items() if svc == service}
             creates = {key: n for (svc, key), n in self.creates.items() if svc == service}
+            cancelled = Counter(
+                c["object_id"] for (svc, _key), c in self.cancellations.items() if svc == service
+            )
+            cancel_requests = {
+                key: n for (svc, key), n in self.cancel_requests.items() if svc == service
+            }
         return {
             "service": service,
             "objects": len(objects),
@@ -125,6 +162,9 @@ class State:
             "max_per_reference": max(per_reference.values(), default=0),
             "lookups_per_key": lookups,
             "create_requests_per_key": creates,
+            "cancellations": sum(cancelled.values()),
+            "cancellations_per_object": dict(cancelled),
+            "cancel_requests_per_key": cancel_requests,
         }
 
     def reset(self) -> None:
@@ -137,6 +177,8 @@ class State:
             self.lookups.clear()
             self.creates.clear()
             self.writes.clear()
+            self.cancellations.clear()
+            self.cancel_requests.clear()
 
 
 class SandboxServer(ThreadingHTTPServer):
@@ -257,13 +299,14 @@ class SandboxHandler(BaseHTTPRequestHandler):
         state.requests[f"{service}:lookup"] += 1
         if parts[1:] == ["stats"]:
             return self._send(200, state.stats(service))
-        if len(parts) == 4 and parts[1:3] == ["objects", "by-key"]:
+        if len(parts) == 4 and parts[2] == "by-key" and parts[1] in ("objects", "cancellations"):
             with state.lock:
                 state.lookups[(service, parts[3])] += 1
             fault = state.take_fault(service, "lookup")
             if not self._before(fault):
                 return None
-            obj = state.by_key.get((service, parts[3]))
+            keyed = state.by_key if parts[1] == "objects" else state.cancellations
+            obj = keyed.get((service, parts[3]))
             if obj is None:
                 return self._send(404, {"error": "not_found", "idempotency_key": parts[3]})
             if fault and fault.mode == "malformed":
@@ -293,6 +336,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
         if parts == ["_reset"]:
             state.reset()
             return self._send(200, {"reset": True})
+        if len(parts) == 4 and parts[0] in SERVICES and parts[1::2] == ["objects", "cancel"]:
+            return self._cancel(parts[0], parts[2])
         if len(parts) != 2 or parts[0] not in SERVICES or parts[1] != "objects":
             return self._send(404, {"error": "not_found"})
         service = parts[0]
@@ -339,6 +384,21 @@ class SandboxHandler(BaseHTTPRequestHandler):
         return self._send(404, {"error": "not_found"})
 
     # --- helpers ----------------------------------------------------------------------------
+    def _cancel(self, service: str, object_id: str) -> None:
+        state = self.server.state
+        state.requests[f"{service}:cancel"] += 1
+        fault = state.take_fault(service, "cancel")
+        if not self._before(fault):
+            return None
+        key = self.headers.get("Idempotency-Key") or None
+        if key is not None and not (0 < len(key) <= 1024):
+            return self._send(400, {"error": "invalid_idempotency_key"})
+        status, body = state.cancel(service, object_id, key)
+        if status >= 400:
+            return self._send(status, body)
+        headers = {} if status == 201 else {"Idempotent-Replayed": "true"}
+        return self._after(fault, status, body, headers)
+
     def _arm_fault(self, body: dict[str, Any]) -> None:
         mode = body.get("mode")
         if mode not in FAULT_MODES:

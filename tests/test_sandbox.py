@@ -105,3 +105,46 @@ def test_create_requests_and_workspace_writes_are_counted(sandbox: SandboxServer
     httpx.put(f"{sandbox.url}/workspace/files/a.txt", json={"content": "x"}, timeout=5)
     stats = httpx.get(f"{sandbox.url}/workspace/stats", timeout=5).json()
     assert stats == {"writes_per_path": {"a.txt": 1}, "writes": 1}
+
+
+def _cancel(server: SandboxServer, object_id: str, key: str | None) -> httpx.Response:
+    headers = {"Idempotency-Key": key} if key else {}
+    return httpx.post(
+        f"{server.url}/orders/objects/{object_id}/cancel", json={}, headers=headers, timeout=5
+    )
+
+
+def test_a_cancel_is_keyed_and_counted_once_per_object(sandbox: SandboxServer) -> None:
+    order = _create(sandbox, "k1").json()
+    first = _cancel(sandbox, order["id"], "k1:compensate")
+    again = _cancel(sandbox, order["id"], "k1:compensate")
+    assert first.status_code == 201 and again.status_code == 200
+    assert again.json()["id"] == first.json()["id"]
+    other_key = _cancel(sandbox, order["id"], "another-key")
+    assert other_key.status_code == 409 and other_key.json()["error"] == "already_cancelled"
+    stats = _stats(sandbox)
+    assert stats["cancellations_per_object"] == {order["id"]: 1}
+    assert stats["cancel_requests_per_key"] == {"k1:compensate": 2, "another-key": 1}
+
+
+def test_cancelling_an_unknown_object_is_404(sandbox: SandboxServer) -> None:
+    assert _cancel(sandbox, "ord_missing", "k").status_code == 404
+    assert _stats(sandbox)["cancellations"] == 0
+
+
+def test_a_cancellation_is_looked_up_by_key(sandbox: SandboxServer) -> None:
+    order = _create(sandbox, "k1").json()
+    missing = httpx.get(f"{sandbox.url}/orders/cancellations/by-key/k1:compensate", timeout=5)
+    assert missing.status_code == 404
+    assert missing.json() == {"error": "not_found", "idempotency_key": "k1:compensate"}
+    cancelled = _cancel(sandbox, order["id"], "k1:compensate").json()
+    found = httpx.get(f"{sandbox.url}/orders/cancellations/by-key/k1:compensate", timeout=5)
+    assert found.status_code == 200 and found.json()["id"] == cancelled["id"]
+
+
+def test_a_cancel_whose_response_is_lost_still_happened(sandbox: SandboxServer) -> None:
+    order = _create(sandbox, "k1").json()
+    arm(sandbox, service="orders", operation="cancel", mode="reset_after_commit")
+    with pytest.raises(httpx.TransportError):
+        _cancel(sandbox, order["id"], "k1:compensate")
+    assert _stats(sandbox)["cancellations_per_object"] == {order["id"]: 1}
