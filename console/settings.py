@@ -189,6 +189,8 @@ CELERY_TASK_ROUTES = {
     "reconcile.tasks.sweep_notifications": {"queue": "maintenance"},
     # deliveries wait on mail servers and webhooks: their own queue, so they never delay sweeps;
     "reconcile.tasks.deliver_notification": {"queue": "notify"},
+    "reconcile.tasks.run_compensations": {"queue": "reconcile"},
+    "reconcile.tasks.compensate_run": {"queue": "reconcile"},
 }
 # publishing must not hang a web request when the broker is down: fail fast, the sweep catches up;
 CELERY_TASK_PUBLISH_RETRY = False

@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 
-from console import explorer, on_call, readiness, unknown, views
+from console import compensations, explorer, on_call, readiness, unknown, views
 from console.prometheus import metrics_view
 from ledger.api import api
 
@@ -24,6 +24,32 @@ console_patterns = [
     path("unknown/bulk", unknown.unknown_bulk, name="unknown_bulk"),
     path("unknown/<int:pk>/", unknown.unknown_detail, name="unknown_call"),
     path("unknown/<int:pk>/action", unknown.unknown_action, name="unknown_action"),
+    path(
+        "compensations/records/<int:pk>/",
+        compensations.record_compensation,
+        name="record_compensation",
+    ),
+    path(
+        "compensations/records/<int:pk>/request",
+        compensations.record_compensation_request,
+        name="record_compensation_request",
+    ),
+    path(
+        "compensations/records/<int:pk>/decide",
+        compensations.record_compensation_decide,
+        name="record_compensation_decide",
+    ),
+    path("compensations/runs/<int:pk>/", compensations.run_compensation, name="run_compensation"),
+    path(
+        "compensations/runs/<int:pk>/request",
+        compensations.run_compensation_request,
+        name="run_compensation_request",
+    ),
+    path(
+        "compensations/runs/<int:pk>/decide",
+        compensations.run_compensation_decide,
+        name="run_compensation_decide",
+    ),
     path("combinations/", views.combinations_page, name="combinations"),
     path("combinations/<int:pk>/rollback", views.rollback_page, name="rollback"),
     path("combinations/<int:pk>/action", views.combination_action, name="combination_action"),

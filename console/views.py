@@ -46,6 +46,7 @@ from ledger.models import (
 from ledger.services import approvals as approvals_service
 from ledger.services import combinations, metrics, thresholds
 from ledger.services.registry import import_mcp_tools, override_tool
+from reconcile import compensations
 
 PAGE_SIZE = 50
 
@@ -158,10 +159,16 @@ def approval_decide(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
     approve = request.POST.get("decision") == "approve"
     reason = request.POST.get("reason", "").strip()
     assert isinstance(request.user, AbstractBaseUser)  # console_view signed them in
+    compensation = compensations.compensation_of_approval(approval)
     try:
-        approvals_service.decide(
-            approval=approval, user=request.user, approve=approve, reason=reason
-        )
+        if compensation is not None:  # a compensation runs once approved, and needs a reason
+            compensations.decide_compensation(
+                compensation=compensation, user=request.user, approve=approve, reason=reason
+            )
+        else:
+            approvals_service.decide(
+                approval=approval, user=request.user, approve=approve, reason=reason
+            )
     except approvals_service.DeciderRefused as exc:
         raise PermissionDenied(exc.message) from None  # audited by decide
     except LedgerError as exc:

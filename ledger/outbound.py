@@ -1,7 +1,8 @@
-"""Outbound requests the ledger makes on a user's behalf (alert webhooks) go only to allowed
-hosts: never, by default, to loopback, private, link-local or other non-public addresses,
-checked on every address the name resolves to, and redirects are not followed. A webhook URL
-is someone's input; without this it is a way to reach the ledger's own network (SSRF).
+"""Outbound requests the ledger makes on a user's behalf (alert webhooks, compensations) go
+only to allowed hosts: never, by default, to loopback, private, link-local or other non-public
+addresses, checked on every address the name resolves to, and redirects are not followed. A
+webhook URL is someone's input; without this it is a way to reach the ledger's own network
+(SSRF).
 
 A delivery connects to the very address it checked (the name is resolved once): a name whose
 DNS answers a public address to the check and a private one to the connection (DNS
@@ -34,7 +35,9 @@ def check_url(url: str) -> None:
         _checked_addresses(parts)
 
 
-def post_json(url: str, payload: Any, *, timeout: float = 5) -> httpx.Response:
+def post_json(
+    url: str, payload: Any, *, timeout: float = 5, headers: dict[str, str] | None = None
+) -> httpx.Response:
     """POST ``payload`` to an allowed ``url`` (checked again now: DNS may have changed), on a
     connection to the address that was checked, never following a redirect."""
     parts = _allowed_parts(url)
@@ -46,7 +49,7 @@ def post_json(url: str, payload: Any, *, timeout: float = 5) -> httpx.Response:
         return client.post(
             pinned,
             json=payload,
-            headers={"Host": parts.netloc.rpartition("@")[2]},
+            headers={**(headers or {}), "Host": parts.netloc.rpartition("@")[2]},
             extensions={"sni_hostname": host} if parts.scheme == "https" else {},
         )
 

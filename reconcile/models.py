@@ -135,3 +135,28 @@ class Heartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} at {self.beat_at:%Y-%m-%d %H:%M:%S}"
+
+
+class CompensationAdapter(models.Model):
+    """How a worker runs a compensating tool: an HTTP POST of the arguments as JSON, with the
+    compensation's key as ``Idempotency-Key`` (docs/compensation.md). Its outbound requests
+    pass ``ledger.outbound``'s allow-list."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    tool = models.OneToOneField(Tool, on_delete=models.CASCADE, related_name="compensation_adapter")
+    url_template = models.CharField(
+        max_length=1000, help_text="POST URL; {name} is replaced by that argument, URL-quoted."
+    )
+    success_statuses = models.JSONField(default=list, help_text="e.g. [200, 201]")
+    timeout_seconds = models.FloatField(default=10.0)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.CheckConstraint(
+                condition=Q(timeout_seconds__gt=0) & ~Q(url_template=""),
+                name="compensationadapter_configured",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool.name} -> {self.url_template}"

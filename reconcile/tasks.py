@@ -16,7 +16,7 @@ from django.utils import timezone
 from ledger.services import metrics, notifications, thresholds
 from ledger.services.cleanup import cleanup_expired_records
 from ledger.services.records import expire_leases
-from reconcile import services
+from reconcile import compensations, services
 from reconcile.models import Heartbeat
 
 logger = logging.getLogger(__name__)
@@ -126,6 +126,35 @@ def deliver_notification(self: Task, notification_id: int) -> str:
         delay = notifications.retry_delay(self.request.retries + 1)
         raise self.retry(countdown=delay.total_seconds())
     return outcome
+@shared_task(soft_time_limit=240, time_limit=300)
+def run_compensations(compensation_ids: list[int]) -> list[str]:
+    """Run approved compensations one after another (each at most once, whatever the number of
+    messages: ``compensations.run_compensation``); what came of each."""
+    worker = services.worker_name()
+    return [compensations.run_compensation(pk, worker=worker) for pk in compensation_ids]
+
+
+@shared_task(soft_time_limit=240, time_limit=300)
+def compensate_run(run_pk: int) -> dict[str, object]:
+    """Compensate a run as a whole, newest action first, stopping at the first failure."""
+    return compensations.run_saga(run_pk, worker=services.worker_name())
+
+
+def send_compensations(compensation_ids: list[int]) -> None:
+    """Put approved compensations on the broker now. A broker outage loses nothing: they stay
+    approved in PostgreSQL and asking for the compensation again sends them."""
+    try:
+        run_compensations.delay(list(compensation_ids))
+    except Exception:
+        logger.warning("broker unavailable; compensations wait", extra={"ids": compensation_ids})
+
+
+def send_saga(run_pk: int) -> None:
+    """Put a run's saga on the broker now (see ``send_compensations`` for an outage)."""
+    try:
+        compensate_run.delay(run_pk)
+    except Exception:
+        logger.warning("broker unavailable; the saga waits", extra={"run": run_pk})
 
 
 def send_lookups(record_ids: list[int]) -> None:

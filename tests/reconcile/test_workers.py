@@ -77,6 +77,8 @@ def test_every_task_has_a_named_queue() -> None:
         "reconcile.tasks.roll_up_metrics": "maintenance",
         "reconcile.tasks.sweep_notifications": "maintenance",
         "reconcile.tasks.deliver_notification": "notify",
+        "reconcile.tasks.run_compensations": "reconcile",
+        "reconcile.tasks.compensate_run": "reconcile",
     }
 
 

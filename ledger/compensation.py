@@ -1,0 +1,103 @@
+"""The pure rules of a compensation (docs/compensation.md): its key, and the exact call it makes,
+built from the original call's input and result. No ORM here."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import quote
+
+from ledger.keys import MAX_KEY_LENGTH
+
+#: A compensation's key is the original action's key with this suffix, so it is derived by the
+#: same runtime rule, unique per original action, and recognisable downstream.
+KEY_SUFFIX = ":compensate"
+MAX_ARGUMENTS = 20
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+_PATH = re.compile(r"^(input|result)(\.[A-Za-z0-9_-]{1,100}){1,10}$")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class CompensationError(ValueError):
+    """A declaration or an original call from which no compensation can be built."""
+
+
+def compensation_key(original_key: str) -> str:
+    """The compensation's idempotency key."""
+    key = original_key + KEY_SUFFIX
+    if len(key) > MAX_KEY_LENGTH:
+        raise CompensationError(
+            f"the compensation key would be longer than {MAX_KEY_LENGTH} characters"
+        )
+    return key
+
+
+def validate_arguments(arguments: Any) -> dict[str, str]:
+    """A declaration's argument mapping: ``{name: "input.<path>" | "result.<path>"}``."""
+    if not isinstance(arguments, dict) or not arguments:
+        raise CompensationError("arguments must be an object of at least one argument")
+    if len(arguments) > MAX_ARGUMENTS:
+        raise CompensationError(f"a compensation has at most {MAX_ARGUMENTS} arguments")
+    for name, path in arguments.items():
+        if not _NAME.match(name):
+            raise CompensationError(f"argument name {name!r} is not an identifier")
+        if not isinstance(path, str) or not _PATH.match(path):
+            raise CompensationError(
+                f"argument {name!r} must be a path starting with input. or result. "
+                f"(such as result.id), not {path!r}"
+            )
+    return dict(arguments)
+
+
+def _at(value: Any, path: str) -> Any:
+    for part in path.split("."):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return None
+    return value
+
+
+def _result_object(result: Any) -> Any:
+    """The downstream object a result stands for: a call settled by a look-up records the
+    object it found as ``evidence`` (``reconcile.services``), a reported one records it as is."""
+    if isinstance(result, dict) and "reconciled" in result and "evidence" in result:
+        return result["evidence"]
+    return result
+
+
+def compensation_arguments(
+    arguments: dict[str, str], *, tool_input: Any, result: Any
+) -> dict[str, Any]:
+    """The compensating call's arguments, taken from the original input and result. A path
+    that is missing or empty is an error: a compensation never runs with a guessed argument."""
+    sources = {"input": tool_input, "result": _result_object(result)}
+    built: dict[str, Any] = {}
+    for name, path in arguments.items():
+        source, _, rest = path.partition(".")
+        value = _at(sources[source], rest)
+        if value is None or (isinstance(value, str | list | dict) and not value):
+            raise CompensationError(f"{path} is missing from the original call (for {name})")
+        built[name] = value
+    return built
+
+
+def placeholders(url_template: str) -> set[str]:
+    """The argument names a compensation adapter's URL template uses."""
+    return set(_PLACEHOLDER.findall(url_template))
+
+
+def fill_url(url_template: str, arguments: dict[str, Any]) -> str:
+    """The adapter's URL with each ``{name}`` replaced by that argument, URL-quoted (so an
+    argument cannot add a path segment or a query)."""
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in arguments:
+            raise CompensationError(f"the adapter URL needs the argument {name!r}")
+        raw = arguments[name]
+        return quote(raw if isinstance(raw, str) else str(raw), safe="")
+
+    return _PLACEHOLDER.sub(value, url_template)

@@ -1,0 +1,258 @@
+"""Compensations against the sandbox's real HTTP orders service: decided on the console by an
+approver, run by the worker task (eagerly, in this process), looked up when their answer is
+lost, and never sent twice (docs/compensation.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from ledger.domain import Idempotency, RecordState
+from ledger.models import AuditEvent, Compensation, IdempotencyRecord, Run, Tenant, Tool
+from reconcile.compensations import compensation_record, compensation_view, declare_compensation
+from reconcile.models import CompensationAdapter, DownstreamAdapter
+from reconcile.services import reconcile_record
+from reconcile.tasks import compensate_run, run_compensations
+from sandbox.server import SandboxServer
+from tests.api.conftest import ApiClient, client_for
+from tests.console.conftest import make_user, signed_in
+from tests.factories import make_tool
+from tests.sandbox_fixtures import arm
+
+pytestmark = pytest.mark.django_db
+
+
+def _declare_cancel(tenant: Tenant, sandbox: SandboxServer, *tools: Tool) -> Tool:
+    """cancel_order, run by a worker through the sandbox and looked up there by key, as the
+    compensation of each of ``tools``."""
+    cancel = make_tool(tenant, "cancel_order")
+    DownstreamAdapter.objects.create(
+        tenant=tenant,
+        tool=cancel,
+        url_template=f"{sandbox.url}/orders/cancellations/by-key/{{key}}",
+        found_statuses=[200],
+        not_found_statuses=[404],
+        grace_seconds=0,
+    )
+    CompensationAdapter.objects.create(
+        tenant=tenant,
+        tool=cancel,
+        url_template=f"{sandbox.url}/orders/objects/{{order_id}}/cancel",
+        success_statuses=[200, 201],
+    )
+    for tool in tools:
+        declare_compensation(
+            tool=tool,
+            compensating_tool="cancel_order",
+            arguments={"order_id": "result.id"},
+            actor="test",
+            source="system",
+        )
+    return cancel
+
+
+@pytest.fixture
+def api(tenant: Tenant) -> ApiClient:
+    return client_for(tenant)
+
+
+@pytest.fixture(autouse=True)
+def _sandbox_is_allowed(settings: Any) -> None:
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True  # the sandbox listens on 127.0.0.1
+
+
+def _stats(sandbox: SandboxServer) -> dict[str, Any]:
+    return httpx.get(f"{sandbox.url}/orders/stats", timeout=5).json()
+
+
+def _order_twice(api: ApiClient, sandbox: SandboxServer) -> tuple[IdempotencyRecord, dict]:
+    """A runtime that believes place_order is idempotent: it sends no key downstream, its first
+    answer is lost after the order was made, and the ledger lets it replay at once."""
+    api.start_run()
+    first = api.call("place_order", {"cart": "cart-1"}).json()
+    assert first["decision"] == "execute"
+    arm(sandbox, service="orders", mode="timeout_after_commit", hang_seconds=1)
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{sandbox.url}/orders/objects", json={"reference": "cart-1"}, timeout=0.3)
+    api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+    replay = api.post(f"/calls/{first['call_id']}/replay", {}).json()
+    assert replay["decision"] == "execute"
+    second = httpx.post(f"{sandbox.url}/orders/objects", json={"reference": "cart-1"}).json()
+    done = api.post(
+        f"/calls/{replay['call_id']}/complete",
+        {
+            "fencing_token": replay["lease"]["fencing_token"],
+            "outcome": "succeeded",
+            "result": second,
+        },
+    )
+    assert done.status_code == 200, done.content
+    assert _stats(sandbox)["per_reference"] == {"cart-1": 2}
+    return IdempotencyRecord.objects.get(key=first["idempotency_key"]), second
+
+
+def test_a_duplicate_order_is_cancelled_once_though_the_answer_is_lost_and_it_is_retried(
+    tenant, api, sandbox, django_user_model
+):
+    place = make_tool(tenant, "place_order", declared_idempotency=Idempotency.IDEMPOTENT)
+    assert place.idempotency == "idempotent"  # the misclassification that let it run twice
+    _declare_cancel(tenant, sandbox, place)
+    record, duplicate = _order_twice(api, sandbox)
+    olga = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    alice = signed_in(make_user(django_user_model, "alice", tenant, "approver"))
+
+    page = alice.get(f"/compensations/records/{record.pk}/").content.decode()
+    assert "cancel_order" in page and duplicate["id"] in page
+    assert f"{record.key}:compensate" in page
+    assert olga.post(f"/compensations/records/{record.pk}/request").status_code == 302
+    compensation = Compensation.objects.get(original=record)
+    assert compensation.arguments == {"order_id": duplicate["id"]}
+
+    arm(sandbox, service="orders", operation="cancel", mode="reset_after_commit")
+    decided = alice.post(
+        f"/compensations/records/{record.pk}/decide",
+        {"decision": "approve", "reason": "duplicate order from a retried call"},
+    )
+    assert decided.status_code == 302
+    assert run_compensations([compensation.pk]) == ["uncertain"]  # the answer was lost
+    assert compensation_record(compensation).state == RecordState.UNKNOWN
+
+    for _ in range(3):  # asked again, and the task redelivered, while the outcome is unknown
+        assert alice.post(f"/compensations/records/{record.pk}/request").status_code == 302
+        assert run_compensations([compensation.pk]) == ["unknown"]
+    assert reconcile_record(compensation_record(compensation).pk) == "succeeded"
+
+    stats = _stats(sandbox)
+    assert stats["cancellations_per_object"] == {duplicate["id"]: 1}
+    assert stats["cancel_requests_per_key"] == {compensation.key: 1}
+    assert compensation_view(record)["state"] == "compensated"
+    assert compensation_view(compensation_record(compensation))["key"] == record.key
+    assert "compensated" in alice.get(f"/compensations/records/{record.pk}/").content.decode()
+    approved = AuditEvent.objects.get(action="approval.approved")
+    assert approved.actor == "alice" and approved.created_at is not None
+    assert approved.detail == "duplicate order from a retried call"
+    assert AuditEvent.objects.get(action="compensation.requested").actor == "olga"
+
+
+def test_the_requester_cannot_approve_their_own_compensation(
+    tenant, api, sandbox, django_user_model
+):
+    place = make_tool(tenant, "place_order", declared_idempotency=Idempotency.IDEMPOTENT)
+    _declare_cancel(tenant, sandbox, place)
+    record, _duplicate = _order_twice(api, sandbox)
+    alice = signed_in(make_user(django_user_model, "alice", tenant, "approver"))
+    alice.post(f"/compensations/records/{record.pk}/request")
+    refused = alice.post(
+        f"/compensations/records/{record.pk}/decide", {"decision": "approve", "reason": "mine"}
+    )
+    assert refused.status_code == 403
+    compensation = Compensation.objects.get(original=record)
+    assert compensation_record(compensation).state == RecordState.RESERVED
+    denial = AuditEvent.objects.get(action="approval.decide_refused")
+    assert denial.actor == "alice" and "their own request" in denial.detail
+    assert run_compensations([compensation.pk]) == ["not-approved"]
+    assert _stats(sandbox)["cancellations"] == 0
+
+
+def test_a_compensation_needs_a_reason(tenant, api, sandbox, django_user_model):
+    place = make_tool(tenant, "place_order", declared_idempotency=Idempotency.IDEMPOTENT)
+    _declare_cancel(tenant, sandbox, place)
+    record, _duplicate = _order_twice(api, sandbox)
+    signed_in(make_user(django_user_model, "olga", tenant, "operator")).post(
+        f"/compensations/records/{record.pk}/request"
+    )
+    alice = signed_in(make_user(django_user_model, "alice", tenant, "approver"))
+    alice.post(f"/compensations/records/{record.pk}/decide", {"decision": "approve"})
+    compensation = Compensation.objects.get(original=record)
+    assert not AuditEvent.objects.filter(action="approval.approved").exists()
+    assert run_compensations([compensation.pk]) == ["not-approved"]
+
+
+def test_an_operator_cannot_decide_a_compensation(tenant, api, sandbox, django_user_model):
+    place = make_tool(tenant, "place_order", declared_idempotency=Idempotency.IDEMPOTENT)
+    _declare_cancel(tenant, sandbox, place)
+    record, _duplicate = _order_twice(api, sandbox)
+    olga = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    olga.post(f"/compensations/records/{record.pk}/request")
+    answer = olga.post(
+        f"/compensations/records/{record.pk}/decide", {"decision": "approve", "reason": "x"}
+    )
+    assert answer.status_code == 403
+    assert not AuditEvent.objects.filter(action="approval.approved").exists()
+
+
+def _three_orders(api: ApiClient, sandbox: SandboxServer) -> tuple[Run, list[dict]]:
+    """A run that placed three orders, each with its key passed downstream."""
+    api.start_run("run-3")
+    orders = []
+    for n in range(3):
+        call = api.call(
+            "create_order", {"cart": f"cart-{n}"}, run_id="run-3", step_id=f"step-{n}"
+        ).json()
+        order = httpx.post(
+            f"{sandbox.url}/orders/objects",
+            json={"reference": f"cart-{n}"},
+            headers={"Idempotency-Key": call["idempotency_key"]},
+        ).json()
+        api.post(
+            f"/calls/{call['call_id']}/complete",
+            {"fencing_token": 1, "outcome": "succeeded", "result": order},
+        )
+        orders.append(order)
+    return Run.objects.get(run_id="run-3"), orders
+
+
+def _cancelled_at(sandbox: SandboxServer, key: str) -> float:
+    found = httpx.get(f"{sandbox.url}/orders/cancellations/by-key/{key}", timeout=5)
+    assert found.status_code == 200, found.text
+    return float(found.json()["created_at"])
+
+
+def test_a_run_compensated_as_a_whole_undoes_its_orders_newest_first_once_each(
+    tenant, api, sandbox, django_user_model, create_order
+):
+    _declare_cancel(tenant, sandbox, create_order)
+    run, orders = _three_orders(api, sandbox)
+    olga = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    alice = signed_in(make_user(django_user_model, "alice", tenant, "approver"))
+    page = alice.get(f"/compensations/runs/{run.pk}/").content.decode()
+    positions = [page.index(order["id"]) for order in orders]
+    assert positions == sorted(positions, reverse=True)  # previewed newest first
+    olga.post(f"/compensations/runs/{run.pk}/request")
+    alice.post(
+        f"/compensations/runs/{run.pk}/decide", {"decision": "approve", "reason": "wrong cart"}
+    )
+    report = compensate_run(run.pk)
+    assert report["stopped_at"] is None and len(report["done"]) == 3
+    assert compensate_run(run.pk)["done"] == report["done"]  # again: nothing more is sent
+
+    stats = _stats(sandbox)
+    assert stats["cancellations_per_object"] == {order["id"]: 1 for order in orders}
+    assert set(stats["cancel_requests_per_key"].values()) == {1}
+    keys = [Compensation.objects.get(arguments={"order_id": o["id"]}).key for o in orders]
+    times = [_cancelled_at(sandbox, key) for key in keys]
+    assert times == sorted(times, reverse=True)  # the newest order was cancelled first
+    assert AuditEvent.objects.filter(action="approval.approved", actor="alice").count() == 3
+
+
+def test_a_saga_stops_at_the_first_failure_and_lists_the_rest(
+    tenant, api, sandbox, django_user_model, create_order
+):
+    _declare_cancel(tenant, sandbox, create_order)
+    run, orders = _three_orders(api, sandbox)
+    signed_in(make_user(django_user_model, "olga", tenant, "operator")).post(
+        f"/compensations/runs/{run.pk}/request"
+    )
+    signed_in(make_user(django_user_model, "alice", tenant, "approver")).post(
+        f"/compensations/runs/{run.pk}/decide", {"decision": "approve", "reason": "wrong cart"}
+    )
+    newest = Compensation.objects.get(arguments={"order_id": orders[2]["id"]})
+    arm(sandbox, service="orders", operation="cancel", mode="error_5xx")
+    report = compensate_run(run.pk)
+    assert report["stopped_at"] == newest.key and report["state"] == RecordState.UNKNOWN
+    assert len(report["not_run"]) == 2 and report["done"] == []
+    assert _stats(sandbox)["cancellations"] == 0
+    stopped = AuditEvent.objects.get(action="compensation.saga_stopped")
+    assert stopped.after["not_run"] == report["not_run"]
