@@ -84,20 +84,18 @@ def compensation_arguments(
     return built
 
 
-def placeholders(url_template: str) -> set[str]:
-    """The argument names a compensation adapter's URL template uses."""
-    return set(_PLACEHOLDER.findall(url_template))
-
-
 def fill_url(url_template: str, arguments: dict[str, Any]) -> str:
     """The adapter's URL with each ``{name}`` replaced by that argument, URL-quoted (so an
-    argument cannot add a path segment or a query)."""
+    argument cannot add or remove a path segment, or add a query)."""
 
     def value(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in arguments:
             raise CompensationError(f"the adapter URL needs the argument {name!r}")
         raw = arguments[name]
-        return quote(raw if isinstance(raw, str) else str(raw), safe="")
+        quoted = quote(raw if isinstance(raw, str) else str(raw), safe="")
+        if quoted in (".", ".."):  # a URL resolves these away: the request would go elsewhere
+            raise CompensationError(f"the argument {name!r} cannot be a URL path segment")
+        return quoted
 
     return _PLACEHOLDER.sub(value, url_template)

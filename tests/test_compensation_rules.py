@@ -1,0 +1,127 @@
+"""The pure rules of a compensation: its key, its arguments, its URL (ledger.compensation)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ledger.compensation import (
+    KEY_SUFFIX,
+    CompensationError,
+    compensation_arguments,
+    compensation_key,
+    fill_url,
+    validate_arguments,
+)
+from ledger.keys import MAX_KEY_LENGTH
+
+
+def test_the_key_is_the_original_key_with_the_suffix() -> None:
+    assert compensation_key("agent:acme:u1:run-1:create_order:cart-1") == (
+        "agent:acme:u1:run-1:create_order:cart-1:compensate"
+    )
+
+
+def test_a_key_too_long_for_a_suffix_is_refused() -> None:
+    with pytest.raises(CompensationError, match="longer than"):
+        compensation_key("k" * (MAX_KEY_LENGTH - len(KEY_SUFFIX) + 1))
+
+
+@given(st.text(min_size=1, max_size=MAX_KEY_LENGTH - len(KEY_SUFFIX)))
+def test_distinct_originals_have_distinct_compensation_keys(key: str) -> None:
+    assert compensation_key(key) != compensation_key(key + "x")
+    assert compensation_key(key).removesuffix(KEY_SUFFIX) == key
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"order_id": "result.id"},
+        {"charge": "result.id", "amount": "input.amount.value", "first": "result.items.0"},
+    ],
+)
+def test_valid_argument_mappings(arguments: dict[str, str]) -> None:
+    assert validate_arguments(arguments) == arguments
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ({}, "at least one"),
+        ([], "at least one"),
+        ({"order_id": "id"}, "must be a path"),
+        ({"order_id": "output.id"}, "must be a path"),
+        ({"order_id": "result"}, "must be a path"),
+        ({"order_id": "result..id"}, "must be a path"),
+        ({"order_id": 7}, "must be a path"),
+        ({"1st": "result.id"}, "not an identifier"),
+        ({"a b": "result.id"}, "not an identifier"),
+        ({f"a{n}": "result.id" for n in range(21)}, "at most"),
+    ],
+)
+def test_invalid_argument_mappings(arguments: Any, problem: str) -> None:
+    with pytest.raises(CompensationError, match=problem):
+        validate_arguments(arguments)
+
+
+@pytest.mark.parametrize(
+    ("mapping", "tool_input", "result", "expected"),
+    [
+        ({"order_id": "result.id"}, {}, {"id": "ord_1"}, {"order_id": "ord_1"}),
+        ({"cart": "input.cart.id"}, {"cart": {"id": "c-9"}}, None, {"cart": "c-9"}),
+        ({"line": "result.lines.1"}, {}, {"lines": ["a", "b"]}, {"line": "b"}),
+        # A call settled by a look-up records the downstream object it found as evidence.
+        (
+            {"order_id": "result.id"},
+            {},
+            {"evidence": {"id": "ord_2"}, "reconciled": "found"},
+            {"order_id": "ord_2"},
+        ),
+        ({"amount": "result.amount"}, {}, {"amount": 0}, {"amount": 0}),
+    ],
+)
+def test_arguments_come_from_the_original_input_and_result(
+    mapping: dict[str, str], tool_input: Any, result: Any, expected: dict[str, Any]
+) -> None:
+    assert compensation_arguments(mapping, tool_input=tool_input, result=result) == expected
+
+
+@pytest.mark.parametrize(
+    ("mapping", "result"),
+    [
+        ({"order_id": "result.id"}, None),
+        ({"order_id": "result.id"}, {"name": "x"}),
+        ({"order_id": "result.id"}, {"id": ""}),
+        ({"order_id": "result.id.deeper"}, {"id": "ord_1"}),
+        ({"line": "result.lines.5"}, {"lines": ["a"]}),
+    ],
+)
+def test_a_missing_argument_is_an_error_never_a_guess(mapping: dict[str, str], result: Any) -> None:
+    with pytest.raises(CompensationError, match="missing"):
+        compensation_arguments(mapping, tool_input={}, result=result)
+
+
+def test_the_url_takes_each_argument_quoted() -> None:
+    url = fill_url("https://shop.example/orders/{order_id}/cancel", {"order_id": "a/../b?x=1"})
+    assert url == "https://shop.example/orders/a%2F..%2Fb%3Fx%3D1/cancel"
+
+
+def test_a_url_needing_an_argument_that_is_not_there_is_refused() -> None:
+    with pytest.raises(CompensationError, match="order_id"):
+        fill_url("https://shop.example/orders/{order_id}/cancel", {"charge": "c"})
+
+
+@pytest.mark.parametrize("value", [".", ".."])
+def test_an_argument_that_a_url_would_resolve_away_is_refused(value: str) -> None:
+    with pytest.raises(CompensationError, match="path segment"):
+        fill_url("https://shop.example/orders/{id}/cancel", {"id": value})
+
+
+@given(st.text(min_size=1, max_size=50).filter(lambda v: v not in (".", "..")))
+def test_no_argument_can_leave_its_path_segment(value: str) -> None:
+    url = fill_url("https://shop.example/orders/{id}/cancel", {"id": value})
+    middle = url.removeprefix("https://shop.example/orders/").removesuffix("/cancel")
+    assert "/" not in middle and "?" not in middle and "#" not in middle
