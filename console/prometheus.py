@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Min, Sum
+from django.db.models import Count, Min, OuterRef, Subquery, Sum
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from ledger.domain import Decision, RecordState
-from ledger.models import ApprovalRequest, IdempotencyRecord, MetricBucket
+from ledger.models import ApprovalRequest, Compensation, IdempotencyRecord, MetricBucket
 from ledger.services.metrics import COUNTERS, bucket_of
 from reconcile.models import ReconcileAttempt
 
@@ -127,6 +127,28 @@ class LedgerCollector(Collector):
         for row in _rows(pending.values("tenant__slug").annotate(oldest=Min("created_at"))):
             approvals.add_metric([row["tenant__slug"]], (now - row["oldest"]).total_seconds())
         yield approvals
+        yield self._compensations()
+
+    def _compensations(self) -> Metric:
+        """Compensations by the state of their own record (``compensated`` once succeeded)."""
+        family = GaugeMetricFamily(
+            "agent_ledger_compensations",
+            "compensations requested, by state (compensated, reserved, unknown, ...)",
+            labels=["tenant", "state"],
+        )
+        own_record = IdempotencyRecord.objects.filter(
+            tenant_id=OuterRef("tenant_id"), key=OuterRef("key")
+        ).values("state")[:1]
+        rows = (
+            Compensation.objects.annotate(record_state=Subquery(own_record))
+            .values("tenant__slug", "record_state")
+            .annotate(n=Count("pk"))
+        )
+        for row in _rows(rows):
+            state = row["record_state"] or "missing"
+            label = "compensated" if state == RecordState.SUCCEEDED else state
+            family.add_metric([row["tenant__slug"], label], row["n"])
+        return family
 
 
 def _authorised(request: HttpRequest) -> bool:

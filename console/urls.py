@@ -62,6 +62,7 @@ console_patterns = [
     path("tools/", views.tools_page, name="tools"),
     path("tools/import", views.tools_import, name="tools_import"),
     path("tools/<int:pk>/override", views.tool_override, name="tool_override"),
+    path("tools/compensation", compensations.tool_compensation, name="tool_compensation"),
 ]
 
 urlpatterns = [

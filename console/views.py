@@ -37,6 +37,7 @@ from ledger.errors import InvalidInput, LedgerError
 from ledger.models import (
     ApprovalRequest,
     AuditEvent,
+    DeclaredCompensation,
     Tenant,
     Threshold,
     Tool,
@@ -332,6 +333,9 @@ def tools_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             request,
             tenant,
             tools=tools,
+            declared=DeclaredCompensation.objects.filter(tenant=tenant, tool__isnull=False)
+            .select_related("tool", "compensating_tool")
+            .order_by("tool__name")[:500],
             can_edit=has_role(request.user, tenant, Role.MANAGER),
             idempotency_choices=[i.value for i in Idempotency],
         ),

@@ -160,12 +160,19 @@ def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return problem(404, "NOT_FOUND", "No such resource.")
 
 
-from ledger.api import calls, combinations, runs, tools  # noqa: E402  (routers need ``api``)
+from ledger.api import (  # noqa: E402  (routers need ``api``)
+    calls,
+    combinations,
+    compensations,
+    runs,
+    tools,
+)
 
 api.add_router("/tools", tools.router)
 api.add_router("/runs", runs.router)
 api.add_router("/calls", calls.router)
 api.add_router("/records", calls.records_router)
+api.add_router("/compensations", compensations.router)
 api.add_router("/combinations", combinations.router)
 api.add_router("/metrics", combinations.metrics_router)
 api.add_router("/thresholds", combinations.thresholds_router)

@@ -28,6 +28,7 @@ from ledger.errors import NotFound
 from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry
 from ledger.services import calls
 from ledger.services.records import Outcome, lease_seconds_granted
+from reconcile.compensations import compensation_view
 
 router = Router(tags=["calls"])
 records_router = Router(tags=["records"])
@@ -229,6 +230,7 @@ def record_out(record: IdempotencyRecord) -> RecordOut:
         error=record.error,
         created_at=record.created_at,
         updated_at=record.updated_at,
+        compensation=compensation_view(record),
     )
 
 

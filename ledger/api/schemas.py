@@ -213,6 +213,10 @@ class RecordOut(Schema):
     error: dict[str, Any] | None
     created_at: ApiDateTime
     updated_at: ApiDateTime
+    #: For a compensated action, ``{"role": "compensated_by", "key", "record_id", "state"}``
+    #: (``state`` is ``compensated`` once it succeeded); for a compensation, ``{"role":
+    #: "compensates", ...}`` naming the action it undoes; else null.
+    compensation: dict[str, Any] | None = None
 
 
 class CallOut(Schema):
@@ -263,3 +267,60 @@ class ReplayIn(Strict):
         pattern=r"^[0-9a-f]{64}$",
         description="The file's sha256 now, for a conditional write's condition check.",
     )
+
+
+class CompensationDeclarationIn(Strict):
+    """How ``tool``'s action (or, with ``call_id``, one call's) is undone."""
+
+    tool: str = Field(pattern=TOOL_NAME_PATTERN, max_length=200)
+    compensating_tool: str = Field(pattern=TOOL_NAME_PATTERN, max_length=200)
+    #: ``{argument: "input.<path>" | "result.<path>"}``, e.g. ``{"order_id": "result.id"}``.
+    arguments: dict[str, str] = Field(min_length=1, max_length=20)
+    call_id: str | None = Field(default=None, max_length=64)
+
+
+class CompensationDeclarationOut(Schema):
+    tool: str
+    compensating_tool: str
+    arguments: dict[str, str]
+    call_id: str | None
+    declared_by: str
+
+
+class CompensationKeyIn(Strict):
+    #: The idempotency key of the action to compensate.
+    key: str = Field(min_length=1, max_length=1024)
+
+
+class CompensationCallOut(Schema):
+    """The exact call a compensation makes."""
+
+    original_key: str
+    tool: str
+    arguments: dict[str, Any]
+    idempotency_key: str
+    url: str
+
+
+class CompensationOut(Schema):
+    call: CompensationCallOut
+    #: The compensation record's state; ``compensated`` once it succeeded.
+    state: str
+    requested_by: str
+    approval_id: int | None
+    approval_state: str | None
+
+
+class SagaStepOut(Schema):
+    original_key: str
+    #: ``planned`` (previewed, not requested), ``none`` (no compensation), the compensation
+    #: record's state, or ``compensated``.
+    state: str
+    call: CompensationCallOut | None
+    problem: str
+
+
+class SagaOut(Schema):
+    run_id: str
+    #: Newest action first: the order the saga runs them in.
+    steps: list[SagaStepOut]
