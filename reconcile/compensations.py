@@ -56,9 +56,13 @@ from reconcile.models import CompensationAdapter
 
 logger = logging.getLogger(__name__)
 
-#: Record states in which a compensation may still be started by a worker (with a granted
-#: approval): waiting, or known not to have happened.
-_STARTABLE = (RecordState.RESERVED, RecordState.FAILED_FINAL)
+
+def _startable(record: IdempotencyRecord) -> bool:
+    """A worker may still start it (with a granted approval): waiting, or known not to have
+    happened and safe to send again."""
+    return record.state == RecordState.RESERVED or (
+        record.state == RecordState.FAILED_FINAL and record.error_retryable
+    )
 
 
 # --- declarations ---------------------------------------------------------------------------
@@ -467,7 +471,7 @@ def run_compensation(compensation_id: int, *, worker: str) -> str:
     try:
         with transaction.atomic():
             locked, _now = records.lock_record(record.pk)
-            if locked.state not in _STARTABLE:
+            if not _startable(locked):
                 return str(locked.state)
             entry = (
                 LedgerEntry.objects.select_related("tool", "combination", "run")
@@ -613,7 +617,7 @@ def run_saga(run_pk: int, *, worker: str) -> dict[str, Any]:
     done: list[str] = []
     for position, compensation in enumerate(steps):
         record = compensation_record(compensation)
-        if record is not None and record.state in _STARTABLE:
+        if record is not None and _startable(record):
             run_compensation(compensation.pk, worker=worker)
             record = compensation_record(compensation)
         state = record.state if record is not None else "missing"

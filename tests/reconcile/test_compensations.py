@@ -4,6 +4,9 @@ lost, and never sent twice (docs/compensation.md)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,13 +15,14 @@ import pytest
 from ledger.domain import Idempotency, RecordState
 from ledger.models import AuditEvent, Compensation, IdempotencyRecord, Run, Tenant, Tool
 from reconcile.compensations import compensation_record, compensation_view, declare_compensation
-from reconcile.models import CompensationAdapter, DownstreamAdapter
+from reconcile.models import CompensationAdapter, DownstreamAdapter, ReconcileAttempt
 from reconcile.services import reconcile_record
 from reconcile.tasks import compensate_run, run_compensations
 from sandbox.server import SandboxServer
 from tests.api.conftest import ApiClient, client_for
 from tests.console.conftest import make_user, signed_in
 from tests.factories import make_tool
+from tests.processes import RedisServer, Worker, celery_worker
 from tests.sandbox_fixtures import arm
 
 pytestmark = pytest.mark.django_db
@@ -256,3 +260,49 @@ def test_a_saga_stops_at_the_first_failure_and_lists_the_rest(
     assert _stats(sandbox)["cancellations"] == 0
     stopped = AuditEvent.objects.get(action="compensation.saga_stopped")
     assert stopped.after["not_run"] == report["not_run"]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_runs_the_approved_compensation_once(
+    tenant, api, sandbox, django_user_model, broker: RedisServer, tmp_path: Path
+):
+    place = make_tool(tenant, "place_order", declared_idempotency=Idempotency.IDEMPOTENT)
+    _declare_cancel(tenant, sandbox, place)
+    record, duplicate = _order_twice(api, sandbox)
+    olga = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    alice = signed_in(make_user(django_user_model, "alice", tenant, "approver"))
+    olga.post(f"/compensations/records/{record.pk}/request")
+    compensation = Compensation.objects.get(original=record)
+    arm(sandbox, service="orders", operation="cancel", mode="reset_after_commit")
+    allow = {"LEDGER_OUTBOUND_ALLOW_PRIVATE": "true"}
+    with celery_worker("compensations", broker.url, tmp_path, env=allow) as worker:
+        alice.post(
+            f"/compensations/records/{record.pk}/decide",
+            {"decision": "approve", "reason": "duplicate order"},
+        )  # committed: the approval reaches the worker, which sends it and then looks it up
+
+        def settled() -> bool:
+            return compensation_record(compensation).state == RecordState.SUCCEEDED
+
+        _wait(settled, worker)
+        for _ in range(3):
+            alice.post(f"/compensations/records/{record.pk}/request")
+            run_compensations.delay([compensation.pk])
+        time.sleep(3)  # let the worker take the three messages
+    stats = _stats(sandbox)
+    assert stats["cancellations_per_object"] == {duplicate["id"]: 1}
+    assert stats["cancel_requests_per_key"] == {compensation.key: 1}
+    assert compensation_record(compensation).executions == 1
+    assert compensation_view(record)["state"] == "compensated"
+    # The answer was lost: the worker's look-up by key is what found the cancellation.
+    found = ReconcileAttempt.objects.get(record=compensation_record(compensation))
+    assert found.outcome == "found" and found.evidence["object_id"] == duplicate["id"]
+
+
+def _wait(condition: Callable[[], bool], worker: Worker, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out; worker log:\n{worker.log.read_text()[-3000:]}")
+        time.sleep(0.25)

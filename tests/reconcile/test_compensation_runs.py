@@ -1,0 +1,166 @@
+"""How a worker runs one compensation: what each downstream answer becomes, a refused or
+unsent request asked for again, two workers at once, and TTL cleanup of a compensated action."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from ledger.domain import RecordState
+from ledger.models import ApprovalRequest, Compensation, IdempotencyRecord, Tenant
+from ledger.services.cleanup import cleanup_expired_records
+from reconcile.compensations import (
+    compensation_record,
+    decide_compensation,
+    declare_compensation,
+    request_compensation,
+    run_compensation,
+)
+from reconcile.models import CompensationAdapter
+from sandbox.server import SandboxServer
+from tests.api.conftest import client_for
+from tests.console.conftest import make_user
+from tests.factories import make_tool
+from tests.sandbox_fixtures import arm
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _sandbox_is_allowed(settings: Any) -> None:
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True  # the sandbox listens on 127.0.0.1
+
+
+def _approved(
+    tenant: Tenant, sandbox: SandboxServer, django_user_model: Any, *, order_id: str | None = None
+) -> Compensation:
+    """An order that happened downstream, its compensation requested by an operator and
+    approved by an approver."""
+    orders = make_tool(tenant, "create_order")
+    cancel = make_tool(tenant, "cancel_order")
+    CompensationAdapter.objects.create(
+        tenant=tenant,
+        tool=cancel,
+        url_template=f"{sandbox.url}/orders/objects/{{order_id}}/cancel",
+        success_statuses=[200, 201],
+    )
+    declare_compensation(
+        tool=orders,
+        compensating_tool="cancel_order",
+        arguments={"order_id": "result.id"},
+        actor="test",
+        source="system",
+    )
+    api = client_for(tenant)
+    api.start_run()
+    call = api.call("create_order", {"cart": "c-1"}).json()
+    order = httpx.post(
+        f"{sandbox.url}/orders/objects",
+        json={"reference": "c-1"},
+        headers={"Idempotency-Key": call["idempotency_key"]},
+    ).json()
+    api.post(
+        f"/calls/{call['call_id']}/complete",
+        {"fencing_token": 1, "outcome": "succeeded", "result": {"id": order_id or order["id"]}},
+    )
+    operator = make_user(django_user_model, "olga", tenant, "operator")
+    record = IdempotencyRecord.objects.get(key=call["idempotency_key"])
+    compensation = request_compensation(
+        record=record, actor="olga", requester_id=operator.pk, source="console"
+    )
+    approver = make_user(django_user_model, "alice", tenant, "approver")
+    decide_compensation(compensation=compensation, user=approver, approve=True, reason="undo it")
+    return compensation
+
+
+def _cancellations(sandbox: SandboxServer) -> int:
+    return int(httpx.get(f"{sandbox.url}/orders/stats", timeout=5).json()["cancellations"])
+
+
+def test_a_refusal_downstream_is_a_final_failure(tenant, sandbox, django_user_model) -> None:
+    compensation = _approved(tenant, sandbox, django_user_model, order_id="ord_missing")
+    assert run_compensation(compensation.pk, worker="w") == "failed"
+    record = compensation_record(compensation)
+    assert record.state == RecordState.FAILED_FINAL and not record.error_retryable
+    assert record.error["code"] == "HTTP_404"
+    request_compensation(
+        record=compensation.original, actor="olga", requester_id=None, source="console"
+    )
+    assert not ApprovalRequest.objects.filter(record=record, state="pending").exists()
+    assert run_compensation(compensation.pk, worker="w") == RecordState.FAILED_FINAL
+
+
+def test_a_request_the_allow_list_refused_runs_after_a_new_decision(
+    tenant, sandbox, django_user_model, settings
+) -> None:
+    compensation = _approved(tenant, sandbox, django_user_model)
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = False  # checked again when it is sent
+    assert run_compensation(compensation.pk, worker="w") == "failed"
+    record = compensation_record(compensation)
+    assert record.error["code"] == "OUTBOUND_REFUSED" and record.error_retryable
+    assert _cancellations(sandbox) == 0
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
+    assert run_compensation(compensation.pk, worker="w") == "not-approved"
+    request_compensation(
+        record=compensation.original, actor="olga", requester_id=None, source="console"
+    )
+    bob = make_user(django_user_model, "bob", tenant, "approver")
+    decide_compensation(compensation=compensation, user=bob, approve=True, reason="again")
+    assert run_compensation(compensation.pk, worker="w") == "succeeded"
+    assert _cancellations(sandbox) == 1
+    assert compensation_record(compensation).executions == 2
+
+
+def test_a_lost_answer_after_a_5xx_is_looked_up_not_resent(
+    tenant, sandbox, django_user_model
+) -> None:
+    compensation = _approved(tenant, sandbox, django_user_model)
+    arm(sandbox, service="orders", operation="cancel", mode="error_5xx")
+    assert run_compensation(compensation.pk, worker="w") == "uncertain"
+    assert compensation_record(compensation).state == RecordState.UNKNOWN
+    assert run_compensation(compensation.pk, worker="w") == RecordState.UNKNOWN
+    assert _cancellations(sandbox) == 0
+
+
+def test_a_compensated_action_past_its_ttl_is_cleaned_up_with_its_link(
+    tenant, sandbox, django_user_model
+) -> None:
+    compensation = _approved(tenant, sandbox, django_user_model)
+    run_compensation(compensation.pk, worker="w")
+    IdempotencyRecord.objects.filter(pk=compensation.original_id).update(
+        expires_at=timezone.now() - timedelta(days=1)
+    )
+    assert cleanup_expired_records() == 1
+    assert not Compensation.objects.exists()
+    assert compensation_record(compensation).state == RecordState.SUCCEEDED  # its own TTL
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_at_once_send_one_cancel(tenant, sandbox, django_user_model) -> None:
+    compensation = _approved(tenant, sandbox, django_user_model)
+    arm(sandbox, service="orders", operation="cancel", mode="latency", latency_ms=300)
+    results: list[str] = []
+    start = threading.Barrier(2)
+
+    def work(name: str) -> None:
+        try:
+            start.wait()
+            results.append(run_compensation(compensation.pk, worker=name))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=work, args=(f"w{n}",)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(results)[-1] == "succeeded" and len(results) == 2
+    assert sorted(results)[0] in (RecordState.EXECUTING, RecordState.SUCCEEDED)
+    stats = httpx.get(f"{sandbox.url}/orders/stats", timeout=5).json()
+    assert stats["cancel_requests_per_key"] == {compensation.key: 1}
