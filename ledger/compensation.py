@@ -7,7 +7,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
-from ledger.keys import MAX_KEY_LENGTH
+from ledger.keys import MAX_KEY_LENGTH, value_at
 
 #: A compensation's key is the original action's key with this suffix, so it is derived by the
 #: same runtime rule, unique per original action, and recognisable downstream.
@@ -49,17 +49,6 @@ def validate_arguments(arguments: Any) -> dict[str, str]:
     return dict(arguments)
 
 
-def _at(value: Any, path: str) -> Any:
-    for part in path.split("."):
-        if isinstance(value, dict) and part in value:
-            value = value[part]
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            return None
-    return value
-
-
 def _result_object(result: Any) -> Any:
     """The downstream object a result stands for: a call settled by a look-up records the
     object it found as ``evidence`` (``reconcile.services``), a reported one records it as is."""
@@ -77,7 +66,7 @@ def compensation_arguments(
     built: dict[str, Any] = {}
     for name, path in arguments.items():
         source, _, rest = path.partition(".")
-        value = _at(sources[source], rest)
+        value = value_at(sources[source], rest)
         if value is None or (isinstance(value, str | list | dict) and not value):
             raise CompensationError(f"{path} is missing from the original call (for {name})")
         built[name] = value

@@ -83,17 +83,29 @@ def validate_key_fields(paths: list[str]) -> list[str]:
     return list(dict.fromkeys(paths))  # a path named twice is the same key field
 
 
-def _at(value: Any, path: str) -> Any:
+_MISSING = object()
+
+
+def value_at(value: Any, path: str, default: Any = None) -> Any:
+    """The value at a dotted ``path`` (``cart.id``, ``items.0``) in JSON ``value``, or
+    ``default`` where there is none."""
     for part in path.split("."):
         if isinstance(value, dict) and part in value:
             value = value[part]
         elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
             value = value[int(part)]
         else:
-            raise KeyBuildError(f"key field {path!r} is missing from the input")
-    if value is None or (isinstance(value, str | list | dict) and not value):
-        raise KeyBuildError(f"key field {path!r} is empty in the input")
+            return default
     return value
+
+
+def _at(value: Any, path: str) -> Any:
+    found = value_at(value, path, _MISSING)
+    if found is _MISSING:
+        raise KeyBuildError(f"key field {path!r} is missing from the input")
+    if found is None or (isinstance(found, str | list | dict) and not found):
+        raise KeyBuildError(f"key field {path!r} is empty in the input")
+    return found
 
 
 def business_object_from(key_fields: list[str], tool_input: dict[str, Any]) -> str | None:
