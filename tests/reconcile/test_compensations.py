@@ -13,7 +13,15 @@ import httpx
 import pytest
 
 from ledger.domain import Idempotency, RecordState
-from ledger.models import AuditEvent, Compensation, IdempotencyRecord, Run, Tenant, Tool
+from ledger.models import (
+    ApprovalRequest,
+    AuditEvent,
+    Compensation,
+    IdempotencyRecord,
+    Run,
+    Tenant,
+    Tool,
+)
 from reconcile.compensations import compensation_record, compensation_view, declare_compensation
 from reconcile.models import CompensationAdapter, DownstreamAdapter, ReconcileAttempt
 from reconcile.services import reconcile_record
@@ -306,3 +314,49 @@ def _wait(condition: Callable[[], bool], worker: Worker, timeout: float = 60) ->
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out; worker log:\n{worker.log.read_text()[-3000:]}")
         time.sleep(0.25)
+
+
+def test_a_stopped_saga_goes_on_where_it_stopped_once_the_look_up_settled_it(
+    tenant, api, sandbox, django_user_model, create_order
+):
+    _declare_cancel(tenant, sandbox, create_order)
+    run, orders = _three_orders(api, sandbox)
+    olga = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    olga.post(f"/compensations/runs/{run.pk}/request")
+    signed_in(make_user(django_user_model, "alice", tenant, "approver")).post(
+        f"/compensations/runs/{run.pk}/decide", {"decision": "approve", "reason": "wrong cart"}
+    )
+    arm(sandbox, service="orders", operation="cancel", mode="reset_after_commit")
+    stopped = compensate_run(run.pk)
+    assert stopped["state"] == RecordState.UNKNOWN and len(stopped["not_run"]) == 2
+    newest = Compensation.objects.get(key=stopped["stopped_at"])
+    assert reconcile_record(compensation_record(newest).pk) == "succeeded"
+    assert "Go on" in olga.get(f"/compensations/runs/{run.pk}/").content.decode()
+    olga.post(f"/compensations/runs/{run.pk}/request")  # go on: nothing new is requested
+    assert Compensation.objects.count() == 3
+    finished = compensate_run(run.pk)
+    assert finished["stopped_at"] is None
+    assert finished["done"] == [stopped["stopped_at"], *stopped["not_run"]]
+    stats = _stats(sandbox)
+    assert stats["cancellations_per_object"] == {order["id"]: 1 for order in orders}
+    assert set(stats["cancel_requests_per_key"].values()) == {1}
+
+
+def test_the_approvals_inbox_decides_a_compensation_with_a_reason(
+    tenant, api, sandbox, django_user_model
+):
+    place = make_tool(tenant, "place_order", declared_idempotency=Idempotency.IDEMPOTENT)
+    _declare_cancel(tenant, sandbox, place)
+    record, duplicate = _order_twice(api, sandbox)
+    signed_in(make_user(django_user_model, "olga", tenant, "operator")).post(
+        f"/compensations/records/{record.pk}/request"
+    )
+    compensation = Compensation.objects.get(original=record)
+    approval = ApprovalRequest.objects.get(record=compensation_record(compensation))
+    alice = signed_in(make_user(django_user_model, "alice", tenant, "approver"))
+    assert "cancel_order" in alice.get("/approvals/").content.decode()
+    alice.post(f"/approvals/{approval.pk}/decide", {"decision": "approve"})  # no reason
+    assert run_compensations([compensation.pk]) == ["not-approved"]
+    alice.post(f"/approvals/{approval.pk}/decide", {"decision": "approve", "reason": "dup"})
+    assert run_compensations([compensation.pk]) == ["succeeded"]
+    assert _stats(sandbox)["cancellations_per_object"] == {duplicate["id"]: 1}
