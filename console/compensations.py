@@ -17,7 +17,15 @@ from console.access import console_view, get_for_tenant
 from console.roles import Role
 from console.views import context_for
 from ledger.errors import LedgerError
-from ledger.models import AuditEvent, Compensation, IdempotencyRecord, Run, Tenant, Tool
+from ledger.models import (
+    ApprovalRequest,
+    AuditEvent,
+    Compensation,
+    IdempotencyRecord,
+    Run,
+    Tenant,
+    Tool,
+)
 from ledger.services import approvals
 from reconcile import compensations
 
@@ -47,6 +55,15 @@ def record_compensation(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRe
     except LedgerError as exc:
         problem = exc.message
     approval = compensations.pending_approval(compensation) if compensation else None
+    own_record = compensations.compensation_record(compensation) if compensation else None
+    decided = (
+        ApprovalRequest.objects.filter(record=own_record, decided_by__isnull=False)
+        .select_related("decided_by")
+        .order_by("-pk")
+        .first()
+        if own_record is not None
+        else None
+    )
     return render(
         request,
         "console/compensation.html",
@@ -59,6 +76,7 @@ def record_compensation(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRe
             problem=problem,
             link=compensations.compensation_view(record),
             approval=approval,
+            decided=decided,
             own=approval is not None
             and approvals.refusal_of_decider(approval, _user(request)) is not None,
         ),
