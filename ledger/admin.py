@@ -263,3 +263,18 @@ class NotificationChannelAdmin(ReadOnlyAdmin):
 class NotificationAdmin(ReadOnlyAdmin):
     list_display = ("created_at", "tenant", "event", "subject_type", "subject_id", "state")
     list_filter = ("tenant", "event", "state")
+
+
+@admin.register(models.DeclaredCompensation)
+class DeclaredCompensationAdmin(ReadOnlyAdmin):
+    """Declared through the API or the console's Tools page, where they are audited."""
+
+    list_display = ("tool", "record", "compensating_tool", "declared_by", "updated_at")
+    list_filter = ("tenant",)
+
+
+@admin.register(models.Compensation)
+class CompensationAdmin(ReadOnlyAdmin):
+    list_display = ("key", "tenant", "tool", "requested_by", "created_at")
+    list_filter = ("tenant",)
+    search_fields = ("key",)

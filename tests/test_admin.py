@@ -54,6 +54,8 @@ def test_every_ledger_model_is_registered() -> None:
         "notificationchannel",
         "notification",
         "oncallpolicy",
+        "declaredcompensation",
+        "compensation",
     ],
 )
 def test_changelist_loads(staff_client: Client, model: str) -> None:
