@@ -316,7 +316,11 @@ def _move_on(
             from reconcile.tasks import send_compensations
 
             send_compensations([compensation.pk])
-    elif state is RecordState.FAILED_FINAL and record.error_retryable:
+    elif (
+        state is RecordState.FAILED_FINAL
+        and record.error_retryable
+        and approvals.open_approval(record) is None
+    ):
         original = compensation.original
         call = Preview(original, compensation.tool, compensation.arguments, compensation.key, "")
         with transaction.atomic():

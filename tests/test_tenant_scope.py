@@ -45,6 +45,9 @@ NOT_LISTS = {
     "api-v1:openapi-view": "the API's documentation page",
     "api-v1:api-root": "the API's index",
     "api-v1:record_by_key": "a look-up of one key, not a list: test_a_key_is_looked_up_per_tenant",
+    "api-v1:preview": "one action's compensation by key: tests/api/test_compensations.py",
+    "api-v1:get_compensation": "one action's compensation by key: tests/api/test_compensations.py",
+    "console:tool_compensation": "declares a tool's compensation (POST)",
 }
 
 # Lists that need a query to show anything: the parameters, from the tenant's own rows.

@@ -175,6 +175,8 @@ def test_another_tenants_action_is_not_found(api: ApiClient, other_api: ApiClien
     call = _order(api)
     assert other_api.get("/compensations/preview", key=call["idempotency_key"]).status_code == 404
     assert other_api.post("/compensations", {"key": call["idempotency_key"]}).status_code == 404
+    api.post("/compensations", {"key": call["idempotency_key"]})
+    assert other_api.get("/compensations", key=call["idempotency_key"]).status_code == 404
     assert other_api.get("/compensations/runs/run-1").status_code == 404
 
 

@@ -107,9 +107,13 @@ def test_a_request_the_allow_list_refused_runs_after_a_new_decision(
     assert _cancellations(sandbox) == 0
     settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
     assert run_compensation(compensation.pk, worker="w") == "not-approved"
-    request_compensation(
-        record=compensation.original, actor="olga", requester_id=None, source="console"
-    )
+    for _ in range(2):  # asked twice: one new approval request, one new entry
+        request_compensation(
+            record=compensation.original, actor="olga", requester_id=None, source="console"
+        )
+    record = compensation_record(compensation)
+    assert ApprovalRequest.objects.filter(record=record, state="pending").count() == 1
+    assert record.entries.count() == 2
     bob = make_user(django_user_model, "bob", tenant, "approver")
     decide_compensation(compensation=compensation, user=bob, approve=True, reason="again")
     assert run_compensation(compensation.pk, worker="w") == "succeeded"
