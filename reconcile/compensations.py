@@ -20,6 +20,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from ledger.compensation import (
+    KEY_SUFFIX,
     CompensationError,
     compensation_arguments,
     compensation_key,
@@ -202,16 +203,29 @@ def compensation_record(compensation: Compensation) -> IdempotencyRecord | None:
     )
 
 
+def compensation_run(original_run: Run) -> Run:
+    """The run a run's compensations are entered in: a human's clean-up, under no version
+    combination, so that halting or rolling back the original's combination (which halts the
+    original run and voids its approvals) never blocks undoing what it did."""
+    run, _created = Run.objects.get_or_create(
+        tenant_id=original_run.tenant_id,
+        run_id=f"{original_run.run_id}{KEY_SUFFIX}"[:200],
+        defaults={"user_id": original_run.user_id},
+    )
+    return run
+
+
 def _entry_for(
     call: Preview, first: LedgerEntry, record: IdempotencyRecord, *, retry: bool = False
 ) -> LedgerEntry:
     """A ledger entry of the compensation: a call of the compensating tool that waits for a
-    human, in the original's run (``first`` is the original's first entry)."""
+    human, in the compensation run of the original's (``first`` is the original's first
+    entry)."""
     tool = call.tool
     return LedgerEntry.objects.create(
         tenant_id=record.tenant_id,
         step_id=f"compensate:{first.step_id}"[:200],
-        run=first.run,
+        run=compensation_run(first.run),
         tool=tool,
         input_hash=fingerprint(call.arguments),
         input=call.arguments,
@@ -227,7 +241,7 @@ def _entry_for(
         observation_code=ObservationCode.APPROVAL_REQUIRED,
         input_source=InputSource.USER,
         data_classification=first.data_classification,
-        combination=first.combination,
+        combination=None,
         reused_record=retry,
     )
 
@@ -261,8 +275,8 @@ def request_compensation(
             actor=actor,
             source=source,
             requires_approval=True,
-            run=first.run,
-            combination=first.combination,
+            run=compensation_run(first.run),
+            combination=None,
         )
         if not reservation.created:
             raise InvalidTransition(f"the key {planned.key} is already used by another action")

@@ -13,7 +13,8 @@ from django.db import connection
 from django.utils import timezone
 
 from ledger.domain import RecordState
-from ledger.models import ApprovalRequest, Compensation, IdempotencyRecord, Tenant
+from ledger.models import ApprovalRequest, Compensation, IdempotencyRecord, Run, Tenant
+from ledger.services import combinations
 from ledger.services.cleanup import cleanup_expired_records
 from reconcile.compensations import (
     compensation_record,
@@ -168,3 +169,31 @@ def test_two_workers_at_once_send_one_cancel(tenant, sandbox, django_user_model)
     assert sorted(results)[0] in (RecordState.EXECUTING, RecordState.SUCCEEDED)
     stats = httpx.get(f"{sandbox.url}/orders/stats", timeout=5).json()
     assert stats["cancel_requests_per_key"] == {compensation.key: 1}
+
+
+def test_an_action_of_a_rolled_back_combination_can_still_be_compensated(
+    tenant, sandbox, django_user_model
+) -> None:
+    for label in ("good", "bad"):  # bad replaces good, which the rollback restores
+        bad, _ = combinations.create_combination(
+            tenant=tenant,
+            label=label,
+            actor="t",
+            source="api",
+            model="m",
+            prompt=label,
+            rules="r",
+            tool_schema="t",
+            data_version="d",
+        )
+        combinations.activate(tenant=tenant, combination_id=bad.pk, actor="t", source="api")
+    compensation = _approved(tenant, sandbox, django_user_model)
+    assert compensation.original.combination_id == bad.pk
+    combinations.rollback(
+        tenant=tenant, combination_id=bad.pk, actor="mia", source="console", reason="bad prompt"
+    )
+    assert Run.objects.get(run_id="run-1").status == Run.Status.HALTED
+    # A halt stops the agent, never the clean-up: the approval given stays good.
+    assert run_compensation(compensation.pk, worker="w") == "succeeded"
+    assert _cancellations(sandbox) == 1
+    assert compensation_record(compensation).entries.get().run.run_id == "run-1:compensate"
