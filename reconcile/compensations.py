@@ -314,8 +314,8 @@ def _move_on(
     compensation: Compensation, *, actor: str, requester_id: int | None, send: bool = True
 ) -> None:
     """A repeated request: never a second execution; at most a look-up, a lost message sent
-    again (unless not ``send``: a saga sends its own), or (for one known not to have run) a
-    new approval request."""
+    again (unless not ``send``: a saga sends its own), or a new approval request (for one whose
+    request lapsed, or one known not to have run)."""
     from reconcile.services import request_lookup
 
     record = compensation_record(compensation)
@@ -324,9 +324,18 @@ def _move_on(
     state = RecordState(record.state)
     if state is RecordState.UNKNOWN:
         request_lookup(record=record, actor=actor)
-    elif state is RecordState.RESERVED and send:
+    elif state is RecordState.RESERVED:
         approval = approvals.open_approval(record)
-        if approval is not None and approval.state == ApprovalRequest.State.APPROVED:
+        if approval is None:  # its request expired, was rejected or voided: ask a human again
+            entry = LedgerEntry.objects.select_related("tool").filter(record=record).latest("pk")
+            approvals.request_approval(
+                record=record,
+                entry=entry,
+                requested_by=actor,
+                requester_id=requester_id,
+                detail=f"compensate {compensation.original.key}: asked again",
+            )
+        elif approval.state == ApprovalRequest.State.APPROVED and send:
             from reconcile.tasks import send_compensations
 
             send_compensations([compensation.pk])

@@ -39,10 +39,15 @@ def _sandbox_is_allowed(settings: Any) -> None:
 
 
 def _approved(
-    tenant: Tenant, sandbox: SandboxServer, django_user_model: Any, *, order_id: str | None = None
+    tenant: Tenant,
+    sandbox: SandboxServer,
+    django_user_model: Any,
+    *,
+    order_id: str | None = None,
+    approve: bool = True,
 ) -> Compensation:
     """An order that happened downstream, its compensation requested by an operator and
-    approved by an approver."""
+    (unless not ``approve``) approved by an approver."""
     orders = make_tool(tenant, "create_order")
     cancel = make_tool(tenant, "cancel_order")
     CompensationAdapter.objects.create(
@@ -75,8 +80,11 @@ def _approved(
     compensation = request_compensation(
         record=record, actor="olga", requester_id=operator.pk, source="console"
     )
-    approver = make_user(django_user_model, "alice", tenant, "approver")
-    decide_compensation(compensation=compensation, user=approver, approve=True, reason="undo it")
+    if approve:
+        approver = make_user(django_user_model, "alice", tenant, "approver")
+        decide_compensation(
+            compensation=compensation, user=approver, approve=True, reason="undo it"
+        )
     return compensation
 
 
@@ -197,3 +205,20 @@ def test_an_action_of_a_rolled_back_combination_can_still_be_compensated(
     assert run_compensation(compensation.pk, worker="w") == "succeeded"
     assert _cancellations(sandbox) == 1
     assert compensation_record(compensation).entries.get().run.run_id == "run-1:compensate"
+
+
+def test_asking_again_after_the_request_expired_asks_a_human_again(
+    tenant, sandbox, django_user_model
+) -> None:
+    compensation = _approved(tenant, sandbox, django_user_model, approve=False)
+    record = compensation_record(compensation)
+    ApprovalRequest.objects.filter(record=record).update(state="expired")
+    assert run_compensation(compensation.pk, worker="w") == "not-approved"
+    request_compensation(
+        record=compensation.original, actor="olga", requester_id=None, source="console"
+    )
+    assert ApprovalRequest.objects.filter(record=record, state="pending").count() == 1
+    bob = make_user(django_user_model, "bob", tenant, "approver")
+    decide_compensation(compensation=compensation, user=bob, approve=True, reason="still needed")
+    assert run_compensation(compensation.pk, worker="w") == "succeeded"
+    assert _cancellations(sandbox) == 1
