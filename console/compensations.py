@@ -27,7 +27,8 @@ from ledger.models import (
     Tool,
 )
 from ledger.services import approvals
-from reconcile import compensations
+from ledger.services.compensations import compensation_record, compensation_view
+from reconcile import compensation_requests, compensations
 
 
 def _get_record_for_user(request: HttpRequest, tenant: Tenant, pk: int) -> IdempotencyRecord:
@@ -55,7 +56,7 @@ def record_compensation(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRe
     except LedgerError as exc:
         problem = exc.message
     approval = compensations.pending_approval(compensation) if compensation else None
-    own_record = compensations.compensation_record(compensation) if compensation else None
+    own_record = compensation_record(compensation) if compensation else None
     decided = (
         ApprovalRequest.objects.filter(record=own_record, decided_by__isnull=False)
         .select_related("decided_by")
@@ -74,7 +75,7 @@ def record_compensation(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRe
             compensation=compensation,
             preview=preview,
             problem=problem,
-            link=compensations.compensation_view(record),
+            link=compensation_view(record),
             approval=approval,
             decided=decided,
             own=approval is not None
@@ -87,7 +88,7 @@ def record_compensation(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRe
 def record_compensation_request(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
     record = _get_record_for_user(request, tenant, pk)
     try:
-        compensations.request_compensation(
+        compensation_requests.request_compensation(
             record=record,
             actor=_user(request).get_username(),
             requester_id=_user(request).pk,
@@ -108,7 +109,7 @@ def record_compensation_decide(request: HttpRequest, tenant: Tenant, pk: int) ->
     try:
         if compensation is None:
             raise LedgerError(_("No compensation was requested for this action."))
-        compensations.decide_compensation(
+        compensation_requests.decide_compensation(
             compensation=compensation,
             user=_user(request),
             approve=approve,
@@ -152,7 +153,7 @@ def run_compensation(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespo
 def run_compensation_request(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
     run = _get_run_for_user(request, tenant, pk)
     try:
-        requested = compensations.request_saga(
+        requested = compensation_requests.request_saga(
             run=run,
             actor=_user(request).get_username(),
             requester_id=_user(request).pk,
@@ -173,7 +174,7 @@ def run_compensation_decide(request: HttpRequest, tenant: Tenant, pk: int) -> Ht
     run = _get_run_for_user(request, tenant, pk)
     approve = request.POST.get("decision") == "approve"
     try:
-        decided = compensations.decide_saga(
+        decided = compensation_requests.decide_saga(
             run=run,
             user=_user(request),
             approve=approve,

@@ -47,7 +47,7 @@ from ledger.models import (
 from ledger.services import approvals as approvals_service
 from ledger.services import combinations, metrics, thresholds
 from ledger.services.registry import import_mcp_tools, override_tool
-from reconcile import compensations
+from reconcile import compensation_requests, compensations
 
 PAGE_SIZE = 50
 
@@ -163,7 +163,7 @@ def approval_decide(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
     compensation = compensations.compensation_of_approval(approval)
     try:
         if compensation is not None:  # a compensation runs once approved, and needs a reason
-            compensations.decide_compensation(
+            compensation_requests.decide_compensation(
                 compensation=compensation, user=request.user, approve=approve, reason=reason
             )
         else:

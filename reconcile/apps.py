@@ -9,8 +9,10 @@ class ReconcileConfig(AppConfig):
 
     def ready(self) -> None:
         # The ledger never imports this app; it learns what this app provides here.
+        from ledger.api import api
         from ledger.classification.files import register_workspace_roots
         from ledger.signals import records_became_unknown
+        from reconcile.api import router as compensations_router
         from reconcile.models import WorkspaceRoot
         from reconcile.tasks import enqueue_reconciliation
 
@@ -21,3 +23,5 @@ class ReconcileConfig(AppConfig):
             on_unknown, weak=False, dispatch_uid="reconcile.enqueue_on_unknown"
         )
         register_workspace_roots(WorkspaceRoot.paths_of)
+        # Compensations are run by this app's workers; their endpoints join the ledger's API.
+        api.add_router("/compensations", compensations_router)

@@ -16,7 +16,7 @@ from django.utils import timezone
 from ledger.services import metrics, notifications, thresholds
 from ledger.services.cleanup import cleanup_expired_records
 from ledger.services.records import expire_leases
-from reconcile import compensations, services
+from reconcile import compensation_runs, services
 from reconcile.models import Heartbeat
 
 logger = logging.getLogger(__name__)
@@ -126,18 +126,20 @@ def deliver_notification(self: Task, notification_id: int) -> str:
         delay = notifications.retry_delay(self.request.retries + 1)
         raise self.retry(countdown=delay.total_seconds())
     return outcome
+
+
 @shared_task(soft_time_limit=240, time_limit=300)
 def run_compensations(compensation_ids: list[int]) -> list[str]:
     """Run approved compensations one after another (each at most once, whatever the number of
-    messages: ``compensations.run_compensation``); what came of each."""
+    messages: ``compensation_runs.run_compensation``); what came of each."""
     worker = services.worker_name()
-    return [compensations.run_compensation(pk, worker=worker) for pk in compensation_ids]
+    return [compensation_runs.run_compensation(pk, worker=worker) for pk in compensation_ids]
 
 
 @shared_task(soft_time_limit=240, time_limit=300)
 def compensate_run(run_pk: int) -> dict[str, object]:
     """Compensate a run as a whole, newest action first, stopping at the first failure."""
-    return compensations.run_saga(run_pk, worker=services.worker_name())
+    return compensation_runs.run_saga(run_pk, worker=services.worker_name())
 
 
 def send_compensations(compensation_ids: list[int]) -> None:

@@ -163,7 +163,6 @@ def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 from ledger.api import (  # noqa: E402  (routers need ``api``)
     calls,
     combinations,
-    compensations,
     runs,
     tools,
 )
@@ -172,7 +171,6 @@ api.add_router("/tools", tools.router)
 api.add_router("/runs", runs.router)
 api.add_router("/calls", calls.router)
 api.add_router("/records", calls.records_router)
-api.add_router("/compensations", compensations.router)
 api.add_router("/combinations", combinations.router)
 api.add_router("/metrics", combinations.metrics_router)
 api.add_router("/thresholds", combinations.thresholds_router)

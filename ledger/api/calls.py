@@ -27,8 +27,8 @@ from ledger.domain import Decision, Idempotency
 from ledger.errors import NotFound
 from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry
 from ledger.services import calls
+from ledger.services.compensations import compensation_view
 from ledger.services.records import Outcome, lease_seconds_granted
-from reconcile.compensations import compensation_view
 
 router = Router(tags=["calls"])
 records_router = Router(tags=["records"])

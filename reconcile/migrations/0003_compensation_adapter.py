@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("ledger", "0011_compensation"),
+        ("ledger", "0012_compensation"),
         ("reconcile", "0002_heartbeat"),
     ]
 

@@ -16,13 +16,10 @@ from ledger.domain import RecordState
 from ledger.models import ApprovalRequest, Compensation, IdempotencyRecord, Run, Tenant
 from ledger.services import combinations
 from ledger.services.cleanup import cleanup_expired_records
-from reconcile.compensations import (
-    compensation_record,
-    decide_compensation,
-    declare_compensation,
-    request_compensation,
-    run_compensation,
-)
+from ledger.services.compensations import compensation_record
+from reconcile.compensation_requests import decide_compensation, request_compensation
+from reconcile.compensation_runs import run_compensation
+from reconcile.compensations import declare_compensation
 from reconcile.models import CompensationAdapter
 from sandbox.server import SandboxServer
 from tests.api.conftest import client_for

@@ -22,7 +22,8 @@ from ledger.models import (
     Tenant,
     Tool,
 )
-from reconcile.compensations import compensation_record, compensation_view, declare_compensation
+from ledger.services.compensations import compensation_record, compensation_view
+from reconcile.compensations import declare_compensation
 from reconcile.models import CompensationAdapter, DownstreamAdapter, ReconcileAttempt
 from reconcile.services import reconcile_record
 from reconcile.tasks import compensate_run, run_compensations

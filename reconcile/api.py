@@ -1,4 +1,5 @@
-"""Compensation endpoints (docs/compensation.md): declare, preview, request, and the same for a
+"""Compensation endpoints of the JSON API (docs/compensation.md), added to it by this app's
+``ready()``: declare, preview, request, and the same for a
 run as a whole. Deciding is for a human approver on the console; the API never decides."""
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from ledger.api.schemas import (
 )
 from ledger.errors import NotFound
 from ledger.models import AuditEvent, Compensation, IdempotencyRecord, LedgerEntry, Run, Tool
-from reconcile import compensations
+from ledger.services.compensations import compensation_record
+from reconcile import compensation_requests, compensations
 
 router = Router(tags=["compensations"])
 ERRORS = {400: Problem, 401: Problem, 404: Problem, 409: Problem}
@@ -48,7 +50,7 @@ def _call_out(call: compensations.Preview) -> CompensationCallOut:
 
 
 def _compensation_out(compensation: Compensation) -> CompensationOut:
-    record = compensations.compensation_record(compensation)
+    record = compensation_record(compensation)
     state = record.state if record is not None else "missing"
     approval = compensations.pending_approval(compensation)
     return CompensationOut(
@@ -121,7 +123,7 @@ def request_compensation(request: HttpRequest, payload: CompensationKeyIn) -> St
     caller = caller_of(request)
     record = _record(request, payload.key)
     existed = Compensation.objects.filter(original=record).exists()
-    compensation = compensations.request_compensation(
+    compensation = compensation_requests.request_compensation(
         record=record,
         actor=caller.identity,
         requester_id=caller.user_id,
@@ -175,7 +177,7 @@ def request_saga(request: HttpRequest, run_id: str) -> SagaOut:
     an approver decides them on the console, then a worker runs them in that order."""
     caller = caller_of(request)
     run = _run(request, run_id)
-    compensations.request_saga(
+    compensation_requests.request_saga(
         run=run, actor=caller.identity, requester_id=caller.user_id, source=AuditEvent.Source.API
     )
     return _saga_out(run)

@@ -1,0 +1,232 @@
+"""What a human asks of compensations (docs/compensation.md): request one or a run's (a
+saga), and decide them; an approved compensation is put on the broker for a worker
+(``reconcile.compensation_runs``)."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from ledger.domain import RecordState, ReplayPolicy
+from ledger.errors import ApprovalError, InvalidInput, InvalidTransition
+from ledger.keys import fingerprint
+from ledger.models import (
+    ApprovalRequest,
+    AuditEvent,
+    Compensation,
+    IdempotencyRecord,
+    LedgerEntry,
+    Run,
+)
+from ledger.services import approvals, records
+from ledger.services.audit import audit
+from ledger.services.compensations import compensation_record
+from reconcile.compensations import (
+    Preview,
+    _entry_for,
+    _first_entry,
+    compensation_run,
+    pending_approval,
+    preview,
+    saga_compensations,
+    saga_plan,
+)
+from reconcile.operator_actions import request_lookup
+from reconcile.tasks import send_compensations, send_saga
+
+
+def request_compensation(
+    *, record: IdempotencyRecord, actor: str, requester_id: int | None, source: str
+) -> Compensation:
+    """Ask for the compensation of ``record``: its own record, entry and approval request.
+    Asking again creates nothing; it moves the existing compensation on if it is stuck (a
+    look-up for an unknown one, a new approval request for one known not to have run)."""
+    existing = Compensation.objects.filter(original=record).first()
+    if existing is not None:
+        _move_on(existing, actor=actor, requester_id=requester_id)
+        return existing
+    planned = preview(record=record)
+    first = _first_entry(record)
+    with transaction.atomic():
+        # One request at a time per original: the second waits here, then finds the first's.
+        IdempotencyRecord.objects.select_for_update().filter(pk=record.pk).first()
+        existing = Compensation.objects.filter(original=record).first()
+        if existing is not None:
+            return existing
+        tool = planned.tool
+        reservation = records.reserve_key(
+            tenant=record.tenant,
+            tool=tool,
+            key=planned.key,
+            fingerprint=fingerprint(planned.arguments),
+            replay_policy=ReplayPolicy(tool.replay_policy),
+            lease_owner=actor,
+            actor=actor,
+            source=source,
+            requires_approval=True,
+            run=compensation_run(first.run),
+            combination=None,
+        )
+        if not reservation.created:
+            raise InvalidTransition(f"the key {planned.key} is already used by another action")
+        comp_record = reservation.record
+        entry = _entry_for(planned, first, comp_record)
+        compensation = Compensation.objects.create(
+            tenant_id=record.tenant_id,
+            original=record,
+            key=planned.key,
+            tool=tool,
+            arguments=planned.arguments,
+            url=planned.url,
+            run=first.run,
+            requested_by=actor,
+        )
+        audit(
+            tenant=record.tenant_id,
+            actor=actor,
+            action="compensation.requested",
+            target=record,
+            source=source,
+            after=planned.as_dict(),
+        )
+        approvals.request_approval(
+            record=comp_record,
+            entry=entry,
+            requested_by=actor,
+            requester_id=requester_id,
+            detail=f"compensate {record.key}",
+        )
+    return compensation
+
+
+def _move_on(
+    compensation: Compensation, *, actor: str, requester_id: int | None, send: bool = True
+) -> None:
+    """A repeated request: never a second execution; at most a look-up, a lost message sent
+    again (unless not ``send``: a saga sends its own), or a new approval request (for one whose
+    request lapsed, or one known not to have run)."""
+    record = compensation_record(compensation)
+    if record is None:
+        return
+    state = RecordState(record.state)
+    if state is RecordState.UNKNOWN:
+        request_lookup(record=record, actor=actor)
+    elif state is RecordState.RESERVED:
+        approval = approvals.open_approval(record)
+        if approval is None:  # its request expired, was rejected or voided: ask a human again
+            entry = LedgerEntry.objects.select_related("tool").filter(record=record).latest("pk")
+            approvals.request_approval(
+                record=record,
+                entry=entry,
+                requested_by=actor,
+                requester_id=requester_id,
+                detail=f"compensate {compensation.original.key}: asked again",
+            )
+        elif approval.state == ApprovalRequest.State.APPROVED and send:
+            send_compensations([compensation.pk])
+    elif (
+        state is RecordState.FAILED_FINAL
+        and record.error_retryable
+        and approvals.open_approval(record) is None
+    ):
+        original = compensation.original
+        call = Preview(original, compensation.tool, compensation.arguments, compensation.key, "")
+        with transaction.atomic():
+            entry = _entry_for(call, _first_entry(original), record, retry=True)
+            approvals.request_approval(
+                record=record,
+                entry=entry,
+                requested_by=actor,
+                requester_id=requester_id,
+                detail=f"compensate {compensation.original.key} again: it did not run",
+            )
+
+
+def _decide(
+    compensations: list[Compensation],
+    *,
+    user: AbstractBaseUser,
+    approve: bool,
+    reason: str,
+    source: str,
+) -> int:
+    """Approve or reject the pending compensations with one reason (required either way: it
+    is the audit trail's why). The approvals rule decides who may (``approvals.decide``), for
+    every one of them before any is decided. Returns how many were decided."""
+    if not reason.strip():
+        raise InvalidInput("deciding a compensation needs a reason")
+    waiting = [
+        approval
+        for c in compensations
+        if (approval := pending_approval(c)) is not None
+        and approval.state == ApprovalRequest.State.PENDING
+    ]
+    if not waiting:
+        raise ApprovalError("no compensation here waits for a decision")
+    for approval in waiting:
+        if approvals.refusal_of_decider(approval, user) is not None:
+            # decide() refuses it, audits the refusal and raises; nothing else is decided.
+            approvals.decide(
+                approval=approval, user=user, approve=approve, reason=reason, source=source
+            )
+    for approval in waiting:
+        approvals.decide(
+            approval=approval, user=user, approve=approve, reason=reason, source=source
+        )
+    return len(waiting)
+
+
+def decide_compensation(
+    *,
+    compensation: Compensation,
+    user: AbstractBaseUser,
+    approve: bool,
+    reason: str,
+    source: str = AuditEvent.Source.CONSOLE,
+) -> None:
+    """A human's decision on one compensation; once approved, a worker runs it."""
+    _decide([compensation], user=user, approve=approve, reason=reason, source=source)
+    if approve:
+        transaction.on_commit(lambda: send_compensations([compensation.pk]))
+
+
+def decide_saga(
+    *,
+    run: Run,
+    user: AbstractBaseUser,
+    approve: bool,
+    reason: str,
+    source: str = AuditEvent.Source.CONSOLE,
+) -> int:
+    """A human's decision on every pending compensation of a run at once; once approved, a
+    worker runs the saga. Returns how many were decided."""
+    decided = _decide(
+        saga_compensations(run), user=user, approve=approve, reason=reason, source=source
+    )
+    if approve:
+        transaction.on_commit(lambda: send_saga(run.pk))
+    return decided
+
+
+def request_saga(
+    *, run: Run, actor: str, requester_id: int | None, source: str
+) -> list[Compensation]:
+    """Request the compensation of every action of the run that has one."""
+    steps = saga_plan(run)
+    if not any(step.preview or step.compensation for step in steps):
+        raise InvalidInput("no action of this run has a compensation to run")
+    for step in steps:
+        if step.compensation is not None:
+            _move_on(step.compensation, actor=actor, requester_id=requester_id, send=False)
+        elif step.preview is not None:
+            request_compensation(
+                record=step.original, actor=actor, requester_id=requester_id, source=source
+            )
+    requested = saga_compensations(run)
+    if any(
+        (approval := pending_approval(c)) is not None
+        and approval.state == ApprovalRequest.State.APPROVED
+        for c in requested
+    ):  # a saga that stopped, or whose message was lost, goes on where it stopped
+        send_saga(run.pk)
+    return requested

@@ -1,0 +1,164 @@
+"""The worker's side of compensations (docs/compensation.md): run one approved compensation
+once through its compensation adapter, or a run's compensations newest first (a saga),
+stopping at the first that does not succeed."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from django.db import transaction
+from django.db.models.functions import Now
+
+from ledger.domain import EntryStatus, RecordState
+from ledger.errors import ApprovalError, InvalidTransition
+from ledger.models import AuditEvent, Compensation, LedgerEntry, Run
+from ledger.outbound import OutboundRefused, post_json
+from ledger.services import approvals, records
+from ledger.services.audit import audit
+from ledger.services.compensations import compensation_record
+from ledger.services.entries import transition_entry
+from ledger.services.records import Outcome
+from reconcile.compensations import _startable, saga_compensations
+from reconcile.models import CompensationAdapter
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    outcome: Outcome
+    result: Any = None
+    error: dict[str, Any] | None = None
+    retryable: bool = False
+
+
+def _send(adapter: CompensationAdapter, compensation: Compensation) -> Sent:
+    """POST the compensating call with its key; what came of it."""
+    try:
+        response = post_json(
+            compensation.url,
+            compensation.arguments,
+            timeout=adapter.timeout_seconds,
+            headers={"Idempotency-Key": compensation.key},
+        )
+    except OutboundRefused as exc:
+        return _not_sent("OUTBOUND_REFUSED", str(exc))
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing reached the downstream
+        return _not_sent("NOT_SENT", str(exc))
+    except httpx.TransportError as exc:  # sent; the answer was lost
+        return Sent(Outcome.UNCERTAIN, error={"code": "NO_RESPONSE", "message": str(exc)[:500]})
+    status = response.status_code
+    if status in (adapter.success_statuses or [200, 201]):
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        return Sent(Outcome.SUCCEEDED, body if isinstance(body, dict) else {"status": status})
+    error = {"code": f"HTTP_{status}", "message": response.text[:500]}
+    if status >= 500:  # the downstream may have done it before failing: look it up
+        return Sent(Outcome.UNCERTAIN, error=error)
+    return Sent(Outcome.FAILED, error=error)
+
+
+def _not_sent(code: str, message: str) -> Sent:
+    """Known not to have reached the downstream: failed, and safe to run again."""
+    return Sent(Outcome.FAILED, error={"code": code, "message": message[:500]}, retryable=True)
+
+
+def run_compensation(compensation_id: int, *, worker: str) -> str:
+    """Run one approved compensation, once: start its record with the granted approval (used
+    up in the same transaction), POST, record the outcome. Anything else (not approved yet,
+    already running or done, unknown and being looked up) is left as it is. Safe to repeat."""
+    compensation = Compensation.objects.select_related("tool").filter(pk=compensation_id).first()
+    record = compensation_record(compensation) if compensation is not None else None
+    if compensation is None or record is None:
+        return "missing"
+    actor = f"worker:{worker}"
+    try:
+        with transaction.atomic():
+            locked, _now = records.lock_record(record.pk)
+            if not _startable(locked):
+                return str(locked.state)
+            entry = (
+                LedgerEntry.objects.select_related("tool", "combination", "run")
+                .filter(record=locked)
+                .latest("pk")
+            )
+            approvals.consume(record=locked, entry=entry, actor=actor)
+            started = records.start_execution(
+                record=locked,
+                lease_owner=actor,
+                actor=actor,
+                source=AuditEvent.Source.WORKER,
+                approved=True,
+            )
+            transition_entry(entry, EntryStatus.APPROVED)
+            transition_entry(
+                entry, EntryStatus.STARTED, started_at=Now(), fencing_token=started.fencing_token
+            )
+    except approvals.ApprovalVoid as void:
+        approvals.invalidate(approval=void.approval, actor=actor, detail=str(void))
+        return "approval-void"
+    except ApprovalError:
+        return "not-approved"
+    except InvalidTransition:
+        return "refused"
+    adapter = CompensationAdapter.objects.filter(tool=compensation.tool).first()
+    sent = (
+        _send(adapter, compensation)
+        if adapter is not None
+        else _not_sent("NO_ADAPTER", f"{compensation.tool.name} has no compensation adapter")
+    )
+    records.complete_execution(
+        record=started,
+        fencing_token=started.fencing_token,
+        outcome=sent.outcome,
+        actor=actor,
+        source=AuditEvent.Source.WORKER,
+        result=sent.result,
+        error=sent.error,
+        retryable=sent.retryable,
+        entry=entry,
+    )
+    logger.info("compensation", extra={"compensation": compensation.pk, "outcome": sent.outcome})
+    return sent.outcome.value
+
+
+def run_saga(run_pk: int, *, worker: str) -> dict[str, Any]:
+    """Run the run's approved compensations one at a time, newest first, and stop at the first
+    that does not succeed; what was done and what is left. Steps already compensated are
+    passed over, so running it again continues where it stopped."""
+    run = Run.objects.get(pk=run_pk)
+    steps = saga_compensations(run)
+    done: list[str] = []
+    for position, compensation in enumerate(steps):
+        record = compensation_record(compensation)
+        if record is not None and _startable(record):
+            run_compensation(compensation.pk, worker=worker)
+            record = compensation_record(compensation)
+        state = record.state if record is not None else "missing"
+        if state != RecordState.SUCCEEDED:
+            left = [c.key for c in steps[position + 1 :]]
+            audit(
+                tenant=run.tenant_id,
+                actor=f"worker:{worker}",
+                action="compensation.saga_stopped",
+                target=run,
+                source=AuditEvent.Source.WORKER,
+                after={"stopped_at": compensation.key, "state": state, "not_run": left},
+                detail=f"{compensation.key} is {state}; {len(left)} not run",
+            )
+            return {"done": done, "stopped_at": compensation.key, "state": state, "not_run": left}
+        done.append(compensation.key)
+    audit(
+        tenant=run.tenant_id,
+        actor=f"worker:{worker}",
+        action="compensation.saga_done",
+        target=run,
+        source=AuditEvent.Source.WORKER,
+        after={"done": done},
+    )
+    return {"done": done, "stopped_at": None, "state": "compensated", "not_run": []}
