@@ -170,6 +170,8 @@ def test_a_duplicate_is_counted_only_while_its_record_is_as_seen(
     stored = LedgerEntry.objects.get(pk=entry.pk)
     assert stored.record_id == record.pk and stored.decision == entry.decision
     assert refresh(record).duplicate_hits == seen.duplicate_hits == 1
+    assert count_duplicate_as_seen(seen, _duplicate_entry(seen, create_order)) is True
+    assert refresh(record).duplicate_hits == seen.duplicate_hits == 2
 
 
 def test_a_lease_that_lapsed_since_the_read_counts_nothing(tenant, create_order) -> None:

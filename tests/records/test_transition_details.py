@@ -44,7 +44,11 @@ def test_each_duplicate_is_counted_once_on_the_record_it_is_answered_from(
         assert refresh(duplicate.record).duplicate_hits == hits
 
 
-def test_a_first_call_records_its_run_and_combination(tenant) -> None:
+@pytest.mark.parametrize("registered", [True, False], ids=["one_statement", "general_way"])
+def test_a_first_call_records_its_run_and_combination(tenant, registered: bool) -> None:
+    """A registered tool's first call takes the one-statement way, another the general one."""
+    if registered:
+        make_tool(tenant, "create_order")
     combination, _ = combinations.create_combination(
         tenant=tenant,
         label="c",
@@ -102,7 +106,7 @@ def test_a_key_conflict_is_audited_with_its_reason(tenant, create_order) -> None
     reserve(tenant, create_order, params={"cart": "other"}, owner="w2")
     event = AuditEvent.objects.get(action="record.key_conflict")
     assert event.detail == "Same idempotency key with a different request fingerprint."
-    assert (event.actor, event.outcome) == ("w2", "denied")
+    assert (event.actor, event.outcome, event.tenant_id) == ("w2", "denied", tenant.pk)
 
 
 def _lapse(record: IdempotencyRecord) -> None:
