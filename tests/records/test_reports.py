@@ -1,0 +1,87 @@
+"""What the holder's report writes: the result kept as its data classification allows and
+only for a success, a failure retryable only when reported so, the source of the report in
+the audit trail, and the refusals of reports that reach a record settled otherwise."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledger.domain import DataClassification
+from ledger.errors import RecordSettled
+from ledger.models import AuditEvent, IdempotencyRecord
+from ledger.redaction import MAX_TEXT
+from ledger.services.records import Outcome, complete_execution, lock_record, resolve_unknown
+from tests.factories import refresh, reserve
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_result_is_kept_as_its_data_classification_allows(tenant, create_order) -> None:
+    record = reserve(tenant, create_order).record
+    complete_execution(
+        record=record,
+        fencing_token=1,
+        outcome=Outcome.SUCCEEDED,
+        actor="w",
+        result={"order": "o-1"},
+        data_classification=DataClassification.RESTRICTED,
+    )
+    kept = refresh(record).result
+    assert kept["redacted"] == "restricted" and "o-1" not in str(kept)
+
+
+def test_a_result_keeps_more_text_than_other_stored_values(tenant, create_order) -> None:
+    """Results are handed back to duplicates, so they keep more than the usual limit."""
+    record = reserve(tenant, create_order).record
+    text = "x" * (MAX_TEXT + 100)
+    complete_execution(
+        record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w", result={"t": text}
+    )
+    assert refresh(record).result == {"t": text}
+
+
+def test_a_failure_keeps_no_result_and_is_not_retryable_unless_reported_so(
+    tenant, read_file
+) -> None:
+    record = reserve(tenant, read_file, key="k-read").record
+    complete_execution(
+        record=record,
+        fencing_token=1,
+        outcome=Outcome.FAILED,
+        actor="w",
+        result={"partial": 1},
+        error={"code": "UPSTREAM_5XX"},
+    )
+    failed = refresh(record)
+    assert (failed.result, failed.error_retryable) == (None, False)
+    again = reserve(tenant, read_file, key="k-read", owner="w2")
+    assert again.decision.value == "recorded_result"
+
+
+def test_a_report_is_audited_with_its_source(tenant, create_order) -> None:
+    record = reserve(tenant, create_order).record
+    complete_execution(
+        record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w", source="worker"
+    )
+    event = AuditEvent.objects.get(action="record.succeeded", target_id=str(record.pk))
+    assert event.source == "worker"
+
+
+def test_a_report_repeated_after_a_human_settled_the_contradiction_is_refused(
+    tenant, create_order
+) -> None:
+    """The escalation's reason stays on the settled record; the report does not pass for the
+    repeat of the one that contradicted."""
+    record = reserve(tenant, create_order).record
+    complete_execution(record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
+    resolve_unknown(record=record, outcome=Outcome.FAILED, actor="look-up", detail="not found")
+    complete_execution(record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
+    assert refresh(record).escalated_at is not None
+    resolve_unknown(record=record, outcome=Outcome.SUCCEEDED, actor="human", detail="it ran")
+    with pytest.raises(RecordSettled, match=r"the record is succeeded"):
+        complete_execution(record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
+
+
+def test_locking_a_record_that_is_gone_names_it() -> None:
+    with pytest.raises(IdempotencyRecord.DoesNotExist, match=r"^no record 987654$"):
+        lock_record(987654)
