@@ -5,12 +5,19 @@ the audit trail, and the refusals of reports that reach a record settled otherwi
 from __future__ import annotations
 
 import pytest
+from django.db import transaction
 
 from ledger.domain import DataClassification
 from ledger.errors import RecordSettled
 from ledger.models import AuditEvent, IdempotencyRecord
 from ledger.redaction import MAX_TEXT
-from ledger.services.records import Outcome, complete_execution, lock_record, resolve_unknown
+from ledger.services.records import (
+    Outcome,
+    complete_execution,
+    complete_locked,
+    lock_record,
+    resolve_unknown,
+)
 from tests.factories import refresh, reserve
 
 pytestmark = pytest.mark.django_db
@@ -85,3 +92,15 @@ def test_a_report_repeated_after_a_human_settled_the_contradiction_is_refused(
 def test_locking_a_record_that_is_gone_names_it() -> None:
     with pytest.raises(IdempotencyRecord.DoesNotExist, match=r"^no record 987654$"):
         lock_record(987654)
+
+
+def test_a_failure_reported_under_the_callers_lock_is_not_retryable_unless_said(
+    tenant, read_file
+) -> None:
+    record = reserve(tenant, read_file, key="k-read").record
+    with transaction.atomic():
+        locked, now = lock_record(record.pk)
+        complete_locked(
+            locked, now=now, fencing_token=1, outcome=Outcome.FAILED, actor="w", error={"code": "X"}
+        )
+    assert refresh(record).error_retryable is False
