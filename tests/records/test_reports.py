@@ -9,8 +9,10 @@ from django.db import transaction
 
 from ledger.domain import DataClassification
 from ledger.errors import RecordSettled
-from ledger.models import AuditEvent, IdempotencyRecord
+from ledger.keys import fingerprint
+from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry
 from ledger.redaction import MAX_TEXT
+from ledger.services import approvals
 from ledger.services.records import (
     Outcome,
     complete_execution,
@@ -18,7 +20,7 @@ from ledger.services.records import (
     lock_record,
     resolve_unknown,
 )
-from tests.factories import refresh, reserve
+from tests.factories import make_entry, refresh, reserve
 
 pytestmark = pytest.mark.django_db
 
@@ -104,3 +106,51 @@ def test_a_failure_reported_under_the_callers_lock_is_not_retryable_unless_said(
             locked, now=now, fencing_token=1, outcome=Outcome.FAILED, actor="w", error={"code": "X"}
         )
     assert refresh(record).error_retryable is False
+
+
+def test_a_report_finishes_its_entry_with_the_evidence_as_classified(tenant, create_order) -> None:
+    record = reserve(tenant, create_order).record
+    entry = make_entry(tenant, create_order, status="started")
+    LedgerEntry.objects.filter(pk=entry.pk).update(record=record, fencing_token=1)
+    evidence = {"receipt": "r-1"}
+    complete_execution(
+        record=record,
+        fencing_token=1,
+        outcome=Outcome.SUCCEEDED,
+        actor="w",
+        result={"order": "o-1"},
+        entry=LedgerEntry.objects.get(pk=entry.pk),
+        evidence=evidence,
+        data_classification=DataClassification.RESTRICTED,
+    )
+    finished = LedgerEntry.objects.get(pk=entry.pk)
+    assert finished.status == "succeeded" and finished.finished_at is not None
+    kept = {"redacted": "restricted", "sha256": fingerprint(evidence)}
+    assert finished.side_effects == [{"evidence": kept}]
+    assert refresh(record).error is None
+
+
+def test_a_restricted_error_keeps_only_its_hash_and_code(tenant, create_order) -> None:
+    record = reserve(tenant, create_order).record
+    error = {"code": "UPSTREAM_5XX", "message": "card 4111 declined"}
+    complete_execution(
+        record=record,
+        fencing_token=1,
+        outcome=Outcome.FAILED,
+        actor="w",
+        error=error,
+        data_classification=DataClassification.RESTRICTED,
+    )
+    kept = {"redacted": "restricted", "sha256": fingerprint(error), "code": "UPSTREAM_5XX"}
+    assert refresh(record).error == kept
+
+
+def test_settling_a_record_invalidates_its_open_approval_and_says_so(tenant, create_order) -> None:
+    record = reserve(tenant, create_order).record
+    entry = make_entry(tenant, create_order)
+    LedgerEntry.objects.filter(pk=entry.pk).update(record=record)
+    approval = approvals.request_approval(record=refresh(record), entry=entry, requested_by="t:x")
+    complete_execution(record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w")
+    assert ApprovalRequest.objects.get(pk=approval.pk).state == "invalidated"
+    event = AuditEvent.objects.get(action="record.succeeded", target_id=str(record.pk))
+    assert event.detail == "(1 open approval(s) invalidated)"
