@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 from django.db import transaction
+from django.utils import timezone
 
 from ledger.domain import DataClassification
-from ledger.errors import RecordSettled
+from ledger.errors import InvalidTransition, RecordSettled
 from ledger.keys import fingerprint
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry
 from ledger.redaction import MAX_TEXT
@@ -18,6 +19,7 @@ from ledger.services.records import (
     complete_execution,
     complete_locked,
     lock_record,
+    resolve_locked,
     resolve_unknown,
 )
 from tests.factories import make_entry, refresh, reserve
@@ -154,3 +156,41 @@ def test_settling_a_record_invalidates_its_open_approval_and_says_so(tenant, cre
     assert ApprovalRequest.objects.get(pk=approval.pk).state == "invalidated"
     event = AuditEvent.objects.get(action="record.succeeded", target_id=str(record.pk))
     assert event.detail == "(1 open approval(s) invalidated)"
+
+
+def test_a_transition_from_a_state_the_record_has_left_changes_nothing(
+    tenant, create_order
+) -> None:
+    """The state guard of every transition: a caller acting on a record as it read it
+    earlier is refused once the record has moved on, whatever it holds in memory."""
+    record = reserve(tenant, create_order).record
+    complete_execution(record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
+    stale = refresh(record)
+    resolve_unknown(record=record, outcome=Outcome.FAILED, actor="look-up", detail="not found")
+    with pytest.raises(
+        InvalidTransition, match=rf"^record {record.pk} changed state concurrently$"
+    ):
+        resolve_locked(
+            stale,
+            now=timezone.now(),
+            outcome=Outcome.SUCCEEDED,
+            actor="h",
+            source="console",
+            detail="found",
+        )
+    assert refresh(record).state == "failed_final"
+
+
+def test_a_report_whose_entry_moved_on_is_refused_and_changes_nothing(tenant, create_order) -> None:
+    record = reserve(tenant, create_order).record
+    entry = make_entry(tenant, create_order, status="started")
+    LedgerEntry.objects.filter(pk=entry.pk).update(record=record, fencing_token=1)
+    stale = LedgerEntry.objects.get(pk=entry.pk)
+    LedgerEntry.objects.filter(pk=entry.pk).update(status="uncertain")
+    with pytest.raises(
+        InvalidTransition, match=rf"^ledger entry {stale.call_id} changed status concurrently$"
+    ):
+        complete_execution(
+            record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w", entry=stale
+        )
+    assert refresh(record).state == "executing"
