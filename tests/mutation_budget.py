@@ -23,16 +23,21 @@ from mutmut.stats import status_by_exit_code
 # Surviving mutants allowed per module: the counts recorded in docs/testing.md. Lower a budget
 # when a test kills a survivor; raise one only with the new survivors explained there.
 BUDGET = {
-    "ledger/decisions.py": 31,
-    "ledger/keys.py": 0,
-    "ledger/classification/__init__.py": 17,
-    "ledger/classification/catalogue.py": 18,
-    "ledger/classification/commands.py": 311,
-    "ledger/classification/mcp.py": 168,
+    "ledger/decisions.py": 55,
+    "ledger/keys.py": 50,
+    "ledger/classification/__init__.py": 0,
+    "ledger/classification/arguments.py": 6,
+    "ledger/classification/calls.py": 0,
+    "ledger/classification/catalogue.py": 0,
+    "ledger/classification/commands.py": 941,
+    "ledger/classification/files.py": 0,
+    "ledger/classification/mcp.py": 0,
     "ledger/classification/policy.py": 5,
-    "ledger/redaction.py": 25,
+    "ledger/classification/sql.py": 19,
+    "ledger/classification/words.py": 0,
+    "ledger/redaction.py": 101,
     "ledger/observations.py": 5,
-    "ledger/services/records.py": 155,
+    "ledger/services/records.py": 37,
 }
 # What counts as unnoticed: no test failed, or none reached it, or they failed only sometimes.
 SURVIVED = ("survived", "no tests", "suspicious")
