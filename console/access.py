@@ -14,8 +14,10 @@ from django.db import models
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.utils.cache import add_never_cache_headers
 from django.views.csrf import csrf_failure as django_csrf_failure
+from django.utils.translation import gettext as _
 
 from console.denials import Reason, audit_denial
+from console.forbidden import refusal
 from console.models import Membership
 from console.roles import Role
 from ledger.models import Tenant
@@ -28,7 +30,7 @@ M = TypeVar("M", bound=models.Model)
 def _user_id(request: HttpRequest) -> int:
     user_id = request.user.pk
     if not isinstance(user_id, int):
-        raise PermissionDenied("Sign in first.")
+        raise PermissionDenied(_("Sign in first."))
     return user_id
 
 
@@ -51,9 +53,14 @@ def roles_of(user: AbstractBaseUser | AnonymousUser, tenant: Tenant | int) -> se
     return roles
 
 
+def allows(roles: set[Role], allowed: tuple[Role, ...]) -> bool:
+    """Whether a user holding ``roles`` may use a view open to ``allowed`` (none: any member)."""
+    return not allowed or Role.ADMIN in roles or bool(roles & set(allowed))
+
+
 def has_role(user: AbstractBaseUser | AnonymousUser, tenant: Tenant | int, *allowed: Role) -> bool:
     roles = roles_of(user, tenant)
-    return Role.ADMIN in roles or bool(roles & set(allowed))
+    return bool(roles) and allows(roles, allowed)
 
 
 def tenants_of(request: HttpRequest) -> list[Tenant]:
@@ -67,7 +74,7 @@ def current_tenant(request: HttpRequest) -> Tenant:
     membership = memberships.filter(tenant_id=chosen).first() if chosen else None
     membership = membership or memberships.order_by("tenant__slug").first()
     if membership is None:
-        raise PermissionDenied("You are not a member of any tenant.")
+        raise PermissionDenied(_("You are not a member of any tenant."))
     return membership.tenant
 
 
@@ -142,16 +149,22 @@ def console_view(
                 return redirect_to_login(request.get_full_path())
             if request.method not in methods:
                 return HttpResponseNotAllowed(methods)
-            tenant = current_tenant(request)
-            if roles and not has_role(request.user, tenant, *roles):
-                _audit_role_denied(request, tenant, target, roles, kwargs)
-                raise PermissionDenied("Your role in this tenant does not allow this page.")
-            response = view(request, *args, tenant=tenant, **kwargs)
+            try:
+                tenant = current_tenant(request)
+            except PermissionDenied as exc:
+                response = refusal(request, tenant=None, message=str(exc))
+            else:
+                if roles and not has_role(request.user, tenant, *roles):
+                    _audit_role_denied(request, tenant, target, roles, kwargs)
+                    response = refusal(request, tenant=tenant, needed=roles)
+                else:
+                    response = view(request, *args, tenant=tenant, **kwargs)
             # Every console page shows a tenant's evidence (diffs, results, audit): no copy of
             # it may stay in a browser's or proxy's cache.
             add_never_cache_headers(response)
             return response
 
+        wrapped.console_roles = roles  # type: ignore[attr-defined]  # read by console.navigation
         return wrapped
 
     return decorate

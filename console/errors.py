@@ -1,11 +1,21 @@
-"""Project error pages: API paths get problem+json, everything else Django's HTML pages."""
+"""Project error pages: API paths get problem+json, everything else HTML pages (a refusal in
+the console's own layout)."""
 
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 from django.views import defaults
 
+from console.access import tenant_or_none
+from console.forbidden import refusal
 from ledger.problems import problem
+
+
+def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """A refusal raised outside ``console_view`` (which answers its own refusals)."""
+    if request.path.startswith("/api/"):
+        return problem(403, "FORBIDDEN", "Not allowed.")
+    return refusal(request, tenant=tenant_or_none(request), message=str(exception))
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Min, Q
 from django.utils import timezone
 
+from ledger.clock import db_now
 from ledger.domain import WRITE_CONFLICT_ESCALATION, RecordState
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, Tenant, VersionCombination
 
@@ -112,13 +113,37 @@ def approval_timeline(approval: ApprovalRequest) -> list[AuditEvent]:
     )
 
 
+#: Kinds of unknown call the queue filters on, and which calls each one is.
+UNKNOWN_KINDS = {
+    "conflict": Q(escalation_reason=WRITE_CONFLICT_ESCALATION),
+    "escalated": Q(escalated_at__isnull=False),
+    "automatic": Q(escalated_at__isnull=True),
+}
+
+
 def unknown_calls(
-    tenant: Tenant, *, limit: int, after: int | None = None
+    tenant: Tenant,
+    *,
+    limit: int,
+    after: int | None = None,
+    tool: str = "",
+    kind: str = "",
+    combination: int | None = None,
+    older_than: timedelta | None = None,
 ) -> list[IdempotencyRecord] | None:
     """The oldest unknown calls first (they have waited longest), ``limit`` of them after the
-    call ``after`` (keyset on (uncertain_since, id), the order of its index). None when
-    ``after`` is not an unknown call of this tenant (any more)."""
+    call ``after`` (keyset on (uncertain_since, id), the order of its index), of ``tool``, of
+    one ``UNKNOWN_KINDS`` kind, under ``combination``, unknown for longer than ``older_than``.
+    None when ``after`` is not such a call of this tenant (any more)."""
     unknown = IdempotencyRecord.objects.filter(tenant=tenant, state=RecordState.UNKNOWN)
+    if tool:
+        unknown = unknown.filter(tool__name=tool)
+    if kind:
+        unknown = unknown.filter(UNKNOWN_KINDS[kind])
+    if combination is not None:
+        unknown = unknown.filter(combination_id=combination)
+    if older_than is not None:
+        unknown = unknown.filter(uncertain_since__lt=db_now() - older_than)
     if after is not None:
         since = unknown.filter(pk=after).values_list("uncertain_since", flat=True).first()
         if since is None:

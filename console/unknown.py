@@ -9,10 +9,13 @@ settled in the meantime (by a look-up, say) is skipped and reported, never chang
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
+from django import forms
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -23,7 +26,7 @@ from console.roles import Role
 from console.views import context_for
 from ledger.domain import RecordState
 from ledger.errors import InvalidInput, LedgerError
-from ledger.models import IdempotencyRecord, Tenant
+from ledger.models import IdempotencyRecord, Tenant, VersionCombination
 from ledger.services.records import Outcome, resolve_unknown
 from reconcile import operator_actions
 
@@ -80,27 +83,88 @@ def apply_action(record: IdempotencyRecord, action: str, note: str, actor: str) 
     raise InvalidInput(_("Unknown action."))
 
 
+#: The queue's age filter: unknown for longer than this.
+AGES = {
+    "1h": timedelta(hours=1),
+    "6h": timedelta(hours=6),
+    "24h": timedelta(days=1),
+    "7d": timedelta(days=7),
+}
+
+
+class UnknownFilter(forms.Form):
+    """The queue's filters, all in the URL (a filtered queue can be shared)."""
+
+    tool = forms.CharField(label=gettext_lazy("Tool"), required=False, max_length=200)
+    kind = forms.ChoiceField(
+        label=gettext_lazy("Kind"),
+        required=False,
+        choices=[
+            ("", gettext_lazy("any")),
+            ("conflict", gettext_lazy("write conflicts")),
+            ("escalated", gettext_lazy("needs a human")),
+            ("automatic", gettext_lazy("being looked up")),
+        ],
+    )
+    combination = forms.TypedChoiceField(
+        label=gettext_lazy("Combination"), required=False, coerce=int
+    )
+    older_than = forms.ChoiceField(
+        label=gettext_lazy("Unknown for over"),
+        required=False,
+        choices=[("", gettext_lazy("any time"))] + [(age, age) for age in AGES],
+    )
+
+    def __init__(self, data: QueryDict, *, tenant: Tenant) -> None:
+        super().__init__(data)
+        combination = self.fields["combination"]
+        assert isinstance(combination, forms.TypedChoiceField)
+        combination.choices = [("", gettext_lazy("any"))] + [
+            (str(c.pk), c.label)
+            for c in VersionCombination.objects.filter(tenant=tenant).order_by("-pk")[:100]
+        ]
+
+
 @console_view(Role.OPERATOR)
 def unknown_calls(request: HttpRequest, tenant: Tenant) -> HttpResponse:
-    """The queue, oldest first, in keyset pages (``after=<id of the last call shown>``)."""
+    """The queue, oldest first, filtered, in keyset pages (``after=<id of the last call
+    shown>``)."""
+    form = UnknownFilter(request.GET, tenant=tenant)
     after = request.GET.get("after", "")
     after_id = parse_id(after)
-    records = selectors.unknown_calls(tenant, limit=PAGE + 1, after=after_id)
+    query = request.GET.copy()
+    query.pop("after", None)
+    if not form.is_valid():
+        records: list[IdempotencyRecord] | None = []
+    else:
+        data = form.cleaned_data
+        records = selectors.unknown_calls(
+            tenant,
+            limit=PAGE + 1,
+            after=after_id,
+            tool=data["tool"].strip(),
+            kind=data["kind"],
+            combination=data["combination"] if data["combination"] != "" else None,
+            older_than=AGES.get(data["older_than"]),
+        )
     if records is None or (after and after_id is None):
         messages.info(request, _("That call is no longer unknown; the queue starts again."))
-        return redirect("console:unknown_calls")
+        return redirect(f"{reverse('console:unknown_calls')}?{query.urlencode()}")
     return render(
         request,
         "console/unknown.html",
         context_for(
             request,
             tenant,
+            form=form,
+            query=query.urlencode(),
             records=records[:PAGE],
             next_after=records[PAGE - 1].pk if len(records) > PAGE else None,
             paged=bool(after),
             reconciler=selectors.reconciler(),
             bulk_actions=BULK_ACTIONS,
         ),
+        status=200 if form.is_valid() else 400,
     )
 
 

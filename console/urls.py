@@ -77,5 +77,6 @@ urlpatterns = [
     path("", include((console_patterns, "console"))),
 ]
 
+handler403 = "console.errors.permission_denied"
 handler404 = "console.errors.not_found"
 handler500 = "console.errors.server_error"

@@ -11,7 +11,6 @@ import json
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -29,7 +28,9 @@ from console.access import (
     tenants_of,
 )
 from console.denials import Reason, audit_denial
+from console.forbidden import refusal
 from console.language import save_language
+from console.navigation import pages_for
 from console.params import parse_id
 from console.roles import Role
 from ledger.domain import Idempotency, ServerTrust
@@ -53,10 +54,14 @@ PAGE_SIZE = 50
 
 
 def context_for(request: HttpRequest, tenant: Tenant, **extra: object) -> dict[str, object]:
+    """What every console page's layout needs: the tenant, the user's roles there and the
+    pages those roles open (the top bar links only to those)."""
+    roles = roles_of(request.user, tenant)
     return {
         "tenant": tenant,
         "tenants": tenants_of(request),
-        "roles": {r.value for r in roles_of(request.user, tenant)},
+        "roles": {r.value for r in roles},
+        "pages": pages_for(roles),
         **extra,
     }
 
@@ -171,7 +176,7 @@ def approval_decide(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
                 approval=approval, user=request.user, approve=approve, reason=reason
             )
     except approvals_service.DeciderRefused as exc:
-        raise PermissionDenied(exc.message) from None  # audited by decide
+        return refusal(request, tenant=tenant, message=exc.message)  # audited by decide
     except LedgerError as exc:
         messages.error(request, exc.message)
         return redirect("console:approval", pk=approval.pk)

@@ -82,6 +82,7 @@ TERMS = {
     "approval": _("approval"),
     "record": _("call"),
     "combination": _("combination"),
+    "admin": _("admin"),
 }
 
 

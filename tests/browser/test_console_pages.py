@@ -7,22 +7,11 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from ledger.models import ApprovalRequest, IdempotencyRecord, Run, Tenant, VersionCombination
-from ledger.services import metrics
-from tests.api.conftest import ApiClient, client_for
+from ledger.models import ApprovalRequest, IdempotencyRecord, Run, VersionCombination
 from tests.browser.conftest import console_user, shot, sign_in
 from tests.console.conftest import make_pending
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-VERSIONS = {
-    "model": "m-1",
-    "prompt": "p-1",
-    "rules": "r-1",
-    "tool_schema": "t-1",
-    "data_version": "d-1",
-}
-
 
 # Form controls a screen reader could not name: no <label for>, no wrapping label, no aria-label.
 UNLABELLED_CONTROLS = """
@@ -31,55 +20,6 @@ UNLABELLED_CONTROLS = """
                 && !(el.tagName === 'BUTTON' && el.textContent.trim()))
   .map(el => el.outerHTML.slice(0, 80))
 """
-
-
-def _order(api: ApiClient, run_id: str, cart: str, *, outcome: str | None) -> dict:
-    call = api.post(
-        "/calls",
-        {
-            "run_id": run_id,
-            "step_id": f"order-{cart}",
-            "tool": "create_order",
-            "input": {"cart": cart},
-            "business_object_id": cart,
-        },
-    ).json()
-    if outcome:
-        api.post(f"/calls/{call['call_id']}/complete", {"fencing_token": 1, "outcome": outcome})
-    return call
-
-
-@pytest.fixture
-def incident() -> tuple[Tenant, ApiClient, dict, dict]:
-    """A bad combination in production: a run in flight under it, unknown orders, a pending
-    approval, and metrics rolled up."""
-    tenant = Tenant.objects.create(slug="acme", name="Acme")
-    api = client_for(tenant)
-    good = api.post("/combinations", {"label": "baseline", **VERSIONS}).json()
-    bad = api.post("/combinations", {"label": "prompt-v2", **{**VERSIONS, "prompt": "p-2"}}).json()
-    api.post(f"/combinations/{good['id']}/activate")
-    api.start_run("run-before")  # the baseline's traffic, before the bad combination ships
-    _order(api, "run-before", "c0", outcome="succeeded")
-    api.post(f"/combinations/{bad['id']}/activate")
-    api.start_run("run-checkout")
-    for cart in ("c1", "c2", "c3"):
-        _order(api, "run-checkout", cart, outcome="uncertain")
-    _order(api, "run-checkout", "c4", outcome=None)  # executing when the rollback comes
-    read = api.post(
-        "/calls",
-        {"run_id": "run-checkout", "step_id": "r", "tool": "read_file", "input": {"path": "x"}},
-    ).json()
-    api.post(
-        f"/calls/{read['call_id']}/complete",
-        {"fencing_token": 1, "outcome": "succeeded", "result": {"text": "x"}},
-    )
-    api.post(
-        "/calls",
-        {"run_id": "run-checkout", "step_id": "r", "tool": "read_file", "input": {"path": "x"}},
-    )
-    make_pending(tenant, "settings.py", run_id="run-review")
-    metrics.roll_up()
-    return tenant, api, good, bad
 
 
 def test_roll_back_a_combination(page: Page, live_server, django_user_model, incident) -> None:

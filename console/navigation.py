@@ -1,0 +1,35 @@
+"""Which console pages a user's roles open, read from the roles each view's ``console_view``
+names, so the top bar and the inbox tiles link only to pages the user may see and the rule
+stays in one place (the view's decorator)."""
+
+from __future__ import annotations
+
+from django.urls import resolve, reverse
+
+from console.access import allows
+from console.roles import Role
+
+#: The pages the top bar and the inbox link to (URL names in the ``console`` namespace).
+LINKED_PAGES = (
+    "approvals",
+    "unknown_calls",
+    "combinations",
+    "metrics",
+    "calls",
+    "runs",
+    "tools",
+    "audit",
+)
+
+
+def needed_roles(url_name: str) -> tuple[Role, ...]:
+    """The roles the console page ``url_name`` (no arguments) is open to; none: any member."""
+    view = resolve(reverse(f"console:{url_name}")).func
+    return tuple(getattr(view, "console_roles", ()))
+
+
+def pages_for(roles: set[Role]) -> set[str]:
+    """The linked pages a member holding ``roles`` may open (none for a member without one)."""
+    if not roles:
+        return set()
+    return {name for name in LINKED_PAGES if allows(roles, needed_roles(name))}

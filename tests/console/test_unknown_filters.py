@@ -1,0 +1,79 @@
+"""The unknown-outcome queue's filters (tool, kind, combination, age), all kept in the URL."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledger.domain import WRITE_CONFLICT_ESCALATION
+from ledger.models import IdempotencyRecord
+from reconcile.services import escalate
+from tests.api.conftest import client_for
+from tests.console.conftest import make_user, signed_in
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def queue(tenant) -> dict[str, IdempotencyRecord]:
+    """Three unknown calls: an order looked up automatically, an escalated email and a write
+    conflict."""
+    api = client_for(tenant)
+    api.start_run()
+    made = {}
+    for name, tool, obj in (
+        ("order", "create_order", "c1"),
+        ("email", "send_email", "m1"),
+        ("write", "create_issue", "i1"),
+    ):
+        call = api.call(tool, {"x": obj}, business_object_id=obj).json()
+        api.post(f"/calls/{call['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+        made[name] = IdempotencyRecord.objects.get(key=call["idempotency_key"])
+    escalate(record=made["email"], actor="olga", reason="customer says no email came")
+    escalate(record=made["write"], actor="worker", reason=WRITE_CONFLICT_ESCALATION)
+    return made
+
+
+def _shown(client, query: str) -> set[int]:
+    response = client.get(f"/unknown/?{query}", secure=True)
+    assert response.status_code == 200, response.content[:500]
+    return {record.pk for record in response.context["records"]}
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("", {"order", "email", "write"}),
+        ("tool=create_order", {"order"}),
+        ("kind=conflict", {"write"}),
+        ("kind=escalated", {"email", "write"}),
+        ("kind=automatic", {"order"}),
+        ("kind=escalated&tool=send_email", {"email"}),
+        ("older_than=1h", set()),
+    ],
+)
+def test_each_filter_narrows_the_queue(django_user_model, tenant, queue, query, expected):
+    client = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    assert _shown(client, query) == {queue[name].pk for name in expected}
+
+
+def test_the_combination_filter_offers_only_the_tenants_combinations(
+    django_user_model, tenant, queue
+):
+    client = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    response = client.get("/unknown/?combination=999999", secure=True)
+    assert response.status_code == 400  # not one of this tenant's: an error, no query
+    assert response.context["records"] == []
+
+
+def test_a_bad_kind_is_an_error_shown_on_the_form(django_user_model, tenant, queue):
+    client = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    response = client.get("/unknown/?kind=everything", secure=True)
+    assert response.status_code == 400
+    assert 'class="field-error"' in response.content.decode()
+
+
+def test_the_next_page_link_keeps_the_filters(django_user_model, tenant, queue, monkeypatch):
+    monkeypatch.setattr("console.unknown.PAGE", 1)
+    client = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    page = client.get("/unknown/?kind=escalated", secure=True).content.decode()
+    assert f'href="?kind=escalated&amp;after={queue["email"].pk}"' in page
