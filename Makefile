@@ -36,20 +36,18 @@ $(STAMP): pyproject.toml client/pyproject.toml
 
 install: $(STAMP)
 
+# The live demo: migrate and seed, then the sandbox downstreams, the web server, a worker with
+# beat and (once) the demo agent, all stopped by one Ctrl-C (console/demo_stack.py).
 run: install
-	DEBUG=true $(PY) manage.py migrate --noinput
-	DEBUG=true $(PY) manage.py seed_demo
-	DEBUG=true $(PY) manage.py demo_agent --if-empty
-	@echo "Agent Ledger: http://$(HOST):$(PORT)/  (demo accounts are listed in README.md)"
-	DEBUG=true $(PY) manage.py runserver $(HOST):$(PORT)
+	$(PY) -m console.demo_stack --host $(HOST) --port $(PORT)
 
 # Stops the embedded PostgreSQL that `make run` started (it outlives the web server on purpose:
-# `make worker` and management commands share it).
+# management commands share it).
 stop:
 	$(PY) -m console.embedded stop
 
-# A reconciliation worker with the periodic sweeps (beat) for the embedded default; run it
-# beside `make run`. In production run workers and one beat per README "Scale out".
+# A reconciliation worker with the periodic sweeps (beat) for the embedded default (`make run`
+# starts one of its own). In production run workers and one beat per README "Scale out".
 worker: install
 	DEBUG=true $(VENV)/bin/celery -A console worker -B -Q reconcile,maintenance,notify -c 2 -l INFO
 

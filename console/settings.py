@@ -18,12 +18,14 @@ from django.core.exceptions import ImproperlyConfigured
 from console.config import non_negative_int, positive_int, strict_bool, url_with_scheme
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = BASE_DIR / "var"
 
 env = environ.Env()
 env_file = BASE_DIR / ".env"
 if env_file.exists():
     environ.Env.read_env(str(env_file))
+# Local state of the embedded default: its PostgreSQL, the file-system broker, beat's schedule
+# and the demo's workspace.
+VAR_DIR = Path(env.str("LEDGER_VAR_DIR", default=str(BASE_DIR / "var"))).resolve()
 
 DEBUG = strict_bool(env, "DEBUG", default=False)
 

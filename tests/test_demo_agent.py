@@ -101,25 +101,7 @@ def _make_run_demo(manage: Callable[..., str]) -> None:
     out = manage("demo_agent", "--runs", "2")
     assert "(max 1 per key)" in out and "(max 2" not in out
     assert "nothing to do" in manage("demo_agent", "--if-empty")
-    # `make worker` beside it: look-ups claim, lock and settle on the embedded server too.
-    looked_up = manage(
-        "shell",
-        "-c",
-        "from ledger.models import IdempotencyRecord as R\n"
-        "from reconcile.models import ReconcileAttempt as A\n"
-        "from reconcile.services import reconcile_record\n"
-        "ids = R.objects.filter(state='unknown', escalated_at__isnull=True)\n"
-        "ids = list(ids.values_list('pk', flat=True))\n"
-        "first = sorted({reconcile_record(i) for i in ids})\n"
-        "again = sorted({reconcile_record(i) for i in ids})\n"
-        "print('LOOKED-UP', len(ids), first, again, A.objects.count())",
-    )
-    line = next(x for x in looked_up.splitlines() if x.startswith("LOOKED-UP"))
-    count = int(line.split()[1])
-    # The demo's tools without a downstream adapter are escalated, each with one attempt;
-    # a second round finds them escalated and skips them.
-    assert count > 0
-    assert line == f"LOOKED-UP {count} ['escalated'] ['skipped'] {count}"
+    # The workers settling these calls on the same server: tests/browser/test_live_demo.py.
 
 
 def test_a_demo_left_part_way_is_reported_not_served_as_complete() -> None:

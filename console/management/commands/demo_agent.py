@@ -1,10 +1,11 @@
 """``manage.py demo_agent``: scripted agent runs that fill the ledger with real data.
 
 No model is needed: each run is a script of tool calls made through the Python client over
-HTTP, against the sandbox downstreams with faults injected. The command serves the ledger and
-the sandbox itself on free loopback ports for the duration, so it works on the embedded
-PostgreSQL of ``make run`` as on any other. Two version combinations are used; the candidate
-one hits more faults, so its metrics are visibly worse.
+HTTP, against the sandbox downstreams with faults injected. The command serves the ledger itself
+on a free loopback port for the duration, so it works on the embedded PostgreSQL of ``make run``
+as on any other; it calls the sandbox at ``--sandbox-url`` (``make run`` keeps one running, so
+the workers can look the demo's calls up in it), or serves one of its own. Two version
+combinations are used; the candidate one hits more faults, so its metrics are visibly worse.
 
 Running it again adds more runs; ``make run`` runs it once, on an empty ledger. It runs only
 with ``DEBUG`` on, and the token it issues is revoked when it ends, however it ends.
@@ -78,18 +79,24 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 @contextmanager
-def _serving() -> Iterator[tuple[str, SandboxServer]]:
-    """The ledger (this project's WSGI app) and the sandbox, each on a free loopback port."""
+def _serving(sandbox_url: str) -> Iterator[tuple[str, str]]:
+    """The ledger (this project's WSGI app) on a free loopback port, and the sandbox at
+    ``sandbox_url`` (empty: one served here on a free port, gone when the demo ends; the one
+    ``make run`` keeps running is what the workers look the demo's calls up in)."""
     ledger = ThreadedWSGIServer(("127.0.0.1", 0), _QuietHandler, allow_reuse_address=True)
     ledger.set_app(get_wsgi_application())
-    sandbox = serve("127.0.0.1", 0, Path(settings.VAR_DIR) / "workspaces" / "demo")
-    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (ledger, sandbox)]
+    servers: list[ThreadedWSGIServer | SandboxServer] = [ledger]
+    if not sandbox_url:
+        sandbox = serve("127.0.0.1", 0, Path(settings.VAR_DIR) / "workspaces" / "demo")
+        servers.append(sandbox)
+        sandbox_url = sandbox.url
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
     for thread in threads:
         thread.start()
     try:
-        yield f"http://127.0.0.1:{ledger.server_address[1]}", sandbox
+        yield f"http://127.0.0.1:{ledger.server_address[1]}", sandbox_url.rstrip("/")
     finally:
-        for server in (ledger, sandbox):
+        for server in servers:
             server.shutdown()
             server.server_close()
 
@@ -97,18 +104,18 @@ def _serving() -> Iterator[tuple[str, SandboxServer]]:
 class Demo:
     """One tenant's scripted runs."""
 
-    def __init__(self, client: LedgerClient, sandbox: SandboxServer, out: Callable[[str], None]):
+    def __init__(self, client: LedgerClient, sandbox_url: str, out: Callable[[str], None]):
         self.client = client
-        self.sandbox = sandbox
+        self.sandbox_url = sandbox_url
         self.out = out
 
     def fault(self, **fault: Any) -> None:
-        httpx.post(f"{self.sandbox.url}/_faults", json=fault, timeout=5).raise_for_status()
+        httpx.post(f"{self.sandbox_url}/_faults", json=fault, timeout=5).raise_for_status()
 
     def create(self, service: str, reference: str) -> Callable[[CallContext], Any]:
         def execute(ctx: CallContext) -> Any:
             response = httpx.post(
-                f"{self.sandbox.url}/{service}/objects",
+                f"{self.sandbox_url}/{service}/objects",
                 json={"reference": reference, **ctx.input},
                 headers={"Idempotency-Key": ctx.idempotency_key},
                 timeout=1.5,
@@ -127,7 +134,7 @@ class Demo:
     def write(self, path: str, content: str) -> Callable[[CallContext], Any]:
         def execute(ctx: CallContext) -> Any:
             response = httpx.put(
-                f"{self.sandbox.url}/workspace/files/{path}", json={"content": content}, timeout=1.5
+                f"{self.sandbox_url}/workspace/files/{path}", json={"content": content}, timeout=1.5
             )
             response.raise_for_status()
             return response.json()
@@ -183,7 +190,7 @@ class Demo:
         path = f"config/app-{index}.yaml"
         before, after = f"retries: {index}\n", f"retries: {index + 3}\n"
         httpx.put(
-            f"{self.sandbox.url}/workspace/files/{path}", json={"content": before}, timeout=5
+            f"{self.sandbox_url}/workspace/files/{path}", json={"content": before}, timeout=5
         ).raise_for_status()
         self.fault(service="workspace", mode="reset")
         plan = {
@@ -203,7 +210,7 @@ class Demo:
             return
         if index % 3 == 1:  # someone else edited the file meanwhile: a write conflict
             httpx.put(
-                f"{self.sandbox.url}/workspace/files/{path}",
+                f"{self.sandbox_url}/workspace/files/{path}",
                 json={"content": "retries: 99\n"},
                 timeout=5,
             )
@@ -233,6 +240,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--if-empty", action="store_true", help="do nothing when the tenant already has runs"
         )
+        parser.add_argument(
+            "--sandbox-url",
+            default="",
+            help="a running sandbox to call (python -m sandbox); default: one of its own",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if not settings.DEBUG:
@@ -256,7 +268,9 @@ class Command(BaseCommand):
             tenant=tenant, name=f"demo-agent-{uuid.uuid4().hex[:6]}", user=runtime
         )
         try:
-            stats = self._drive(plaintext, combinations, runs=options["runs"])
+            stats = self._drive(
+                plaintext, combinations, runs=options["runs"], sandbox_url=options["sandbox_url"]
+            )
         finally:
             ApiToken.objects.filter(pk=token.pk).update(revoked_at=Now())
         self._reject_one(tenant)
@@ -277,11 +291,16 @@ class Command(BaseCommand):
         )
 
     def _drive(
-        self, plaintext: str, combinations: dict[str, VersionCombination], *, runs: int
+        self,
+        plaintext: str,
+        combinations: dict[str, VersionCombination],
+        *,
+        runs: int,
+        sandbox_url: str,
     ) -> dict[str, Any]:
         """The scripted runs under each combination; the sandbox's counts per service."""
         with (
-            _serving() as (url, sandbox),
+            _serving(sandbox_url) as (url, sandbox),
             LedgerClient(url, plaintext, agent_id="demo-agent", request_timeout=10) as client,
         ):
             demo = Demo(client, sandbox, self.stdout.write)
@@ -294,7 +313,7 @@ class Command(BaseCommand):
                     demo.script(run, index, worse=worse)
                     run.finish("completed")
             return {
-                s: httpx.get(f"{sandbox.url}/{s}/stats", timeout=5).json()
+                s: httpx.get(f"{sandbox}/{s}/stats", timeout=5).json()
                 for s in ("orders", "payments", "email")
             }
 

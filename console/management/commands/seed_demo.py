@@ -1,16 +1,22 @@
 """``manage.py seed_demo``: a demo tenant, accounts and registry for ``make run``.
 
-Idempotent: running it again changes nothing that is already there. The demo accounts are for a
-local machine only and the command refuses to run with DEBUG off.
+It also tells the workers how to reconcile the demo's calls: each sandbox service the demo
+agent calls is the downstream adapter of its tool (looked up by key at ``--sandbox-url``), and
+the sandbox's workspace is the ``demo`` workspace root, so the file checks can read it.
+
+Idempotent: running it again changes nothing that is already there (an adapter's URL follows
+``--sandbox-url``). The demo accounts are for a local machine only and the command refuses to
+run with DEBUG off.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from console.demo import DEMO_PASSWORD, DEMO_USERS
@@ -18,18 +24,59 @@ from console.models import Membership
 from ledger.classification.catalogue import CATALOGUE
 from ledger.models import Tenant
 from ledger.services.registry import ensure_catalogue_tool
+from reconcile.models import DownstreamAdapter, WorkspaceRoot
+
+#: The sandbox service each of the demo's side-effecting tools calls (demo_agent).
+DEMO_DOWNSTREAMS = {"create_order": "orders", "charge_customer": "payments", "send_email": "email"}
+#: A sandbox's "not found" settles a demo call this long after it went unknown: long enough
+#: for a slow create to land, short enough that the demo's calls settle within a minute.
+DEMO_GRACE_SECONDS = 15
+
+
+def demo_workspace() -> str:
+    """Where the demo agent's sandbox keeps the files it writes (the ``demo`` workspace)."""
+    return str((settings.VAR_DIR / "workspaces" / "demo").resolve())
 
 
 class Command(BaseCommand):
     help = "Create the demo tenant, users and tool registry (DEBUG only)."
 
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--sandbox-url",
+            default="http://127.0.0.1:8025",
+            help="the sandbox the demo agent calls (python -m sandbox), looked up by the workers",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         if not settings.DEBUG:
             raise CommandError("seed_demo creates accounts with a known password: DEBUG only.")
+        sandbox = options["sandbox_url"].rstrip("/")
+        if urlsplit(sandbox).scheme not in ("http", "https"):
+            raise CommandError(f"--sandbox-url must be an http(s) URL, not {sandbox!r}")
         with transaction.atomic():
             tenant, _ = Tenant.objects.get_or_create(slug="demo", defaults={"name": "Demo Co"})
-            for name in [*CATALOGUE, "run_command"]:
-                ensure_catalogue_tool(tenant=tenant, name=name, actor="seed_demo", source="cli")
+            tools = {
+                name: ensure_catalogue_tool(
+                    tenant=tenant, name=name, actor="seed_demo", source="cli"
+                )
+                for name in [*CATALOGUE, "run_command"]
+            }
+            for name, service in DEMO_DOWNSTREAMS.items():
+                DownstreamAdapter.objects.update_or_create(
+                    tool=tools[name],
+                    defaults={
+                        "tenant": tenant,
+                        "kind": DownstreamAdapter.Kind.HTTP,
+                        "url_template": f"{sandbox}/{service}/objects/by-key/{{key}}",
+                        "found_statuses": [200],
+                        "not_found_statuses": [404],
+                        "grace_seconds": DEMO_GRACE_SECONDS,
+                    },
+                )
+            WorkspaceRoot.objects.update_or_create(
+                tenant=tenant, name="demo", defaults={"path": demo_workspace()}
+            )
             user_model = get_user_model()
             for username in DEMO_USERS:
                 user = user_model.objects.filter(username=username).first()
