@@ -2,11 +2,17 @@
 
 Pages are keyset-paged on the primary key (``before=<pk>``), newest first, so a page costs the
 same at the millionth row as at the first, and the query count is the same for any page size.
-Filters are a Django form: bad input is shown as an error and the list is not queried.
+Filters are a Django form: bad input is shown as an error and the list is not queried. Every
+filter is in the URL, so a filtered list can be shared; ``format=csv`` is the same page as CSV.
+
+Search: run ids and call ids by prefix, keys (and so the business objects they end with) and
+tool names by fragment. The indexes behind them: ``ledger`` migration ``0011_search_trigram``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from django import forms
@@ -16,9 +22,11 @@ from django.shortcuts import render
 from django.utils.translation import gettext_lazy as _
 
 from console.access import console_view, get_for_tenant
+from console.csv_export import csv_response
 from console.params import parse_id
 from console.roles import Role
 from console.views import context_for
+from ledger.clock import db_now
 from ledger.domain import Decision, EntryStatus
 from ledger.models import LedgerEntry, Run, Tenant, VersionCombination
 
@@ -42,6 +50,29 @@ TIMELINE_FIELDS = (
     "record__state",
 )
 DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
+#: Relative time ranges: the last hour, six hours, day or week, by the database's clock.
+RANGES = {
+    "1h": timedelta(hours=1),
+    "6h": timedelta(hours=6),
+    "24h": timedelta(days=1),
+    "7d": timedelta(days=7),
+}
+#: A key fragment shorter than a trigram cannot use the trigram index.
+MIN_FRAGMENT = 3
+
+
+def _hint(text: Any) -> forms.TextInput:
+    return forms.TextInput(attrs={"placeholder": text})
+
+
+def _local_datetime(label: Any) -> forms.DateTimeField:
+    """A date-time filter with the browser's date and time picker."""
+    return forms.DateTimeField(
+        label=label,
+        required=False,
+        input_formats=DATETIME_FORMATS,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+    )
 
 
 def _blank_choice(values: list[str]) -> list[tuple[str, Any]]:
@@ -52,8 +83,19 @@ class _PagedFilter(forms.Form):
     """Common to both lists: the combination, a time window and the keyset cursor."""
 
     combination = forms.TypedChoiceField(label=_("Combination"), required=False, coerce=int)
-    since = forms.DateTimeField(label=_("From"), required=False, input_formats=DATETIME_FORMATS)
-    until = forms.DateTimeField(label=_("To"), required=False, input_formats=DATETIME_FORMATS)
+    range = forms.ChoiceField(
+        label=_("Time"),
+        required=False,
+        choices=[
+            ("", _("any time")),
+            ("1h", _("last hour")),
+            ("6h", _("last 6 hours")),
+            ("24h", _("last 24 hours")),
+            ("7d", _("last 7 days")),
+        ],
+    )
+    since = _local_datetime(_("From"))
+    until = _local_datetime(_("To"))
     before = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
     size = forms.IntegerField(
         label=_("Per page"), required=False, min_value=1, max_value=MAX_PAGE_SIZE
@@ -68,6 +110,14 @@ class _PagedFilter(forms.Form):
             for c in VersionCombination.objects.filter(tenant=tenant).order_by("-pk")[:100]
         ]
 
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("range") and (data.get("since") or data.get("until")):
+            raise forms.ValidationError(_("Choose a relative time or From / To, not both."))
+        if data.get("range"):
+            data["since"] = db_now() - RANGES[data["range"]]
+        return data
+
     def page_size(self) -> int:
         return self.cleaned_data.get("size") or DEFAULT_PAGE_SIZE
 
@@ -76,13 +126,29 @@ class _PagedFilter(forms.Form):
         assert isinstance(self.data, QueryDict)
         params = self.data.copy()
         params.pop("before", None)
+        params.pop("format", None)
         return str(params.urlencode())
 
 
 class CallFilter(_PagedFilter):
-    run = forms.CharField(label=_("Run id"), required=False, max_length=200)
-    call = forms.UUIDField(label=_("Call id"), required=False)
-    key = forms.CharField(label=_("Idempotency key"), required=False, max_length=1024)
+    run = forms.CharField(
+        label=_("Run id"), required=False, max_length=200, widget=_hint(_("or its start"))
+    )
+    call = forms.RegexField(
+        label=_("Call id"),
+        required=False,
+        regex=r"^[0-9a-fA-F-]{1,36}$",
+        max_length=36,
+        error_messages={"invalid": _("A call id (or its start) is hexadecimal digits and -.")},
+        widget=_hint(_("or its start")),
+    )
+    key = forms.CharField(
+        label=_("Idempotency key"),
+        required=False,
+        min_length=MIN_FRAGMENT,
+        max_length=1024,
+        widget=_hint(_("any part, e.g. cart-42")),
+    )
     tool = forms.CharField(label=_("Tool"), required=False, max_length=200)
     status = forms.ChoiceField(
         label=_("Status"), required=False, choices=_blank_choice([s.value for s in EntryStatus])
@@ -90,15 +156,20 @@ class CallFilter(_PagedFilter):
     decision = forms.ChoiceField(
         label=_("Decision"), required=False, choices=_blank_choice([d.value for d in Decision])
     )
-    field_order = ("run", "call", "key", "tool", "status", "decision", "combination")
+    field_order = ("run", "call", "key", "tool", "status", "decision", "combination", "range")
+
+    def clean_call(self) -> str:
+        return str(self.cleaned_data["call"]).lower()  # as PostgreSQL writes a uuid
 
 
 class RunFilter(_PagedFilter):
-    run = forms.CharField(label=_("Run id"), required=False, max_length=200)
+    run = forms.CharField(
+        label=_("Run id"), required=False, max_length=200, widget=_hint(_("or its start"))
+    )
     status = forms.ChoiceField(
         label=_("Status"), required=False, choices=_blank_choice([s.value for s in Run.Status])
     )
-    field_order = ("run", "status", "combination")
+    field_order = ("run", "status", "combination", "range")
 
 
 def _page(rows: QuerySet[Any], form: _PagedFilter) -> tuple[list[Any], int | None]:
@@ -115,10 +186,10 @@ def _page(rows: QuerySet[Any], form: _PagedFilter) -> tuple[list[Any], int | Non
 
 #: Each filter of the form and the lookup it applies (an empty filter applies none).
 CALL_LOOKUPS = {
-    "run": "run__run_id",
-    "call": "call_id",
-    "key": "idempotency_key",
-    "tool": "tool__name",
+    "run": "run__run_id__startswith",
+    "call": "call_id__startswith",
+    "key": "idempotency_key__contains",
+    "tool": "tool__name__contains",
     "status": "status",
     "decision": "decision",
     "combination": "combination_id",
@@ -126,7 +197,7 @@ CALL_LOOKUPS = {
     "until": "created_at__lt",
 }
 RUN_LOOKUPS = {
-    "run": "run_id",
+    "run": "run_id__startswith",
     "status": "status",
     "combination": "combination_id",
     "since": "started_at__gte",
@@ -153,13 +224,44 @@ def search_runs(tenant: Tenant, form: RunFilter) -> tuple[list[Run], int | None]
     return _page(_filtered(runs, form, RUN_LOOKUPS), form)
 
 
+#: The columns of each list's CSV export: the page's columns, in its order.
+CALL_COLUMNS: list[tuple[str, Callable[[Any], object]]] = [
+    ("when", lambda e: e.created_at.isoformat()),
+    ("tool", lambda e: e.tool.name),
+    ("run_id", lambda e: e.run.run_id),
+    ("decision", lambda e: e.decision),
+    ("observation_code", lambda e: e.observation_code),
+    ("dedup_hit", lambda e: e.reused_record),
+    ("status", lambda e: e.status),
+    ("idempotency_key", lambda e: e.idempotency_key),
+    ("combination", lambda e: e.combination.label if e.combination else ""),
+    ("call_id", lambda e: e.call_id),
+]
+RUN_COLUMNS: list[tuple[str, Callable[[Any], object]]] = [
+    ("run_id", lambda r: r.run_id),
+    ("started_at", lambda r: r.started_at.isoformat()),
+    ("status", lambda r: r.status),
+    ("termination_reason", lambda r: r.termination_reason),
+    ("user_id", lambda r: r.user_id),
+    ("combination", lambda r: r.combination.label if r.combination else ""),
+]
+
+
 def _list_page(
-    request: HttpRequest, tenant: Tenant, form: _PagedFilter, template: str, search: Any
+    request: HttpRequest,
+    tenant: Tenant,
+    form: _PagedFilter,
+    template: str,
+    search: Any,
+    columns: list[tuple[str, Callable[[Any], object]]],
 ) -> HttpResponse:
     rows: list[Any] = []
     next_before = None
     if form.is_valid():
         rows, next_before = search(tenant, form)
+        if request.GET.get("format") == "csv":
+            name = template.rsplit("/", 1)[-1].removesuffix(".html")
+            return csv_response(f"{tenant.slug}-{name}.csv", columns, rows)
     return render(
         request,
         template,
@@ -179,13 +281,15 @@ def _list_page(
 @console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER)
 def calls(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     form = CallFilter(request.GET, tenant=tenant)
-    return _list_page(request, tenant, form, "console/explorer_calls.html", search_calls)
+    return _list_page(
+        request, tenant, form, "console/explorer_calls.html", search_calls, CALL_COLUMNS
+    )
 
 
 @console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER)
 def runs(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     form = RunFilter(request.GET, tenant=tenant)
-    return _list_page(request, tenant, form, "console/explorer_runs.html", search_runs)
+    return _list_page(request, tenant, form, "console/explorer_runs.html", search_runs, RUN_COLUMNS)
 
 
 @console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER, target="run")

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import ClassVar
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -342,6 +343,12 @@ class Run(models.Model):
                 name="run_finished_at_matches_status",
             ),
         ]
+        indexes: ClassVar = [
+            # The console's search by the start of a run id (LIKE 'abc%' in any collation).
+            models.Index(
+                fields=["run_id"], opclasses=["varchar_pattern_ops"], name="run_id_prefix_idx"
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.run_id
@@ -529,6 +536,13 @@ class LedgerEntry(models.Model):
             models.Index(fields=["run", "created_at", "id"], name="entry_run_time_idx"),
             models.Index(fields=["tenant", "created_at"], name="entry_tenant_time_idx"),
             models.Index(fields=["tenant", "idempotency_key"], name="entry_key_idx"),
+            # The console's search (console/explorer.py): a key by any fragment of it (the
+            # business object it ends with, say). A call by the start of its id uses
+            # entry_call_prefix_idx, made in SQL (migration 0011): Django cannot write an
+            # operator class on a cast.
+            GinIndex(
+                fields=["idempotency_key"], opclasses=["gin_trgm_ops"], name="entry_key_trgm_idx"
+            ),
         ]
 
     def __str__(self) -> str:
