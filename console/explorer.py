@@ -21,6 +21,7 @@ from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 from django.utils.translation import gettext_lazy as _
 
+from console import selectors
 from console.access import console_view, get_for_tenant
 from console.csv_export import csv_response
 from console.params import parse_id
@@ -330,4 +331,17 @@ def run_timeline(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
             paged=bool(after),
             dedup_hits=sum(1 for e in page if e.reused_record),
         ),
+    )
+
+
+@console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER, target="ledgerentry")
+def call_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
+    """One call: its (redacted) input, classification and rule, decision, the observation the
+    model gets, its action's record and look-ups, approvals, and the timeline."""
+    entries = LedgerEntry.objects.select_related("run", "tool", "record", "combination")
+    entry = get_for_tenant(request, tenant, entries, pk, "No such call.")
+    return render(
+        request,
+        "console/call_detail.html",
+        context_for(request, tenant, entry=entry, **selectors.call_page(entry)),
     )

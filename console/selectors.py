@@ -10,7 +10,15 @@ from django.utils import timezone
 
 from ledger.clock import db_now
 from ledger.domain import WRITE_CONFLICT_ESCALATION, RecordState
-from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, Tenant, VersionCombination
+from ledger.models import (
+    ApprovalRequest,
+    AuditEvent,
+    IdempotencyRecord,
+    LedgerEntry,
+    Tenant,
+    VersionCombination,
+    WritePlan,
+)
 
 
 @dataclass(frozen=True)
@@ -169,5 +177,39 @@ def record_timeline(record: IdempotencyRecord) -> dict[str, object]:
             AuditEvent.objects.filter(
                 target_type="idempotencyrecord", target_id=str(record.pk)
             ).order_by("created_at")
+        ),
+    }
+
+
+def call_page(entry: LedgerEntry) -> dict[str, object]:
+    """Everything about one call: its write plan, its action's look-ups and approvals, the
+    observation the model gets for it now, and the audit events of the action and the call's
+    approvals, oldest first."""
+    from ledger.services.calls import current_observation
+    from reconcile.models import ReconcileAttempt
+
+    approvals = list(
+        ApprovalRequest.objects.filter(entry=entry).order_by("created_at")
+        if entry.record_id is None
+        else ApprovalRequest.objects.filter(record_id=entry.record_id).order_by("created_at")
+    )
+    targets = Q(target_type="ledgerentry", target_id=str(entry.pk)) | Q(
+        target_type="approvalrequest", target_id__in=[str(a.pk) for a in approvals]
+    )
+    if entry.record_id is not None:
+        targets |= Q(target_type="idempotencyrecord", target_id=str(entry.record_id))
+    return {
+        "plan": WritePlan.objects.filter(entry=entry).first(),
+        "attempts": list(
+            ReconcileAttempt.objects.filter(record_id=entry.record_id).order_by("created_at")
+        )
+        if entry.record_id
+        else [],
+        "approvals": approvals,
+        "observation": current_observation(entry, approvals[-1] if approvals else None),
+        "events": list(
+            AuditEvent.objects.filter(targets, tenant_id=entry.tenant_id).order_by("created_at")[
+                :200
+            ]
         ),
     }

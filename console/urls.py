@@ -54,6 +54,7 @@ console_patterns = [
     path("combinations/<int:pk>/rollback", views.rollback_page, name="rollback"),
     path("combinations/<int:pk>/action", views.combination_action, name="combination_action"),
     path("ledger/", explorer.calls, name="calls"),
+    path("ledger/calls/<int:pk>/", explorer.call_detail, name="call"),
     path("ledger/runs/", explorer.runs, name="runs"),
     path("ledger/runs/<int:pk>/", explorer.run_timeline, name="run"),
     path("audit/", views.audit_log, name="audit"),

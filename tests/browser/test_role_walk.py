@@ -33,33 +33,40 @@ def _signed_in_page(browser: Browser, base_url: str, name: str) -> Page:
     return page
 
 
-def _links(page: Page) -> list[str]:
-    """Same-origin paths (with query) of the page's links, outside the console's exits."""
-    hrefs = page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
+def _links(page: Page) -> list[tuple[str, bool]]:
+    """Same-origin paths (with query) of the page's links, outside the console's exits, and
+    whether each is a download (a CSV export)."""
+    links = page.eval_on_selector_all(
+        "a[href]", "els => els.map(e => [e.href, e.hasAttribute('download')])"
+    )
     origin = urlsplit(page.url).netloc
     found = []
-    for href in hrefs:
+    for href, download in links:
         url = urlsplit(href)
         if url.netloc != origin or OUTSIDE.match(url.path):
             continue
-        found.append(url.path + (f"?{url.query}" if url.query else ""))
+        found.append((url.path + (f"?{url.query}" if url.query else ""), download))
     return found
 
 
 def _walk(page: Page, base_url: str, role: str) -> dict[str, int]:
-    """Visit every link reachable from the inbox (breadth first); the status of each."""
+    """Visit every link reachable from the inbox (breadth first); the status of each. A
+    download is fetched, not opened."""
     seen: dict[str, int] = {}
-    queue = ["/"]
+    queue = [("/", False)]
     while queue and len(seen) < MAX_PAGES:
-        path = queue.pop(0)
+        path, download = queue.pop(0)
         if path in seen:
+            continue
+        if download:
+            seen[path] = page.request.get(f"{base_url}{path}").status
             continue
         response = page.goto(f"{base_url}{path}")
         assert response is not None
         seen[path] = response.status
         slug = re.sub(r"[^a-z0-9]+", "-", path.lower()).strip("-") or "inbox"
         page.screenshot(path=str(SHOTS / f"walk-{role}-{slug}.png"), full_page=True)
-        queue.extend(link for link in _links(page) if link not in seen)
+        queue.extend(link for link in _links(page) if link[0] not in seen)
     return seen
 
 

@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from ledger.models import IdempotencyRecord, Run, Tool
+from ledger.models import IdempotencyRecord, LedgerEntry, Run, Tool
 from tests.console.conftest import make_user, signed_in
 
 pytestmark = pytest.mark.django_db
@@ -30,6 +30,7 @@ ROUTES = [
     ("calls", None, {"GET"}, STAFF),
     ("runs", None, {"GET"}, STAFF),
     ("run", "run", {"GET"}, STAFF),
+    ("call", "entry", {"GET"}, STAFF),
     ("combinations", None, {"GET"}, {"manager"}),
     ("rollback", "combination", {"GET", "POST"}, {"manager"}),
     ("combination_action", "combination", {"POST"}, {"manager"}),
@@ -49,6 +50,7 @@ def objects(tenant, pending, unknown, combos) -> dict[str, int]:
         "approval": pending.pk,
         "record": unknown.pk,
         "run": Run.objects.filter(tenant=tenant).first().pk,
+        "entry": LedgerEntry.objects.filter(tenant=tenant).first().pk,
         "combination": combos[1].pk,
         "tool": Tool.objects.filter(tenant=tenant).first().pk,
     }

@@ -1,0 +1,85 @@
+"""A page for every call: its redacted input, classification and rule, decision, the
+observation the model gets, the action's record, look-ups, approvals and timeline; deep links
+to it wherever a call is shown, and from the audit log to every target that has a page."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledger.models import IdempotencyRecord, LedgerEntry
+from reconcile.services import reconcile_record
+from tests.api.conftest import client_for
+from tests.console.conftest import make_user, signed_in
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "sk-live-0123456789abcdefghijklmnop"
+
+
+@pytest.fixture
+def uncertain_order(tenant) -> LedgerEntry:
+    """An order whose outcome is unknown, its input holding a secret, looked up once."""
+    api = client_for(tenant)
+    api.start_run("run-page")
+    call = api.call(
+        "create_order",
+        {"cart": "cart-42", "api_key": SECRET},
+        run_id="run-page",
+        step_id="order",
+        business_object_id="cart-42",
+    ).json()
+    api.post(f"/calls/{call['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+    record = IdempotencyRecord.objects.get(key=call["idempotency_key"])
+    reconcile_record(record.pk)  # no adapter: escalated, with one look-up attempt
+    return LedgerEntry.objects.get(call_id=call["call_id"])
+
+
+def test_the_call_page_shows_everything_about_the_call(django_user_model, tenant, uncertain_order):
+    operator = signed_in(make_user(django_user_model, "op", tenant, "operator"))
+    response = operator.get(f"/ledger/calls/{uncertain_order.pk}/", secure=True)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert SECRET not in html and "cart-42" in html  # the input, redacted
+    assert uncertain_order.classification_reason in html
+    assert uncertain_order.classification_rule in html
+    assert "SIDE_EFFECT_UNCERTAIN" in html  # what the model is told
+    assert uncertain_order.idempotency_key in html and "unknown" in html
+    assert "has no downstream adapter" in html  # the look-up
+    assert "reconcile.escalated" in html or "reconcile.attempt" in html  # the timeline
+    assert f'href="/ledger/runs/{uncertain_order.run_id}/#call-{uncertain_order.call_id}"' in html
+    assert f'href="/unknown/{uncertain_order.record_id}/"' in html  # operators resolve it
+
+
+def test_an_approver_sees_the_page_without_the_operators_links(
+    django_user_model, tenant, uncertain_order
+):
+    approver = signed_in(make_user(django_user_model, "al", tenant, "approver"))
+    html = approver.get(f"/ledger/calls/{uncertain_order.pk}/", secure=True).content.decode()
+    assert f'href="/unknown/{uncertain_order.record_id}/"' not in html
+
+
+def test_calls_link_to_their_page_from_the_list_and_the_run(
+    django_user_model, tenant, uncertain_order
+):
+    operator = signed_in(make_user(django_user_model, "op", tenant, "operator"))
+    link = f'href="/ledger/calls/{uncertain_order.pk}/"'
+    assert link in operator.get("/ledger/", secure=True).content.decode()
+    run_page = operator.get(f"/ledger/runs/{uncertain_order.run_id}/", secure=True)
+    assert link in run_page.content.decode()
+    unknown_page = operator.get(f"/unknown/{uncertain_order.record_id}/", secure=True)
+    assert link in unknown_page.content.decode()
+
+
+def test_audit_targets_link_to_their_pages_for_roles_that_open_them(
+    django_user_model, tenant, uncertain_order
+):
+    record = f'href="/unknown/{uncertain_order.record_id}/"'
+    operator = signed_in(make_user(django_user_model, "op", tenant, "operator"))
+    assert record in operator.get("/audit/", secure=True).content.decode()
+    manager = signed_in(make_user(django_user_model, "ma", tenant, "manager"))
+    assert record not in manager.get("/audit/", secure=True).content.decode()
+
+
+def test_another_tenants_call_is_a_404(django_user_model, other_tenant, uncertain_order):
+    them = signed_in(make_user(django_user_model, "them", other_tenant, "operator"))
+    assert them.get(f"/ledger/calls/{uncertain_order.pk}/", secure=True).status_code == 404
