@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
 from django.db import connection
@@ -83,7 +84,23 @@ def explain(sql: str) -> str:
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
+#: The explorer's searches (console/explorer.py), measured as pages of their own: ids by prefix,
+#: keys and tools by fragment, a relative time range. The values match the loader's rows
+#: (keys ``agent:bench:u:load-run-{run}:{tool}:{i}``).
+SEARCHES = {
+    "find_key_part": ("calls", {"key": "load-run-7:"}),
+    "find_key_rare": ("calls", {"key": ":424242"}),
+    "find_run_start": ("calls", {"run": "load-run-4"}),
+    "find_call_start": ("calls", {"call": "ab"}),
+    "find_tool_part": ("calls", {"tool": "order"}),
+    "find_last_24h": ("calls", {"range": "24h"}),
+    "find_runs_start": ("runs", {"run": "load-run-4"}),
+}
+
+
 def pages_for(tenant: Tenant, timeline_run: Run) -> dict[str, str]:
     pages = list_pages()
     pages["run_timeline"] = reverse("console:run", args=[timeline_run.pk])
+    for name, (page, query) in SEARCHES.items():
+        pages[name] = f"{reverse(f'console:{page}')}?{urlencode(query)}"
     return pages
