@@ -33,6 +33,12 @@ def parse(diff: str) -> list[Line]:
     return lines
 
 
+def summary(diff: str) -> tuple[int, int]:
+    """Lines added and removed (the triage column of the approvals queue)."""
+    kinds = [line.kind for line in parse(diff)]
+    return kinds.count("add"), kinds.count("del")
+
+
 def side_by_side(lines: list[Line]) -> list[tuple[Line | None, Line | None]]:
     """Removed lines on the left, added on the right, aligned within each change."""
     rows: list[tuple[Line | None, Line | None]] = []

@@ -92,10 +92,24 @@ def pending_approvals(
     if tool:
         pending = pending.filter(record__tool__name=tool)
     return list(
-        pending.select_related("record__tool", "entry__run", "entry__tool", "claim__user").order_by(
-            ordering, "pk"
-        )[:200]
+        pending.select_related(
+            "record__tool",
+            "entry__run",
+            "entry__tool",
+            "entry__combination",
+            "claim__user",
+        ).order_by(ordering, "pk")[:200]
     )
+
+
+def first_write_plans(record_ids: list[int]) -> dict[int, WritePlan]:
+    """Each action's write plan (its first call's), for the approvals queue: one query."""
+    plans: dict[int, WritePlan] = {}
+    for plan in WritePlan.objects.filter(entry__record_id__in=record_ids).select_related("entry"):
+        record_id = plan.entry.record_id
+        if record_id is not None and (record_id not in plans or plan.pk < plans[record_id].pk):
+            plans[record_id] = plan
+    return plans
 
 
 def queue_neighbours(approval: ApprovalRequest) -> dict[str, int | None]:

@@ -7,6 +7,7 @@ makes it quicker (polling the inbox, swapping fragments).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib import messages
@@ -14,6 +15,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 
@@ -104,12 +106,41 @@ def switch_tenant(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     return redirect("console:home")
 
 
+@dataclass(frozen=True)
+class Triage:
+    """What an approver weighs before opening one: the file, the size of the change, the
+    combination it ran under and how long is left to decide."""
+
+    path: str
+    added: int
+    removed: int
+    combination: str
+    expires_in_seconds: int
+
+
+def _triage(approval: ApprovalRequest, plan: WritePlan | None) -> Triage:
+    added, removed = diffs.summary(plan.diff) if plan else (0, 0)
+    combination = approval.entry.combination
+    left = (approval.expires_at - timezone.now()).total_seconds()
+    return Triage(
+        path=plan.path if plan else "",
+        added=added,
+        removed=removed,
+        combination=combination.label if combination else "",
+        expires_in_seconds=max(0, int(left)),
+    )
+
+
 @console_view(Role.APPROVER)
 def approvals(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     order = "newest" if request.GET.get("order") == "newest" else "oldest"
     tool = request.GET.get("tool", "")
     pending = selectors.pending_approvals(tenant, order=order, tool=tool)
-    rows = [(approval, claims.holder(approval)) for approval in pending]
+    plans = selectors.first_write_plans([approval.record_id for approval in pending])
+    rows = [
+        (approval, claims.holder(approval), _triage(approval, plans.get(approval.record_id)))
+        for approval in pending
+    ]
     return render(
         request,
         "console/approvals.html",

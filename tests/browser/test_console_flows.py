@@ -49,7 +49,7 @@ def test_approve_a_conditional_replay_after_opening_its_diff(
     shot(page, "inbox")
     page.click("text=pending approvals")
     shot(page, "approvals")
-    page.click("table.list tbody tr:first-child a")
+    page.click("table.list tbody tr:first-child td:first-child a")
     assert page.locator("pre.diff .add").inner_text() == "+<script>alert(1)</script>"
     shot(page, "approval-detail")
     page.click("button[value=approve]")
@@ -122,9 +122,9 @@ def test_html_in_tool_names_and_diffs_is_shown_escaped(
     sign_in(page, live_server.url, "eve")
     page.goto(f"{live_server.url}/approvals/")
     assert (
-        page.locator("table.list tbody tr:first-child a").inner_text()
+        page.locator("table.list tbody tr:first-child td:first-child a").inner_text()
         == "<script>alert(1)</script>"
     )
-    page.click("table.list tbody tr:first-child a")
+    page.click("table.list tbody tr:first-child td:first-child a")
     shot(page, "escaped")
     assert alerts == []
