@@ -1,47 +1,52 @@
-"""Server-rendered SVG line charts: coordinates computed here, drawn by the template."""
+"""Charts of the metrics dashboard: one time series per combination over 5-minute buckets,
+as data for the vendored uPlot (``static/console/charts.js``: axes with units and ticks, hover
+values) and as the table a browser without JavaScript shows instead."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-WIDTH, HEIGHT, PAD = 560, 180, 28
-
-
-@dataclass(frozen=True)
-class Series:
-    label: str
-    css: str
-    points: str  # "x,y x,y ..." for <polyline>
-    dots: list[tuple[float, float]]  # markers, so a single bucket still shows
-    last: float
+from datetime import datetime
+from typing import Any
 
 
 @dataclass(frozen=True)
 class Chart:
+    key: str  # names its elements: chart-<key>, chart-<key>-data
     title: str
-    series: list[Series]
-    peak: float
-    x_first: str
-    x_last: str
-    width: int = WIDTH
-    height: int = HEIGHT
-    pad: int = PAD
+    unit: str  # "%" or a count's unit, shown on the y axis and in the table
+    times: list[datetime]
+    series: list[tuple[str, list[float | None]]]  # (combination, a value per time or None)
 
+    def data(self) -> dict[str, Any]:
+        """What charts.js draws: times in epoch seconds, one list of values per series."""
+        return {
+            "unit": self.unit,
+            "times": [int(t.timestamp()) for t in self.times],
+            "series": [{"label": label, "values": values} for label, values in self.series],
+        }
 
-def line_chart(title: str, labels: list[str], values: dict[str, list[float]]) -> Chart:
-    """One line per series over shared x labels (time buckets)."""
-    peak = max([v for series in values.values() for v in series] + [0.0])
-    y_max = peak or 1.0
-    span = max(len(labels) - 1, 1)
-    plotted = []
-    for index, (label, series) in enumerate(values.items()):
-        dots = [
-            (
-                round(PAD + i * (WIDTH - 2 * PAD) / span, 1),
-                round(HEIGHT - PAD - value / y_max * (HEIGHT - 2 * PAD), 1),
-            )
-            for i, value in enumerate(series)
+    def rows(self) -> list[tuple[datetime, list[float | None]]]:
+        """The table: a row per time, a value per series."""
+        return [
+            (time, [values[i] for _label, values in self.series])
+            for i, time in enumerate(self.times)
         ]
-        coords = " ".join(f"{x},{y}" for x, y in dots)
-        plotted.append(Series(label, f"s{index % 4}", coords, dots, series[-1] if series else 0.0))
-    return Chart(title, plotted, peak, labels[0] if labels else "", labels[-1] if labels else "")
+
+    @property
+    def data_id(self) -> str:
+        return f"chart-{self.key}-data"
+
+    @property
+    def points(self) -> int:
+        return len(self.times)
+
+
+def time_chart(
+    key: str,
+    title: str,
+    unit: str,
+    times: list[datetime],
+    values: dict[str, list[float | None]],
+) -> Chart:
+    """A chart of ``values`` (one list per series, aligned with ``times``; None: no data)."""
+    return Chart(key, title, unit, times, list(values.items()))

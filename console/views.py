@@ -467,19 +467,34 @@ def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
         labels_of.get(pk, "—"): {p["bucket_start"]: p for p in by_combination[pk]} for pk in shown
     }
     buckets = sorted({b for points in per_combo.values() for b in points})
-    labels = [b.strftime("%H:%M") for b in buckets]
 
-    def values(field: str) -> dict[str, list[float]]:
+    def values(field: str, scale: float = 1.0) -> dict[str, list[float | None]]:
+        # A bucket without this combination's traffic is a gap, not a zero.
         return {
-            label: [float(points[b][field]) if b in points else 0.0 for b in buckets]
+            label: [
+                round(float(points[b][field]) * scale, 4) if b in points else None for b in buckets
+            ]
             for label, points in per_combo.items()
         }
 
+    calls = _("calls")
     charts = [
-        charts_mod.line_chart(_("Dedup hit rate"), labels, values("dedup_hit_rate")),
-        charts_mod.line_chart(_("Calls that became uncertain"), labels, values("became_uncertain")),
-        charts_mod.line_chart(
-            _("Duplicate side effects"), labels, values("duplicate_side_effects")
+        charts_mod.time_chart(
+            "dedup", _("Dedup hit rate"), "%", buckets, values("dedup_hit_rate", 100)
+        ),
+        charts_mod.time_chart(
+            "uncertain",
+            _("Calls that became uncertain"),
+            calls,
+            buckets,
+            values("became_uncertain"),
+        ),
+        charts_mod.time_chart(
+            "duplicates",
+            _("Duplicate side effects"),
+            calls,
+            buckets,
+            values("duplicate_side_effects"),
         ),
     ]
     tools = sorted(metrics.by_tool(tenant, since=since).items())

@@ -1,5 +1,5 @@
 """Every console page in real Chromium at desktop width (screenshots kept as artifacts), plus
-the flows not covered in test_console_flows: rollback, metrics charts, bulk actions, keyboard,
+the flows not covered in test_console_flows: rollback, bulk actions, keyboard,
 and the Chinese console."""
 
 from __future__ import annotations
@@ -46,26 +46,6 @@ def test_roll_back_a_combination(page: Page, live_server, django_user_model, inc
     assert Run.objects.get(run_id="run-checkout").status == "halted"
     api.start_run("run-after")
     assert Run.objects.get(run_id="run-after").combination_id == good["id"]
-
-
-def test_the_metrics_page_shows_its_charts(
-    page: Page, live_server, django_user_model, incident
-) -> None:
-    tenant, *_ = incident
-    console_user(django_user_model, tenant, "maria", "manager")
-    sign_in(page, live_server.url, "maria")
-    page.goto(f"{live_server.url}/metrics/")
-    charts = page.locator("figure.chart")
-    expect(charts).to_have_count(3)
-    for n in range(3):
-        chart = charts.nth(n)
-        assert chart.locator("svg").get_attribute("role") == "img"
-        assert chart.locator("svg .series").count() >= 1  # a line per combination
-        assert chart.locator(".legend li").count() == 2
-    assert "Dedup hit rate" in charts.nth(0).inner_text()
-    box = charts.nth(0).locator("svg").bounding_box()
-    assert box and box["width"] > 300 and box["height"] > 100  # drawn, not collapsed
-    shot(page, "metrics")
 
 
 def test_bulk_look_up_with_select_all(page: Page, live_server, django_user_model, incident):

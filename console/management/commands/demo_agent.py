@@ -14,10 +14,12 @@ with ``DEBUG`` on, and the token it issues is revoked when it ends, however it e
 from __future__ import annotations
 
 import hashlib
+import random
 import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +33,12 @@ from django.db.models.functions import Now
 
 from agent_ledger_client import CallContext, LedgerClient, Run, ToolError
 from console.roles import Role
+from ledger.clock import db_now
 from ledger.models import (
     ApiToken,
     ApprovalRequest,
     AuditEvent,
+    MetricBucket,
     ServiceAccount,
     Tenant,
     VersionCombination,
@@ -63,6 +67,54 @@ COMBINATIONS = {
         "data_version": "catalog-2026.11",
     },
 }
+
+
+#: The demo's history: 5-minute metric buckets over the day before its own runs, so every
+#: chart has a shape. The candidate ships as a canary this long before the demo, and is worse.
+HISTORY = timedelta(hours=24)
+CANARY_FOR = timedelta(hours=6)
+
+
+def backfill_history(
+    tenant: Tenant, combinations: dict[str, VersionCombination], *, until: datetime
+) -> int:
+    """Metric buckets for ``create_order`` under each combination over ``HISTORY`` before the
+    bucket of ``until`` (the demo's own traffic fills that one and later): steady for the
+    baseline, and from ``CANARY_FOR`` back a smaller share for the candidate, with fewer dedup
+    hits and more calls that became uncertain: the regression a manager rolls back. The
+    numbers are drawn from a seeded generator, so each demo has the same history."""
+    rng = random.Random(2026)  # noqa: S311 - demo numbers, not secrets
+    end = metrics.bucket_of(until)
+    steps = int(HISTORY / metrics.BUCKET)
+    canary_from = end - CANARY_FOR
+    rows = []
+    for step in range(steps, 0, -1):
+        bucket = end - step * metrics.BUCKET
+        for label, combination in combinations.items():
+            candidate = label == "candidate"
+            if candidate and bucket < canary_from:
+                continue
+            keyed = rng.randint(4, 9) if candidate else rng.randint(18, 36)
+            hits = round(
+                keyed * rng.uniform(0.05, 0.15) if candidate else keyed * rng.uniform(0.2, 0.35)
+            )
+            uncertain = rng.choice([0, 1, 1, 2, 3]) if candidate else rng.choice([0, 0, 0, 0, 1])
+            rows.append(
+                MetricBucket(
+                    tenant=tenant,
+                    combination=combination,
+                    tool_name="create_order",
+                    bucket_start=bucket,
+                    keyed_requests=keyed,
+                    dedup_hits=hits,
+                    executions=keyed - hits,
+                    became_uncertain=uncertain,
+                    decided_execute=keyed - hits,
+                    decided_recorded_result=hits,
+                )
+            )
+    MetricBucket.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
 
 
 def _sha(text: str) -> str:
@@ -263,6 +315,7 @@ class Command(BaseCommand):
                 )
             return
         combinations = self._combinations(tenant)
+        started = db_now()
         runtime = ServiceAccount.named(tenant=tenant, name="demo-agent").user
         token, plaintext = ApiToken.issue(
             tenant=tenant, name=f"demo-agent-{uuid.uuid4().hex[:6]}", user=runtime
@@ -275,6 +328,7 @@ class Command(BaseCommand):
             ApiToken.objects.filter(pk=token.pk).update(revoked_at=Now())
         self._reject_one(tenant)
         metrics.roll_up()  # so the dashboards have numbers without a worker running
+        backfill_history(tenant, combinations, until=started)
         audit(
             tenant=tenant,
             actor="demo-agent",

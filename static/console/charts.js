@@ -1,0 +1,58 @@
+// The metrics dashboard's charts, drawn with the vendored uPlot (static/console/vendor/uplot)
+// from the JSON each figure carries (json_script): a time axis with ticks, a y axis with its
+// unit, a line and points per combination, and the values under the pointer in the legend.
+// Without JavaScript (or uPlot) the figure's table stays; with it the table is hidden.
+(function () {
+  "use strict";
+
+  var PALETTE = ["#1f5fbf", "#c2410c", "#15803d", "#7e22ce"];
+
+  function format(percent) {
+    return function (u, value) {
+      if (value === null || value === undefined) return "—";
+      return percent ? value.toFixed(1) + " %" : String(Math.round(value * 100) / 100);
+    };
+  }
+
+  function draw(plot) {
+    var data = JSON.parse(document.getElementById(plot.getAttribute("data-chart")).textContent);
+    var percent = data.unit === "%";
+    var series = [{}].concat(data.series.map(function (s, i) {
+      return {
+        label: s.label,
+        stroke: PALETTE[i % PALETTE.length],
+        width: 2,
+        points: { show: true, size: 5 },
+        value: format(percent),
+      };
+    }));
+    var options = {
+      width: Math.max(320, plot.parentNode.clientWidth - 40),
+      height: 220,
+      series: series,
+      scales: {
+        x: { time: true },
+        y: { range: function (u, min, max) { return [0, percent ? 100 : Math.max(1, Math.ceil(max))]; } },
+      },
+      axes: [
+        { label: plot.getAttribute("data-x-label") },
+        {
+          label: plot.getAttribute("data-y-label"),
+          size: 60,
+          values: function (u, ticks) {
+            return ticks.map(function (t) { return percent ? t + " %" : String(t); });
+          },
+        },
+      ],
+    };
+    plot.hidden = false;
+    new window.uPlot(options, [data.times].concat(data.series.map(function (s) { return s.values; })), plot);
+    var table = plot.parentNode.querySelector("table.chart-table");
+    if (table) table.hidden = true;
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    if (typeof window.uPlot !== "function") return;
+    document.querySelectorAll("[data-chart]").forEach(draw);
+  });
+})();
