@@ -29,7 +29,7 @@ from console.roles import Role
 from console.views import context_for
 from ledger.clock import db_now
 from ledger.domain import Decision, EntryStatus
-from ledger.models import LedgerEntry, Run, Tenant, VersionCombination
+from ledger.models import LedgerEntry, Run, Tenant
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
@@ -106,10 +106,7 @@ class _PagedFilter(forms.Form):
         super().__init__(data)
         combination = self.fields["combination"]
         assert isinstance(combination, forms.TypedChoiceField)
-        combination.choices = [("", _("any"))] + [
-            (str(c.pk), c.label)
-            for c in VersionCombination.objects.filter(tenant=tenant).order_by("-pk")[:100]
-        ]
+        combination.choices = selectors.combination_choices(tenant)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

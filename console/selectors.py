@@ -227,3 +227,15 @@ def call_page(entry: LedgerEntry) -> dict[str, object]:
             ]
         ),
     }
+
+
+def combination_choices(tenant: Tenant) -> list[tuple[str, str]]:
+    """The tenant's newest 100 combinations as a filter's choices (id, label), after "any"."""
+    from django.utils.translation import gettext
+
+    return [("", gettext("any"))] + [
+        (str(pk), label)
+        for pk, label in VersionCombination.objects.filter(tenant=tenant)
+        .order_by("-pk")
+        .values_list("pk", "label")[:100]
+    ]

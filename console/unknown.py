@@ -26,7 +26,7 @@ from console.roles import Role
 from console.views import context_for
 from ledger.domain import RecordState
 from ledger.errors import InvalidInput, LedgerError
-from ledger.models import IdempotencyRecord, Tenant, VersionCombination
+from ledger.models import IdempotencyRecord, Tenant
 from ledger.services.records import Outcome, resolve_unknown
 from reconcile import operator_actions
 
@@ -119,10 +119,7 @@ class UnknownFilter(forms.Form):
         super().__init__(data)
         combination = self.fields["combination"]
         assert isinstance(combination, forms.TypedChoiceField)
-        combination.choices = [("", gettext_lazy("any"))] + [
-            (str(c.pk), c.label)
-            for c in VersionCombination.objects.filter(tenant=tenant).order_by("-pk")[:100]
-        ]
+        combination.choices = selectors.combination_choices(tenant)
 
 
 @console_view(Role.OPERATOR)
