@@ -269,13 +269,13 @@ def rollback_page(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse
             dry_run=request.method != "POST",
         )
     except LedgerError as exc:
-        messages.error(request, exc.message)
         if request.method == "POST":  # back to the preview, nothing done
+            messages.error(request, exc.message)
             preview = reverse("console:rollback", kwargs={"pk": combination.pk})
             return redirect(f"{preview}?restore={restore}" if parse_id(restore) else preview)
-        if not others:
-            return redirect("console:combinations")
-        report = None  # e.g. no previous combination: the page asks which one to restore
+        if others:  # e.g. no previous combination: the page asks which one to restore
+            messages.error(request, exc.message)
+        report = None  # with no other combination, the page says what to do instead
     return render(
         request,
         "console/rollback.html",
@@ -293,11 +293,44 @@ def rollback_page(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse
 
 @console_view(Role.MANAGER, methods=("POST",), target="versioncombination")
 def combination_action(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
-    """Halt a combination, or set its canary share."""
+    """Halt a combination, set its canary share, retire a canary, or activate one: promote a
+    canary, or resume a halted combination (a reason is required, and audited)."""
     combination = _get_combination_for_user(request, tenant, pk)
     actor = request.user.get_username()
+    action = request.POST.get("action")
     try:
-        if request.POST.get("action") == "halt":
+        if action in ("promote", "resume"):
+            reason = request.POST.get("reason", "").strip()
+            if action == "promote" and combination.state != VersionCombination.State.CANARY:
+                raise InvalidInput(_("Only a canary can be promoted."))
+            if action == "resume" and combination.state != VersionCombination.State.HALTED:
+                raise InvalidInput(_("Only a halted combination can be resumed."))
+            if not reason:
+                raise InvalidInput(_("Say why: the reason is kept in the audit log."))
+            combinations.activate(
+                tenant=tenant,
+                combination_id=combination.pk,
+                actor=actor,
+                source="console",
+                reason=reason,
+            )
+            messages.success(
+                request,
+                _("%(label)s is active; the combination it replaces is retired.")
+                % {"label": combination.label},
+            )
+        elif action == "retire":
+            if combination.state != VersionCombination.State.CANARY:
+                raise InvalidInput(_("Only a canary can be retired here."))
+            combinations.set_canary(
+                tenant=tenant,
+                combination_id=combination.pk,
+                share_bp=0,
+                actor=actor,
+                source="console",
+            )
+            messages.success(request, _("Retired: no new runs go to it."))
+        elif action == "halt":
             combinations.halt(
                 tenant=tenant,
                 combination_id=combination.pk,
@@ -306,7 +339,7 @@ def combination_action(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRes
                 reason=request.POST.get("reason", ""),
             )
             messages.success(request, _("Halted: new runs and calls under it are refused."))
-        elif request.POST.get("action") == "canary":
+        elif action == "canary":
             try:
                 share = int(request.POST.get("share_bp", ""))
             except ValueError:
