@@ -3,6 +3,7 @@
 //   j / k      next / previous row in a list, or next / previous item on a detail page
 //   o, Enter   open the selected row
 //   a          focus "Approve";  r  focus the reason, then Ctrl+Enter rejects
+//   x          tick or untick the selected row's checkbox (bulk actions)
 //   /          focus the first filter;  ?  show or hide this help
 (function () {
   "use strict";
@@ -39,6 +40,13 @@
     return false;
   }
 
+  function tick() {
+    var box = document.querySelector("[data-keyboard-list] tr.selected input[type=checkbox]");
+    if (!box) return false;
+    box.click();  // a click, so change listeners (select all) hear it
+    return true;
+  }
+
   function keyed(key) {
     var element = document.querySelector('[data-key="' + key + '"]');
     if (!element) return false;
@@ -64,6 +72,7 @@
       case "j": case "ArrowDown": handled = rows().length ? move(1) : keyed("j"); break;
       case "k": case "ArrowUp": handled = rows().length ? move(-1) : keyed("k"); break;
       case "o": handled = open(); break;
+      case "x": handled = tick(); break;
       case "a": handled = keyed("a"); break;
       case "r": handled = keyed("r"); break;
       case "/": handled = keyed("/"); break;
