@@ -126,10 +126,27 @@ class UnknownFilter(forms.Form):
 def unknown_calls(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """The queue, oldest first, filtered, in keyset pages (``after=<id of the last call
     shown>``)."""
-    form = UnknownFilter(request.GET, tenant=tenant)
-    after = request.GET.get("after", "")
+    return _queue(request, tenant, request.GET)
+
+
+@dataclass(frozen=True)
+class BulkForm:
+    """A bulk action the operator asked for that could not be reviewed, shown again on the
+    queue with the reason and what they ticked, chose and typed."""
+
+    error: str
+    ticked: set[int]
+    action: str
+    note: str
+
+
+def _queue(
+    request: HttpRequest, tenant: Tenant, params: QueryDict, bulk: BulkForm | None = None
+) -> HttpResponse:
+    form = UnknownFilter(params, tenant=tenant)
+    after = params.get("after", "")
     after_id = parse_id(after)
-    query = request.GET.copy()
+    query = params.copy()
     query.pop("after", None)
     if not form.is_valid():
         records: list[IdempotencyRecord] | None = []
@@ -160,8 +177,9 @@ def unknown_calls(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             paged=bool(after),
             reconciler=selectors.reconciler(),
             bulk_actions=BULK_ACTIONS,
+            bulk=bulk,
         ),
-        status=200 if form.is_valid() else 400,
+        status=200 if form.is_valid() and bulk is None else 400,
     )
 
 
@@ -238,6 +256,9 @@ def unknown_bulk(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             raise InvalidInput(_("This action needs a reason; it is kept with every call."))
         selection = _selection(request, tenant)
     except LedgerError as exc:
+        if request.method == "GET":  # from the queue's form: back to it, as it was filled in
+            ticked = {pk for pk in map(parse_id, data.getlist("ids")) if pk is not None}
+            return _queue(request, tenant, QueryDict(), BulkForm(exc.message, ticked, action, note))
         messages.error(request, exc.message)
         return render(
             request,

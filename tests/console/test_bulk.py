@@ -140,3 +140,30 @@ def test_the_queue_is_paged_oldest_first(operator, unknowns, monkeypatch):
     )
     stale = operator.get("/unknown/", {"after": after}, secure=True, follow=True)
     assert "no longer unknown" in stale.content.decode()
+
+
+def test_a_bulk_form_error_is_shown_on_the_queue_keeping_what_was_filled_in(operator, unknowns):
+    picked = unknowns[:2]
+    response = operator.get(
+        "/unknown/bulk", {"ids": _ids(picked), "action": "escalate", "note": ""}, secure=True
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert 'id="bulk-error" role="alert">This action needs a reason' in html
+    for record in picked:
+        assert f'value="{record.pk}" id="pick-{record.pk}" checked' in html
+    assert f'value="{unknowns[2].pk}" id="pick-{unknowns[2].pk}" aria-label' in html  # unticked
+    assert '<option value="escalate" selected>' in html
+
+
+def test_a_bulk_form_with_nothing_ticked_keeps_the_reason(operator, unknowns):
+    response = operator.get(
+        "/unknown/bulk", {"action": "failed", "note": "no such order"}, secure=True
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "Select at least one call." in html and 'value="no such order"' in html
+    assert all(
+        r.state == "unknown"
+        for r in type(unknowns[0]).objects.filter(pk__in=[u.pk for u in unknowns])
+    )
