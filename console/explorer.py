@@ -6,7 +6,8 @@ Filters are a Django form: bad input is shown as an error and the list is not qu
 filter is in the URL, so a filtered list can be shared; ``format=csv`` is the same page as CSV.
 
 Search: run ids and call ids by prefix, keys (and so the business objects they end with) and
-tool names by fragment. The indexes behind them: ``ledger`` migration ``0011_search_trigram``.
+tool names by fragment. The indexes behind them: ``ledger`` migration ``0011_search_trigram``
+(the trigram one only where the server has pg_trgm).
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from enum import StrEnum
 from typing import ClassVar
 
 from django.conf import settings
-from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -536,13 +535,10 @@ class LedgerEntry(models.Model):
             models.Index(fields=["run", "created_at", "id"], name="entry_run_time_idx"),
             models.Index(fields=["tenant", "created_at"], name="entry_tenant_time_idx"),
             models.Index(fields=["tenant", "idempotency_key"], name="entry_key_idx"),
-            # The console's search (console/explorer.py): a key by any fragment of it (the
-            # business object it ends with, say). A call by the start of its id uses
-            # entry_call_prefix_idx, made in SQL (migration 0011): Django cannot write an
-            # operator class on a cast.
-            GinIndex(
-                fields=["idempotency_key"], opclasses=["gin_trgm_ops"], name="entry_key_trgm_idx"
-            ),
+            # The console's search (console/explorer.py) also uses two indexes made in SQL by
+            # migration 0011: entry_key_trgm_idx (a key by any fragment of it, the business
+            # object it ends with, say; pg_trgm, where the server has it) and
+            # entry_call_prefix_idx (a call by the start of its id).
         ]
 
     def __str__(self) -> str:

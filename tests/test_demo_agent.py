@@ -58,16 +58,23 @@ def test_demo_agent_produces_every_kind_of_decision(django_user_model) -> None:
     assert "nothing to do" in again.getvalue()
 
 
-def test_the_make_run_demo_works_on_the_embedded_postgresql(tmp_path) -> None:
+def test_the_make_run_demo_works_on_the_embedded_postgresql() -> None:
     """`make run` needs no database server: with DEBUG on and no DATABASE_URL it starts the
     embedded PostgreSQL. Runs the same commands as `make run` on a fresh embedded server."""
     import os
+    import shutil
     import subprocess
     import sys
+    import tempfile
+    from pathlib import Path
 
     from console import embedded
 
-    pgdata = tmp_path / "pg"
+    # The embedded server runs as a user of its own, who cannot enter pytest's private
+    # temporary folders: its data goes to a folder that user may traverse.
+    folder = Path(tempfile.mkdtemp(prefix="ledger-embedded-"))
+    folder.chmod(0o755)
+    pgdata = folder / "pg"
     env = {
         **os.environ,
         "DEBUG": "true",
@@ -93,6 +100,7 @@ def test_the_make_run_demo_works_on_the_embedded_postgresql(tmp_path) -> None:
         _make_run_demo(manage)
     finally:
         embedded.stop(pgdata)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _make_run_demo(manage: Callable[..., str]) -> None:
