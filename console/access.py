@@ -7,17 +7,17 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.utils.cache import add_never_cache_headers
-from django.views.csrf import csrf_failure as django_csrf_failure
 from django.utils.translation import gettext as _
+from django.views.csrf import csrf_failure as django_csrf_failure
 
 from console.denials import Reason, audit_denial
 from console.forbidden import refusal
+from console.members import has_role, user_id_of
 from console.models import Membership
 from console.roles import Role
 from ledger.models import Tenant
@@ -27,49 +27,9 @@ View = Callable[..., HttpResponse]
 M = TypeVar("M", bound=models.Model)
 
 
-def _user_id(request: HttpRequest) -> int:
-    user_id = request.user.pk
-    if not isinstance(user_id, int):
-        raise PermissionDenied(_("Sign in first."))
-    return user_id
-
-
-def roles_of(user: AbstractBaseUser | AnonymousUser, tenant: Tenant | int) -> set[Role]:
-    """The user's roles in ``tenant``: their membership's role, none without one. A superuser
-    is an admin wherever they are a member."""
-    if not user.is_authenticated:
-        return set()
-    tenant_id = tenant.pk if isinstance(tenant, Tenant) else tenant
-    role = (
-        Membership.objects.filter(user_id=user.pk, tenant_id=tenant_id)
-        .values_list("role", flat=True)
-        .first()
-    )
-    if role is None:
-        return set()
-    roles = {Role(role)} if role else set()
-    if getattr(user, "is_superuser", False):
-        roles.add(Role.ADMIN)
-    return roles
-
-
-def allows(roles: set[Role], allowed: tuple[Role, ...]) -> bool:
-    """Whether a user holding ``roles`` may use a view open to ``allowed`` (none: any member)."""
-    return not allowed or Role.ADMIN in roles or bool(roles & set(allowed))
-
-
-def has_role(user: AbstractBaseUser | AnonymousUser, tenant: Tenant | int, *allowed: Role) -> bool:
-    roles = roles_of(user, tenant)
-    return bool(roles) and allows(roles, allowed)
-
-
-def tenants_of(request: HttpRequest) -> list[Tenant]:
-    return list(Tenant.objects.filter(members__user_id=_user_id(request)).order_by("slug"))
-
-
 def current_tenant(request: HttpRequest) -> Tenant:
     """The tenant the user chose (kept in the session), or their first one."""
-    memberships = Membership.objects.filter(user_id=_user_id(request)).select_related("tenant")
+    memberships = Membership.objects.filter(user_id=user_id_of(request)).select_related("tenant")
     chosen = request.session.get(TENANT_SESSION_KEY)
     membership = memberships.filter(tenant_id=chosen).first() if chosen else None
     membership = membership or memberships.order_by("tenant__slug").first()

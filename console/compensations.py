@@ -14,8 +14,8 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 
 from console.access import console_view, get_for_tenant
+from console.navigation import context_for
 from console.roles import Role
-from console.views import context_for
 from ledger.errors import LedgerError
 from ledger.models import (
     ApprovalRequest,

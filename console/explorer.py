@@ -25,9 +25,9 @@ from django.utils.translation import gettext_lazy as _
 from console import selectors
 from console.access import console_view, get_for_tenant
 from console.csv_export import csv_response
+from console.navigation import context_for
 from console.params import parse_id
 from console.roles import Role
-from console.views import context_for
 from ledger.clock import db_now
 from ledger.domain import Decision, EntryStatus
 from ledger.models import LedgerEntry, Run, Tenant

@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from console.models import Membership
+from console.navigation import context_for
 from console.roles import Role
 from console.templatetags.terms import term
 from ledger.models import Tenant
@@ -34,8 +35,6 @@ def refusal(
 ) -> HttpResponse:
     """The 403 page: ``needed`` names the roles the page is open to, ``message`` any other
     reason (already translated)."""
-    from console.views import context_for  # the views build the console's page context
-
     context: dict[str, object] = {"needed": [term(r.value) for r in needed], "message": message}
     if tenant is not None:
         context = context_for(request, tenant, holders=holders(tenant, needed), **context)

@@ -4,10 +4,12 @@ stays in one place (the view's decorator)."""
 
 from __future__ import annotations
 
+from django.http import HttpRequest
 from django.urls import resolve, reverse
 
-from console.access import allows
-from console.roles import Role
+from console.members import roles_of, tenants_of
+from console.roles import Role, allows
+from ledger.models import Tenant
 
 #: The pages the top bar and the inbox link to (URL names in the ``console`` namespace).
 LINKED_PAGES = (
@@ -33,3 +35,16 @@ def pages_for(roles: set[Role]) -> set[str]:
     if not roles:
         return set()
     return {name for name in LINKED_PAGES if allows(roles, needed_roles(name))}
+
+
+def context_for(request: HttpRequest, tenant: Tenant, **extra: object) -> dict[str, object]:
+    """What every console page's layout needs: the tenant, the user's roles there and the
+    pages those roles open (the top bar links only to those)."""
+    roles = roles_of(request.user, tenant)
+    return {
+        "tenant": tenant,
+        "tenants": tenants_of(request),
+        "roles": {r.value for r in roles},
+        "pages": pages_for(roles),
+        **extra,
+    }

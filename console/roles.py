@@ -12,3 +12,8 @@ class Role(models.TextChoices):
     APPROVER = "approver"
     MANAGER = "manager"
     ADMIN = "admin"
+
+
+def allows(roles: set[Role], allowed: tuple[Role, ...]) -> bool:
+    """Whether a user holding ``roles`` may use a view open to ``allowed`` (none: any member)."""
+    return not allowed or Role.ADMIN in roles or bool(roles & set(allowed))

@@ -21,9 +21,9 @@ from django.utils.translation import gettext_lazy
 
 from console import selectors
 from console.access import audit_foreign_ids, console_view, get_for_tenant
+from console.navigation import context_for
 from console.params import parse_id
 from console.roles import Role
-from console.views import context_for
 from ledger.domain import RecordState
 from ledger.errors import InvalidInput, LedgerError
 from ledger.models import IdempotencyRecord, Tenant

@@ -21,18 +21,12 @@ from django.utils.translation import gettext as _
 
 from console import charts as charts_mod
 from console import claims, diffs, selectors
-from console.access import (
-    TENANT_SESSION_KEY,
-    console_view,
-    get_for_tenant,
-    has_role,
-    roles_of,
-    tenants_of,
-)
+from console.access import TENANT_SESSION_KEY, console_view, get_for_tenant
 from console.denials import Reason, audit_denial
 from console.forbidden import refusal
 from console.language import save_language
-from console.navigation import pages_for
+from console.members import has_role, tenants_of
+from console.navigation import context_for
 from console.params import parse_id
 from console.roles import Role
 from ledger.domain import Idempotency, ServerTrust
@@ -53,19 +47,6 @@ from ledger.services.registry import import_mcp_tools, override_tool
 from reconcile import compensation_requests, compensations
 
 PAGE_SIZE = 50
-
-
-def context_for(request: HttpRequest, tenant: Tenant, **extra: object) -> dict[str, object]:
-    """What every console page's layout needs: the tenant, the user's roles there and the
-    pages those roles open (the top bar links only to those)."""
-    roles = roles_of(request.user, tenant)
-    return {
-        "tenant": tenant,
-        "tenants": tenants_of(request),
-        "roles": {r.value for r in roles},
-        "pages": pages_for(roles),
-        **extra,
-    }
 
 
 @console_view()

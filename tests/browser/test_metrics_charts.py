@@ -8,10 +8,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from ledger.management.commands.demo_agent import backfill_history
 from playwright.sync_api import Page, expect
 
 from ledger.clock import db_now
-from ledger.management.commands.demo_agent import backfill_history
 from ledger.models import VersionCombination
 from tests.browser.conftest import console_user, shot, sign_in
 

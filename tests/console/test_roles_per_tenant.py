@@ -10,8 +10,9 @@ from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.test import Client, override_settings
 
-from console.access import TENANT_SESSION_KEY, roles_of
+from console.access import TENANT_SESSION_KEY
 from console.demo import DEMO_USERS
+from console.members import roles_of
 from console.models import Membership
 from console.roles import Role
 from ledger.models import ApprovalRequest, AuditEvent

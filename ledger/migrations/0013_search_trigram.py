@@ -12,7 +12,7 @@ class Migration(migrations.Migration):
     # what startswith on a uuid compares, with the class LIKE 'abc%' uses in any collation).
 
     dependencies = [
-        ("ledger", "0010_tool_key_fields"),
+        ("ledger", "0012_compensation"),
     ]
 
     operations = [
