@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(DEBUG="true", PYTHONUNBUFFERED="1")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     django.setup()  # the settings every process of the stack reads, the workspace among them
-    from ledger.management.commands.seed_demo import demo_workspace
+    from console.management.commands.seed_demo import demo_workspace
 
     env = dict(os.environ)
     sandbox_url = f"http://127.0.0.1:{args.sandbox_port}"

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from ledger.management.commands.demo_agent import backfill_history
 
+from console.management.commands.demo_agent import backfill_history
 from ledger.clock import db_now
 from ledger.models import MetricBucket
 from ledger.services import combinations, metrics

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
-from ledger.management.commands.seed_demo import DEMO_DOWNSTREAMS, demo_workspace
 
+from console.management.commands.seed_demo import DEMO_DOWNSTREAMS, demo_workspace
 from reconcile.models import DownstreamAdapter, WorkspaceRoot
 
 pytestmark = pytest.mark.django_db

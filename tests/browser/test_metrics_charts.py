@@ -8,9 +8,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from ledger.management.commands.demo_agent import backfill_history
 from playwright.sync_api import Page, expect
 
+from console.management.commands.demo_agent import backfill_history
 from ledger.clock import db_now
 from ledger.models import VersionCombination
 from tests.browser.conftest import console_user, shot, sign_in

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from ledger.models import ApprovalRequest
-from reconcile.services import escalate
+from reconcile.operator_actions import escalate
 from tests.console.conftest import make_user, signed_in
 
 pytestmark = pytest.mark.django_db

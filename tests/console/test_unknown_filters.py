@@ -6,7 +6,7 @@ import pytest
 
 from ledger.domain import WRITE_CONFLICT_ESCALATION
 from ledger.models import IdempotencyRecord
-from reconcile.services import escalate
+from reconcile.operator_actions import escalate
 from tests.api.conftest import client_for
 from tests.console.conftest import make_user, signed_in
 
