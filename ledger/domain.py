@@ -79,6 +79,8 @@ class Decision(StrEnum):
     APPROVAL_REQUIRED = "approval_required"
     FORBIDDEN = "forbidden"
     CONFLICT = "conflict"
+    #: A shadow run's side-effecting call: nothing runs, the intended action is recorded.
+    SHADOW_DRY_RUN = "shadow_dry_run"
 
 
 class ObservationCode(StrEnum):
@@ -93,6 +95,7 @@ class ObservationCode(StrEnum):
     PERMISSION_DENIED = "PERMISSION_DENIED"
     RUN_HALTED = "RUN_HALTED"
     FAILED = "FAILED"
+    SHADOW_DRY_RUN = "SHADOW_DRY_RUN"
 
 
 #: How an unknown conditional write whose file changed under it is escalated (by the runtime's

@@ -263,6 +263,8 @@ class VersionCombination(models.Model):
     class State(models.TextChoices):
         ACTIVE = "active"
         CANARY = "canary"
+        # Runs only as shadow runs mirroring live ones: its side-effecting calls never execute.
+        SHADOW = "shadow"
         HALTED = "halted"
         RETIRED = "retired"
 
@@ -328,6 +330,10 @@ class Run(models.Model):
     )
     user_id = models.CharField(max_length=200)
     agent_id = models.CharField(max_length=200, blank=True)
+    # Set for a shadow run: the live run it mirrors (``ledger.shadow`` says what it may do).
+    shadow_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="shadow_runs"
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
     termination_reason = models.CharField(max_length=200, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
@@ -340,6 +346,9 @@ class Run(models.Model):
                 condition=Q(status="running", finished_at__isnull=True)
                 | (~Q(status="running") & Q(finished_at__isnull=False)),
                 name="run_finished_at_matches_status",
+            ),
+            models.CheckConstraint(
+                condition=~Q(shadow_of=models.F("pk")), name="run_shadow_of_another_run"
             ),
         ]
         indexes: ClassVar = [
@@ -399,6 +408,8 @@ class IdempotencyRecord(models.Model):
     classified_as = models.CharField(
         max_length=16, choices=choices(Idempotency), default=Idempotency.NON_IDEMPOTENT
     )
+    # Reserved by a shadow run: only a read may ever hold such a record (``ledger.shadow``).
+    shadow = models.BooleanField(default=False)
     # Executions known to have failed without effect (failed_final from a run or a look-up).
     failed_executions = models.PositiveIntegerField(default=0)
     # Reconciliation of unknown outcomes (see reconcile.services).
@@ -429,6 +440,12 @@ class IdempotencyRecord(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(fencing_token__gte=0), name="record_fencing_token_positive"
+            ),
+            # The ledger's guarantee for shadow runs, in the database: whatever path a request
+            # takes, a shadow run never reserves, let alone executes, a side-effecting action.
+            models.CheckConstraint(
+                condition=Q(shadow=False) | Q(classified_as=Idempotency.IDEMPOTENT),
+                name="record_shadow_only_reads",
             ),
         ]
         indexes: ClassVar = [
@@ -527,6 +544,10 @@ class LedgerEntry(models.Model):
             models.CheckConstraint(condition=_POLICY_MATCHES, name="entry_policy_matches"),
             models.CheckConstraint(
                 condition=Q(input_hash__regex=SHA256_HEX), name="entry_input_hash_sha256"
+            ),
+            models.CheckConstraint(
+                condition=~Q(decision=Decision.SHADOW_DRY_RUN) | Q(record__isnull=True),
+                name="entry_shadow_dry_run_reserves_nothing",
             ),
         ]
         indexes: ClassVar = [
@@ -696,6 +717,7 @@ class MetricBucket(models.Model):
     decided_approval_required = models.PositiveIntegerField(default=0)
     decided_forbidden = models.PositiveIntegerField(default=0)
     decided_conflict = models.PositiveIntegerField(default=0)
+    decided_shadow_dry_run = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints: ClassVar = [

@@ -52,6 +52,11 @@ _CONTENT = {
         "executed. Stop and report to the user."
     ),
     ObservationCode.FAILED: "{tool} failed: {detail}",
+    ObservationCode.SHADOW_DRY_RUN: (
+        "This is a shadow run: {tool} has side effects, so it was NOT executed. The intended "
+        "action is recorded for comparison with the live run. Continue as if it had not run; "
+        "do not retry it."
+    ),
 }
 
 _RETRYABLE = frozenset({ObservationCode.IN_PROGRESS, ObservationCode.APPROVAL_REQUIRED})

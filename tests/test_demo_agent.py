@@ -14,6 +14,7 @@ from ledger.models import (
     ApprovalRequest,
     IdempotencyRecord,
     LedgerEntry,
+    Run,
     VersionCombination,
 )
 
@@ -38,7 +39,17 @@ def test_demo_agent_produces_every_kind_of_decision(django_user_model) -> None:
     assert ApiToken.objects.exists()
     assert not ApiToken.objects.filter(revoked_at__isnull=True).exists()  # the demo is over
     combos = {c.label: c.state for c in VersionCombination.objects.all()}
-    assert combos == {"baseline": "active", "candidate": "canary"}
+    assert combos == {"baseline": "active", "candidate": "canary", "next": "shadow"}
+    # Every baseline run is mirrored by a shadow run, whose side effects never ran.
+    shadows = Run.objects.filter(shadow_of__isnull=False)
+    assert shadows.count() == 3
+    assert set(shadows.values_list("shadow_of__combination__label", flat=True)) == {"baseline"}
+    assert LedgerEntry.objects.filter(run__in=shadows, decision="shadow_dry_run").exists()
+    assert (
+        not IdempotencyRecord.objects.filter(shadow=True)
+        .exclude(classified_as="idempotent")
+        .exists()
+    )
     decisions = set(LedgerEntry.objects.values_list("decision", flat=True))
     assert {"execute", "recorded_result", "forbidden", "approval_required"} <= decisions
     states = set(IdempotencyRecord.objects.values_list("state", flat=True))

@@ -47,11 +47,17 @@ class LedgerClient(Surface):
         self.close()
 
     def start_run(
-        self, *, user_id: str, run_id: str | None = None, combination_id: int | None = None
+        self,
+        *,
+        user_id: str,
+        run_id: str | None = None,
+        combination_id: int | None = None,
+        shadow_of: str | None = None,
     ) -> Run:
-        """Start a run (idempotent for a given ``run_id``)."""
+        """Start a run (idempotent for a given ``run_id``); with ``shadow_of``, a shadow run
+        mirroring that live run (its side-effecting calls never execute)."""
         flow = self.protocol.start_run(
-            user_id=user_id, run_id=run_id, combination_id=combination_id
+            user_id=user_id, run_id=run_id, combination_id=combination_id, shadow_of=shadow_of
         )
         return Run(self, self.drive(flow))
 

@@ -405,13 +405,23 @@ class LedgerProtocol:
         return (yield from self.request("GET", f"/calls/{call_id}"))
 
     def start_run(
-        self, *, user_id: str, run_id: str | None = None, combination_id: int | None = None
+        self,
+        *,
+        user_id: str,
+        run_id: str | None = None,
+        combination_id: int | None = None,
+        shadow_of: str | None = None,
     ) -> Flow[dict[str, Any]]:
+        """Start a run; with ``shadow_of`` (a live run's id), a shadow run mirroring it, whose
+        side-effecting calls the ledger answers ``SHADOW_DRY_RUN`` without executing them."""
         body: dict[str, Any] = {"user_id": user_id}
         if run_id:
             body["run_id"] = run_id
         if combination_id:
             body["combination_id"] = combination_id
+        if shadow_of:
+            body["shadow"] = True
+            body["mirrors_run_id"] = shadow_of
         return (yield from self.request("POST", "/runs", json=body))
 
     def finish_run(self, run_id: str, termination_reason: str) -> Flow[dict[str, Any]]:

@@ -28,6 +28,7 @@ TERMS = {
     "approval_required": _("approval required"),
     "forbidden": _("refused"),
     "conflict": _("conflict"),
+    "shadow_dry_run": _("shadow dry run"),
     # classification
     "idempotent": _("idempotent"),
     "conditional": _("conditional"),
@@ -45,6 +46,7 @@ TERMS = {
     # combinations and runs
     "active": _("active"),
     "canary": _("canary"),
+    "shadow": _("shadow"),
     "halted": _("halted"),
     "retired": _("retired"),
     "running": _("running"),

@@ -167,6 +167,20 @@ def canary(request: HttpRequest, combination_id: int, payload: CanaryIn) -> Comb
 
 
 @router.post(
+    "/{int:combination_id}/shadow",
+    response={200: CombinationOut, **ERRORS},
+    summary="Put a combination in shadow: it takes only shadow runs, which never execute a "
+    "side effect",
+)
+def shadow(request: HttpRequest, combination_id: int) -> CombinationOut:
+    caller = caller_of(request)
+    combination = combinations.set_shadow(
+        tenant=caller.tenant, combination_id=combination_id, actor=caller.identity, source="api"
+    )
+    return combination_out(combination)
+
+
+@router.post(
     "/{int:combination_id}/halt",
     response={200: CombinationOut, **ERRORS},
     summary="Halt a combination: new runs and calls under it get RUN_HALTED",

@@ -7,7 +7,7 @@ from ninja import Router, Status
 
 from ledger.api.auth import caller_of
 from ledger.api.schemas import Problem, RunFinishIn, RunIn, RunOut
-from ledger.errors import NotFound
+from ledger.errors import InvalidInput, NotFound
 from ledger.models import Run
 from ledger.services.runs import finish_run, start_run
 
@@ -23,6 +23,7 @@ def run_out(run: Run) -> RunOut:
         status=run.status,
         combination_id=combination.pk if combination else None,
         combination_label=combination.label if combination else None,
+        shadow_of=run.shadow_of.run_id if run.shadow_of_id and run.shadow_of else None,
         termination_reason=run.termination_reason,
         started_at=run.started_at,
         finished_at=run.finished_at,
@@ -32,7 +33,7 @@ def run_out(run: Run) -> RunOut:
 def _run(request: HttpRequest, run_id: str) -> Run:
     caller = caller_of(request)
     run = (
-        Run.objects.select_related("combination")
+        Run.objects.select_related("combination", "shadow_of")
         .filter(tenant=caller.tenant, run_id=run_id)
         .first()
     )
@@ -49,8 +50,12 @@ def _run(request: HttpRequest, run_id: str) -> Run:
 def create_run(request: HttpRequest, payload: RunIn) -> Status:
     """Start a run under the given version combination, or the tenant's active one (or a
     canary). Starting the same run id again returns the same run. A halted combination
-    answers 409 ``RUN_HALTED``."""
+    answers 409 ``RUN_HALTED``. With ``shadow`` and ``mirrors_run_id`` the run is a shadow
+    run of the tenant's combination in shadow (or the given one): its reads run, its
+    side-effecting calls are answered ``SHADOW_DRY_RUN`` and never execute."""
     caller = caller_of(request)
+    if payload.shadow != (payload.mirrors_run_id is not None):
+        raise InvalidInput("a shadow run needs both shadow: true and the mirrors_run_id")
     run, created = start_run(
         tenant=caller.tenant,
         user_id=payload.user_id,
@@ -58,6 +63,7 @@ def create_run(request: HttpRequest, payload: RunIn) -> Status:
         run_id=payload.run_id,
         agent_id=payload.agent_id or caller.agent_id,
         combination_id=payload.combination_id,
+        shadow_of=payload.mirrors_run_id,
     )
     return Status(201 if created else 200, run_out(run))
 

@@ -156,6 +156,14 @@ class RunIn(Strict):
     user_id: str = Identifier
     agent_id: str = Field(default="", max_length=200)
     combination_id: PositiveInt | None = None
+    shadow: bool = Field(
+        default=False,
+        description="Start a shadow run mirroring ``mirrors_run_id``: its side-effecting calls "
+        "are answered SHADOW_DRY_RUN and never execute.",
+    )
+    mirrors_run_id: str | None = Field(
+        default=None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f:]+$"
+    )
 
 
 class RunOut(Schema):
@@ -165,6 +173,7 @@ class RunOut(Schema):
     status: str
     combination_id: int | None
     combination_label: str | None
+    shadow_of: str | None = Field(description="The live run a shadow run mirrors.")
     termination_reason: str
     started_at: ApiDateTime
     finished_at: ApiDateTime | None

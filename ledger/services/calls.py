@@ -18,6 +18,7 @@ import jsonschema
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
+from ledger import shadow
 from ledger.classification import Classification
 from ledger.classification.calls import classify_tool_call
 from ledger.decisions import RecoveryAction, WriteCheck, check_write_plan, recovery_decision
@@ -205,7 +206,7 @@ def _key(tenant: Tenant, run: Run, tool: Tool, request: CallInput) -> str:
             tool.key_fields, request.input
         )
         return build_idempotency_key(
-            scope=KeyScope(tool.key_scope),
+            scope=shadow.key_scope(run, KeyScope(tool.key_scope)),
             tenant=tenant.slug,
             user=run.user_id,
             run_id=run.run_id,
@@ -230,6 +231,7 @@ _ENTRY_STATUS_FOR = {
     Decision.APPROVAL_REQUIRED: EntryStatus.PLANNED,
     Decision.FORBIDDEN: EntryStatus.PLANNED,
     Decision.CONFLICT: EntryStatus.PLANNED,
+    Decision.SHADOW_DRY_RUN: EntryStatus.PLANNED,
 }
 
 
@@ -315,7 +317,8 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
     taken = False  # the one-statement way found the key taken
     if registered is not None:  # classified once, for the one-statement way and the general one
         classified = _classify(caller, run, registered, request)
-        if request.write_plan is None and not _is_halted(run):
+        dry_run = shadow.dry_run_required(run, classified[0].idempotency)
+        if request.write_plan is None and not _is_halted(run) and not dry_run:
             fast = _first_call_of_key(caller, run, registered, request, input_hash, *classified)
             if fast is not None:
                 return fast
@@ -345,6 +348,8 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
                 ObservationCode.RUN_HALTED, _context(entry, tool.name), next_action="stop"
             )
             return CallResult(entry, Decision.FORBIDDEN, classification, observation)
+        if shadow.dry_run_required(run, classification.idempotency):
+            return _shadow_dry_run(new_entry, caller.tenant, tool, request, classification)
         reservation = records.reserve_key(
             tenant=caller.tenant,
             tool=tool,
@@ -373,6 +378,30 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
             _ask_for_approval(result, record, caller)
         result.observation = _observation(result, record, tool.name, reservation.next_action)
     return result
+
+
+def _shadow_dry_run(
+    new_entry: Callable[..., LedgerEntry],
+    tenant: Tenant,
+    tool: Tool,
+    request: CallInput,
+    classification: Classification,
+) -> CallResult:
+    """A shadow run's side-effecting call: no reservation, nothing runs. Its entry (tool,
+    classification, input fingerprint, the key it would have used) and its write plan (with
+    the dry-run diff) are the evidence of the intended action (``ledger.shadow``)."""
+    entry = new_entry(
+        decision=Decision.SHADOW_DRY_RUN, record=None, code=ObservationCode.SHADOW_DRY_RUN
+    )
+    if request.write_plan is not None:
+        _save_write_plan(tenant, entry, request.write_plan)
+    observation = refusal(
+        ObservationCode.SHADOW_DRY_RUN,
+        _context(entry, tool.name),
+        next_action="continue",
+        retryable=False,
+    )
+    return CallResult(entry, Decision.SHADOW_DRY_RUN, classification, observation)
 
 
 def _classify(
@@ -579,6 +608,7 @@ def _entry_for(caller: Caller, call_id: str) -> LedgerEntry:
 def start_call(*, caller: Caller, call_id: str) -> CallResult:
     """Start a call whose approval was granted; the approval is used up in the same step."""
     entry = _entry_for(caller, call_id)
+    shadow.refuse_follow_up(entry.run, entry.decision)
     record = entry.record
     if record is None or entry.decision != Decision.APPROVAL_REQUIRED:
         raise InvalidTransition("only a call that was waiting for approval can be started")
@@ -808,6 +838,7 @@ def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None
     The replay request is itself a new ledger entry pointing at the same record.
     """
     original = _entry_for(caller, call_id)
+    shadow.refuse_follow_up(original.run, original.decision)
     record = original.record
     if record is None:
         raise InvalidTransition("this call has no idempotency record to recover")

@@ -152,6 +152,34 @@ def set_canary(
     return target
 
 
+def set_shadow(
+    *, tenant: Tenant, combination_id: int, actor: str, source: str
+) -> VersionCombination:
+    """Put a retired or canary combination in shadow: from now on it takes only shadow runs,
+    whose side-effecting calls never execute (``ledger.shadow``). Runs already started under
+    it keep it (a combination is pinned at a run's start)."""
+    with transaction.atomic():
+        target = _locked(tenant, combination_id)
+        if target.state == State.SHADOW:
+            return target
+        if target.state in (State.ACTIVE, State.HALTED):
+            raise Conflict(f"an {target.state} combination cannot be put in shadow")
+        before = {"state": target.state, "canary_share_bp": target.canary_share_bp}
+        target.state = State.SHADOW
+        target.canary_share_bp = 0
+        target.save(update_fields=["state", "canary_share_bp"])
+        audit(
+            tenant=tenant,
+            actor=actor,
+            action="combination.shadow",
+            target=target,
+            source=source,
+            before=before,
+            after={"state": State.SHADOW, "canary_share_bp": 0},
+        )
+    return target
+
+
 def halt(
     *, tenant: Tenant, combination_id: int, actor: str, source: str, reason: str
 ) -> tuple[VersionCombination, bool]:

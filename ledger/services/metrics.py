@@ -8,7 +8,8 @@ tool. Dashboards, thresholds and ``/metrics`` read the buckets, never the ledger
 Definitions:
 - keyed request: a call with an idempotency key; dedup hit: a keyed request answered from an
   existing record without executing (recorded result, wait, approval, refusal; a conflict is
-  not a hit); dedup hit rate = hits / keyed requests;
+  not a hit; a shadow run's dry run reserves nothing and is not a keyed request); dedup hit
+  rate = hits / keyed requests;
 - uncertain results: records in ``unknown`` now, and executions that became unknown per window;
 - duplicate side effect: an execution of an action classified non-idempotent when an earlier
   execution of it may already have had its effect (it was not a known failure). Zero unless
@@ -105,7 +106,7 @@ def _fold_entries(cursor: MetricCursor, counts: dict[Key, dict[str, int]], batch
     for pk, tenant_id, combination_id, tool, created, decision, reused, key in rows:
         values = counts[(tenant_id, combination_id, tool, bucket_of(created))]
         values[f"decided_{decision}"] += 1
-        if key:
+        if key and decision != Decision.SHADOW_DRY_RUN:  # a dry run reserves no key
             values["keyed_requests"] += 1
             if reused and decision not in NOT_DEDUP:
                 values["dedup_hits"] += 1

@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from django.db.models import Model
 from django.db.models.functions import Now
 
-from ledger import deadline
+from ledger import deadline, shadow
 from ledger.clock import db_now
 from ledger.decisions import ExistingRecordAnswer, answer_existing_record
 from ledger.domain import (
@@ -404,6 +404,7 @@ def _new_record(
         combination=combination,
         requires_approval=requires_approval,
         classified_as=_CLASS_OF_POLICY[replay_policy],
+        shadow=run is not None and shadow.is_shadow(run),
     )
     if requires_approval:
         record.state = RecordState.RESERVED

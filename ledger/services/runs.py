@@ -12,6 +12,8 @@ from ledger.errors import Conflict, InvalidInput, NotFound, RunNotRunning
 from ledger.models import AuditEvent, Run, Tenant, VersionCombination
 from ledger.services.audit import audit
 
+_SHADOW = VersionCombination.State.SHADOW
+
 
 class RunHalted(Exception):
     """The run's combination is halted: new runs and new calls under it are refused."""
@@ -64,24 +66,33 @@ def start_run(
     run_id: str | None = None,
     agent_id: str = "",
     combination_id: int | None = None,
+    shadow_of: str | None = None,
 ) -> tuple[Run, bool]:
     """Start a run (or return the same run again); returns (run, created).
 
     Starting the same ``run_id`` twice for the same user is harmless and returns the first run,
-    so a runtime may retry this call too.
+    so a runtime may retry this call too. With ``shadow_of`` (a live run's id) the run is a
+    shadow run mirroring it, under the given combination or the tenant's one in ``shadow``
+    (``ledger.shadow`` says what such a run may do).
     """
     run_id = run_id or str(uuid.uuid4())
+    live = _live_run(tenant, shadow_of) if shadow_of is not None else None
     if combination_id is not None:
         combination = VersionCombination.objects.filter(tenant=tenant, pk=combination_id).first()
         if combination is None:
             raise NotFound(f"no version combination {combination_id}")
+    elif live is not None:
+        combination = shadow_combination(tenant)
     else:
         combination = pick_combination(tenant, run_id)
     if combination is not None and combination.state == VersionCombination.State.HALTED:
         raise RunHalted(combination)
+    if live is None and combination is not None and combination.state == _SHADOW:
+        # A live run under it would run the candidate's side effects for real.
+        raise Conflict(f"version combination {combination.label!r} is in shadow: shadow runs only")
     existing = Run.objects.filter(tenant=tenant, run_id=run_id).first()
     if existing is not None:
-        return _same_run(existing, user_id), False
+        return _same_run(existing, user_id, live), False
     try:
         with transaction.atomic():
             run = Run.objects.create(
@@ -90,6 +101,7 @@ def start_run(
                 user_id=user_id,
                 agent_id=agent_id,
                 combination=combination,
+                shadow_of=live,
             )
             audit(
                 tenant=tenant,
@@ -97,16 +109,42 @@ def start_run(
                 action="run.started",
                 target=run,
                 source=AuditEvent.Source.API,
-                after={"run_id": run_id, "combination": combination.pk if combination else None},
+                after={
+                    "run_id": run_id,
+                    "combination": combination.pk if combination else None,
+                    "shadow_of": live.run_id if live else None,
+                },
             )
     except IntegrityError:  # a concurrent start of the same run id won
-        return _same_run(Run.objects.get(tenant=tenant, run_id=run_id), user_id), False
+        return _same_run(Run.objects.get(tenant=tenant, run_id=run_id), user_id, live), False
     return run, True
 
 
-def _same_run(run: Run, user_id: str) -> Run:
+def _live_run(tenant: Tenant, run_id: str) -> Run:
+    """The live run a shadow run mirrors: one of this tenant's, and not a shadow itself."""
+    live = Run.objects.filter(tenant=tenant, run_id=run_id).first()
+    if live is None:
+        raise NotFound(f"no run {run_id!r} to mirror")
+    if live.shadow_of_id is not None:
+        raise InvalidInput(f"run {run_id!r} is a shadow run; a shadow run mirrors a live one")
+    return live
+
+
+def shadow_combination(tenant: Tenant) -> VersionCombination:
+    """The tenant's combination in ``shadow`` (the latest one put there)."""
+    combination = (
+        VersionCombination.objects.filter(tenant=tenant, state=_SHADOW).order_by("-pk").first()
+    )
+    if combination is None:
+        raise Conflict("no version combination is in shadow: put one in shadow first")
+    return combination
+
+
+def _same_run(run: Run, user_id: str, live: Run | None) -> Run:
     if run.user_id != user_id:
         raise Conflict(f"run {run.run_id!r} already exists for another user")
+    if run.shadow_of_id != (live.pk if live else None):
+        raise Conflict(f"run {run.run_id!r} already exists and mirrors another run (or none)")
     return run
 
 

@@ -5,7 +5,10 @@ HTTP, against the sandbox downstreams with faults injected. The command serves t
 on a free loopback port for the duration, so it works on the embedded PostgreSQL of ``make run``
 as on any other; it calls the sandbox at ``--sandbox-url`` (``make run`` keeps one running, so
 the workers can look the demo's calls up in it), or serves one of its own. Two version
-combinations are used; the candidate one hits more faults, so its metrics are visibly worse.
+combinations are used; the candidate one hits more faults, so its metrics are visibly worse. A
+third, ``next``, is in shadow: every baseline run is mirrored by a shadow run under it, whose
+side-effecting calls never execute (``ledger.shadow``), so the console's shadow comparison has
+pairs to show.
 
 Running it again adds more runs; ``make run`` runs it once, on an empty ledger. It runs only
 with ``DEBUG`` on, and the token it issues is revoked when it ends, however it ends.
@@ -62,6 +65,13 @@ COMBINATIONS = {
     "candidate": {
         "model": "gpt-demo-2",
         "prompt": "support-v2",
+        "rules": "rules-2026.10",
+        "tool_schema": "tools-v3",
+        "data_version": "catalog-2026.11",
+    },
+    "next": {
+        "model": "gpt-demo-3",
+        "prompt": "support-v3",
         "rules": "rules-2026.10",
         "tool_schema": "tools-v3",
         "data_version": "catalog-2026.11",
@@ -154,14 +164,25 @@ def _serving(sandbox_url: str) -> Iterator[tuple[str, str]]:
 
 
 class Demo:
-    """One tenant's scripted runs."""
+    """One tenant's scripted runs. A ``mirroring`` demo drives shadow runs: the same tool
+    calls, but it leaves the sandbox to the live run it mirrors (no faults, no setup)."""
 
-    def __init__(self, client: LedgerClient, sandbox_url: str, out: Callable[[str], None]):
+    def __init__(
+        self,
+        client: LedgerClient,
+        sandbox_url: str,
+        out: Callable[[str], None],
+        *,
+        mirroring: bool = False,
+    ):
         self.client = client
         self.sandbox_url = sandbox_url
         self.out = out
+        self.mirroring = mirroring
 
     def fault(self, **fault: Any) -> None:
+        if self.mirroring:
+            return
         httpx.post(f"{self.sandbox_url}/_faults", json=fault, timeout=5).raise_for_status()
 
     def create(self, service: str, reference: str) -> Callable[[CallContext], Any]:
@@ -241,9 +262,10 @@ class Demo:
         """A conditional write whose response is lost: replay needs a check and an approval."""
         path = f"config/app-{index}.yaml"
         before, after = f"retries: {index}\n", f"retries: {index + 3}\n"
-        httpx.put(
-            f"{self.sandbox_url}/workspace/files/{path}", json={"content": before}, timeout=5
-        ).raise_for_status()
+        if not self.mirroring:
+            httpx.put(
+                f"{self.sandbox_url}/workspace/files/{path}", json={"content": before}, timeout=5
+            ).raise_for_status()
         self.fault(service="workspace", mode="reset")
         plan = {
             "workspace": "demo",
@@ -281,6 +303,14 @@ class Demo:
             current_hash=_sha(before),
             approval_deadline=0,
         )
+
+
+def mirror_run(demo: Demo, live: Run, index: int) -> Run:
+    """A shadow run mirroring ``live``, driven by the ``mirroring`` demo, and finished."""
+    shadow = demo.client.start_run(user_id=live.data["user_id"], shadow_of=live.run_id)
+    demo.script(shadow, index, worse=False)
+    shadow.finish("completed")
+    return shadow
 
 
 class Command(BaseCommand):
@@ -358,14 +388,17 @@ class Command(BaseCommand):
             LedgerClient(url, plaintext, agent_id="demo-agent", request_timeout=10) as client,
         ):
             demo = Demo(client, sandbox, self.stdout.write)
-            for label, combination in combinations.items():
+            mirror = Demo(client, sandbox, self.stdout.write, mirroring=True)
+            for label in ("baseline", "candidate"):
                 worse = label == "candidate"
                 for index in range(runs):
                     run = client.start_run(
-                        user_id=f"customer-{index}", combination_id=combination.pk
+                        user_id=f"customer-{index}", combination_id=combinations[label].pk
                     )
                     demo.script(run, index, worse=worse)
                     run.finish("completed")
+                    if not worse:
+                        mirror_run(mirror, run, index)
             return {
                 s: httpx.get(f"{sandbox}/{s}/stats", timeout=5).json()
                 for s in ("orders", "payments", "email")
@@ -380,6 +413,10 @@ class Command(BaseCommand):
         if not VersionCombination.objects.filter(tenant=tenant, state="active").exists():
             combinations.activate(
                 tenant=tenant, combination_id=out["baseline"].pk, actor="demo_agent", source="cli"
+            )
+        if out["next"].state == VersionCombination.State.RETIRED:
+            combinations.set_shadow(
+                tenant=tenant, combination_id=out["next"].pk, actor="demo_agent", source="cli"
             )
         if out["candidate"].state == VersionCombination.State.RETIRED:
             combinations.set_canary(
