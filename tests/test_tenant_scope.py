@@ -22,7 +22,7 @@ from ledger.models import IdempotencyRecord, Tenant
 from ledger.services import combinations, metrics, notifications
 from ledger.services.approvals import decide
 from tests.api.conftest import ApiClient, client_for
-from tests.console.conftest import make_pending, make_user, signed_in
+from tests.console.conftest import make_pending, make_shadow_pair, make_user, signed_in
 from tests.factories import make_tenant, make_tool
 
 pytestmark = pytest.mark.django_db
@@ -146,6 +146,7 @@ def _rows(tenant: Tenant) -> dict[str, Any]:
         kind="email",
         target=f"oncall@{marker}.example",
     )
+    make_shadow_pair(tenant, live_id=f"{marker}-live", shadow_id=f"{marker}-shadow")
     make_pending(tenant, path=f"{marker}.py", run_id=f"{marker}-write")
     # A decided approval too, so lists of past decisions have a row.
     decided = make_pending(tenant, path=f"{marker}-decided.py", run_id=f"{marker}-decided")

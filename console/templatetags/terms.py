@@ -85,6 +85,14 @@ TERMS = {
     "record": _("call"),
     "combination": _("combination"),
     "admin": _("admin"),
+    # shadow comparison and rollout analysis
+    "intended": _("intended (dry run)"),
+    "approvals": _("approvals asked"),
+    "rejections": _("rejections"),
+    "met": _("met"),
+    "crossed": _("crossed"),
+    "too_few_samples": _("too few samples"),
+    "no_threshold": _("no threshold"),
 }
 
 

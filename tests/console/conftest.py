@@ -78,3 +78,49 @@ def combos(tenant):
     combinations.activate(tenant=tenant, combination_id=good.pk, actor="x", source="api")
     combinations.activate(tenant=tenant, combination_id=bad.pk, actor="x", source="api")
     return good, bad
+
+
+def make_shadow_pair(tenant: Tenant, live_id: str = "run-1", shadow_id: str = "shadow-1") -> None:
+    """A live run that orders and charges, and a shadow run mirroring it under a combination
+    in shadow: its order is a dry run, so it never charges (two steps differ)."""
+    from ledger.services import combinations
+
+    versions = {"model": "m", "prompt": "p", "rules": "r", "tool_schema": "t"}
+    live_combo, _ = combinations.create_combination(
+        tenant=tenant,
+        label=f"{live_id}-live",
+        actor="x",
+        source="api",
+        data_version="1",
+        **versions,
+    )
+    combinations.activate(tenant=tenant, combination_id=live_combo.pk, actor="x", source="api")
+    candidate, _ = combinations.create_combination(
+        tenant=tenant,
+        label=f"{shadow_id}-next",
+        actor="x",
+        source="api",
+        data_version="2",
+        **versions,
+    )
+    combinations.set_shadow(tenant=tenant, combination_id=candidate.pk, actor="x", source="api")
+    api = client_for(tenant)
+    for run_id, extra in ((live_id, {}), (shadow_id, {"shadow": True, "mirrors_run_id": live_id})):
+        started = api.post("/runs", {"run_id": run_id, "user_id": "u1", **extra})
+        assert started.status_code == 201, started.content
+        api.call("read_file", {"path": "README.md"}, run_id=run_id, step_id="s-read")
+        order = api.call(
+            "create_order", {"cart": 1}, run_id=run_id, step_id="s-order", business_object_id="c"
+        ).json()
+        if order["decision"] == "execute":
+            api.post(
+                f"/calls/{order['call_id']}/complete",
+                {"fencing_token": 1, "outcome": "succeeded", "result": {"order": 1}},
+            )
+            api.call(
+                "charge_customer",
+                {"amount": 5},
+                run_id=run_id,
+                step_id="s-charge",
+                business_object_id="c",
+            )
