@@ -193,6 +193,7 @@ CELERY_TASK_ROUTES = {
     "reconcile.tasks.deliver_notification": {"queue": "notify"},
     "reconcile.tasks.run_compensations": {"queue": "reconcile"},
     "reconcile.tasks.compensate_run": {"queue": "reconcile"},
+    "reconcile.tasks.evaluate_rollouts": {"queue": "maintenance"},
 }
 # publishing must not hang a web request when the broker is down: fail fast, the sweep catches up;
 CELERY_TASK_PUBLISH_RETRY = False
@@ -212,6 +213,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True  # a worker waits for the broke
 CELERY_VISIBILITY_TIMEOUT = positive_int(env, "CELERY_VISIBILITY_TIMEOUT", default=600)
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT}
+# How often running rollout plans are judged (a crossed threshold halts within one interval),
+# and how many plans one evaluation judges at most.
+ROLLOUT_EVALUATE_SECONDS = positive_int(env, "ROLLOUT_EVALUATE_SECONDS", default=60)
+ROLLOUT_EVALUATION_BATCH = positive_int(env, "ROLLOUT_EVALUATION_BATCH", default=100)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "sweep-expired-leases": {"task": "reconcile.tasks.sweep_expired_leases", "schedule": 15.0},
@@ -222,6 +227,10 @@ CELERY_BEAT_SCHEDULE = {
     "cleanup-expired": {"task": "reconcile.tasks.cleanup_expired", "schedule": 300.0},
     "roll-up-metrics": {"task": "reconcile.tasks.roll_up_metrics", "schedule": 30.0},
     "sweep-notifications": {"task": "reconcile.tasks.sweep_notifications", "schedule": 30.0},
+    "evaluate-rollouts": {
+        "task": "reconcile.tasks.evaluate_rollouts",
+        "schedule": float(ROLLOUT_EVALUATE_SECONDS),
+    },
 }
 CELERY_TASK_ALWAYS_EAGER = strict_bool(env, "CELERY_TASK_ALWAYS_EAGER", default=False)
 RECONCILE_BATCH_SIZE = positive_int(env, "RECONCILE_BATCH_SIZE", default=500)

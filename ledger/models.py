@@ -1007,3 +1007,82 @@ class Compensation(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class RolloutPlan(models.Model):
+    """A candidate combination ramped up by steps of traffic share (``services.rollouts``)."""
+
+    class State(models.TextChoices):
+        RUNNING = "running"
+        PAUSED = "paused"
+        COMPLETED = "completed"
+        HALTED = "halted"
+        ABORTED = "aborted"
+
+    OPEN_STATES: ClassVar = [State.RUNNING, State.PAUSED]
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="rollout_plans")
+    candidate = models.ForeignKey(
+        VersionCombination, on_delete=models.PROTECT, related_name="rollout_plans"
+    )
+    state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
+    current_step = models.PositiveIntegerField(default=0)
+    created_by = models.CharField(max_length=200)
+    # Why it halted or was aborted.
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            # Two plans at once would fight over the canary shares.
+            models.UniqueConstraint(
+                fields=["tenant"],
+                condition=Q(state__in=["running", "paused"]),
+                name="one_open_rollout_per_tenant",
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=["running", "paused"], finished_at__isnull=True)
+                | (~Q(state__in=["running", "paused"]) & Q(finished_at__isnull=False)),
+                name="rollout_finished_at_matches_state",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"rollout {self.pk} of {self.candidate_id} ({self.state})"
+
+
+class RolloutStep(models.Model):
+    """One step of a plan: a traffic share (0 = shadow) held for a minimum duration and
+    sample size, with the analysis of its last evaluation."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        PASSED = "passed"
+        SKIPPED = "skipped"
+        FAILED = "failed"
+
+    plan = models.ForeignKey(RolloutPlan, on_delete=models.CASCADE, related_name="steps")
+    position = models.PositiveIntegerField()
+    share_bp = models.PositiveIntegerField(help_text="Basis points of new runs; 0 is shadow.")
+    min_minutes = models.PositiveIntegerField(default=0)
+    min_samples = models.PositiveIntegerField(
+        default=0, help_text="Keyed requests of the candidate during the step."
+    )
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    analysis = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering: ClassVar = ["plan", "position"]
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["plan", "position"], name="rollout_step_unique"),
+            models.CheckConstraint(
+                condition=Q(share_bp__gte=0, share_bp__lte=10_000), name="rollout_step_share"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"step {self.position} ({self.share_bp} bp, {self.state})"

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from ledger.services import metrics, notifications, thresholds
+from ledger.services import metrics, notifications, rollouts, thresholds
 from ledger.services.cleanup import cleanup_expired_records
 from ledger.services.records import expire_leases
 from reconcile import compensation_runs, services
@@ -157,6 +157,13 @@ def send_saga(run_pk: int) -> None:
         compensate_run.delay(run_pk)
     except Exception:
         logger.warning("broker unavailable; the saga waits", extra={"run": run_pk})
+
+
+@shared_task(soft_time_limit=50, time_limit=60)
+def evaluate_rollouts() -> dict[str, int]:
+    """Judge the running step of every running rollout plan (bounded per run): advance,
+    wait, or halt and roll back the candidate."""
+    return rollouts.evaluate()
 
 
 def send_lookups(record_ids: list[int]) -> None:
