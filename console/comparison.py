@@ -10,11 +10,11 @@ from __future__ import annotations
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from console.access import console_view
+from console.access import console_view, get_for_tenant
 from console.params import parse_id
 from console.roles import Role
 from console.views import context_for
-from ledger.models import Tenant, VersionCombination
+from ledger.models import Run, Tenant, VersionCombination
 from ledger.services import comparison
 
 PAGE_SIZE = 50
@@ -61,7 +61,9 @@ def shadow_pairs(request: HttpRequest, tenant: Tenant) -> HttpResponse:
 
 @console_view(Role.MANAGER, target="run")
 def shadow_pair(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
-    pair = comparison.shadow_pair(tenant, pk)
+    shadows = Run.objects.filter(shadow_of__isnull=False)
+    run = get_for_tenant(request, tenant, shadows, pk, "No such shadow run.")
+    pair = comparison.shadow_pair(tenant, run.pk)
     if pair is None:
         raise Http404("No such shadow run.")
     return render(request, "console/shadow_pair.html", context_for(request, tenant, pair=pair))

@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 
-from console import comparison, compensations, explorer, on_call, readiness, unknown, views
+from console import comparison, compensations, explorer, on_call, readiness, rollouts, unknown, views
 from console.prometheus import metrics_view
 from ledger.api import api
 
@@ -53,6 +53,10 @@ console_patterns = [
     path("combinations/", views.combinations_page, name="combinations"),
     path("combinations/<int:pk>/rollback", views.rollback_page, name="rollback"),
     path("combinations/<int:pk>/action", views.combination_action, name="combination_action"),
+    path("rollouts/", rollouts.rollout_plans, name="rollouts"),
+    path("rollouts/new", rollouts.rollout_create, name="rollout_create"),
+    path("rollouts/<int:pk>/", rollouts.rollout_detail, name="rollout"),
+    path("rollouts/<int:pk>/action", rollouts.rollout_action, name="rollout_action"),
     path("shadow/", comparison.shadow_pairs, name="shadow_pairs"),
     path("shadow/<int:pk>/", comparison.shadow_pair, name="shadow_pair"),
     path("ledger/", explorer.calls, name="calls"),

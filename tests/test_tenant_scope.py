@@ -19,7 +19,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from console import selectors
 from ledger.api import api as ninja_api
 from ledger.models import IdempotencyRecord, Tenant
-from ledger.services import combinations, metrics, notifications
+from ledger.services import combinations, metrics, notifications, rollouts
 from ledger.services.approvals import decide
 from tests.api.conftest import ApiClient, client_for
 from tests.console.conftest import make_pending, make_shadow_pair, make_user, signed_in
@@ -41,6 +41,7 @@ NOT_LISTS = {
     "console:switch_tenant": "switches the signed-in user's tenant (POST)",
     "console:set_language": "the console's language switch (POST)",
     "console:tools_import": "imports a tools/list document (POST)",
+    "console:rollout_create": "starts a rollout plan (POST)",
     "api-v1:openapi-json": "the API's own schema",
     "api-v1:openapi-view": "the API's documentation page",
     "api-v1:api-root": "the API's index",
@@ -147,6 +148,24 @@ def _rows(tenant: Tenant) -> dict[str, Any]:
         target=f"oncall@{marker}.example",
     )
     make_shadow_pair(tenant, live_id=f"{marker}-live", shadow_id=f"{marker}-shadow")
+    candidate, _ = combinations.create_combination(
+        tenant=tenant,
+        label=f"{marker}-rollout",
+        actor="test",
+        source="api",
+        model="m",
+        prompt="p",
+        rules="r",
+        tool_schema="t",
+        data_version=f"{marker}-rollout",
+    )
+    rollouts.create_plan(
+        tenant=tenant,
+        candidate_id=candidate.pk,
+        steps=[rollouts.StepSpec(1000), rollouts.StepSpec(10_000)],
+        actor="test",
+        source="api",
+    )
     make_pending(tenant, path=f"{marker}.py", run_id=f"{marker}-write")
     # A decided approval too, so lists of past decisions have a row.
     decided = make_pending(tenant, path=f"{marker}-decided.py", run_id=f"{marker}-decided")

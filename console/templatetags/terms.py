@@ -93,6 +93,15 @@ TERMS = {
     "crossed": _("crossed"),
     "too_few_samples": _("too few samples"),
     "no_threshold": _("no threshold"),
+    "advance": _("advance"),
+    "passed": _("passed"),
+    "skipped": _("skipped"),
+    "paused": _("paused"),
+    "completed": _("completed"),
+    "aborted": _("aborted"),
+    "became_uncertain": _("became uncertain"),
+    "keyed_requests": _("keyed requests"),
+    "executions": _("executions"),
 }
 
 
