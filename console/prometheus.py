@@ -1,5 +1,6 @@
-"""Prometheus exposition at /metrics: the three safety metrics, decisions, reconcile outcomes
-and queue ages, read from the rollups and a few indexed counts at scrape time.
+"""Prometheus exposition at /metrics: the three safety metrics, decisions, reconcile outcomes,
+queue ages and the steps of rollout plans, read from the rollups, a few indexed counts and the
+steps' last analyses at scrape time.
 
 Protected: a bearer token (``METRICS_TOKEN``) for the scraper, or a signed-in staff user.
 """
@@ -12,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Min, OuterRef, Subquery, Sum
+from django.db.models import Count, Min, OuterRef, Q, Subquery, Sum
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -21,7 +22,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from ledger.domain import Decision, RecordState
-from ledger.models import ApprovalRequest, Compensation, IdempotencyRecord, MetricBucket
+from ledger.models import (
+    ApprovalRequest,
+    Compensation,
+    IdempotencyRecord,
+    MetricBucket,
+    RolloutPlan,
+    RolloutStep,
+)
 from ledger.services.metrics import COUNTERS, bucket_of
 from reconcile.models import ReconcileAttempt
 
@@ -38,6 +46,7 @@ class LedgerCollector(Collector):
         yield from self._counters()
         yield from self._rates()
         yield from self._live()
+        yield from self._rollout_steps()
 
     def _counters(self) -> Iterator[Metric]:
         families = {
@@ -149,6 +158,65 @@ class LedgerCollector(Collector):
             label = "compensated" if state == RecordState.SUCCEEDED else state
             family.add_metric([row["tenant__slug"], label], row["n"])
         return family
+
+    def _rollout_steps(self) -> Iterator[Metric]:
+        """Every step of the open plans and of those finished in the last day: its share,
+        its state, and what its last analysis measured (samples, the candidate's metrics,
+        each threshold's observed value)."""
+        labels = ["tenant", "plan", "candidate", "step"]
+        share = GaugeMetricFamily(
+            "agent_ledger_rollout_step_share_bp", "a step's share of new runs", labels=labels
+        )
+        state = GaugeMetricFamily(
+            "agent_ledger_rollout_step_state", "1 for a step's state", labels=[*labels, "state"]
+        )
+        samples = GaugeMetricFamily(
+            "agent_ledger_rollout_step_samples",
+            "keyed requests of the candidate during the step (last analysis)",
+            labels=labels,
+        )
+        measured = GaugeMetricFamily(
+            "agent_ledger_rollout_step_metric",
+            "the candidate's metric during the step (last analysis)",
+            labels=[*labels, "metric"],
+        )
+        observed = GaugeMetricFamily(
+            "agent_ledger_rollout_step_threshold_observed",
+            "a threshold's observed value at the step's last analysis",
+            labels=[*labels, "metric", "verdict"],
+        )
+        recent = Q(plan__state__in=RolloutPlan.OPEN_STATES) | Q(
+            plan__finished_at__gte=timezone.now() - timedelta(days=1)
+        )
+        steps = RolloutStep.objects.filter(recent).values(
+            "plan_id",
+            "plan__tenant__slug",
+            "plan__candidate__label",
+            "position",
+            "share_bp",
+            "state",
+            "analysis",
+        )
+        for row in steps:
+            values = [
+                row["plan__tenant__slug"],
+                str(row["plan_id"]),
+                row["plan__candidate__label"],
+                str(row["position"]),
+            ]
+            share.add_metric(values, row["share_bp"])
+            state.add_metric([*values, row["state"]], 1)
+            analysis = row["analysis"] or {}
+            if analysis:
+                samples.add_metric(values, analysis.get("samples", 0))
+            for name, value in (analysis.get("metrics") or {}).items():
+                measured.add_metric([*values, name], value)
+            for verdict in analysis.get("verdicts") or []:
+                if verdict.get("observed") is not None:
+                    observed.add_metric(
+                        [*values, verdict["metric"], verdict["verdict"]], verdict["observed"]
+                    )
+        yield from (share, state, samples, measured, observed)
 
 
 def _authorised(request: HttpRequest) -> bool:

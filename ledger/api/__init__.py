@@ -160,12 +160,7 @@ def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return problem(404, "NOT_FOUND", "No such resource.")
 
 
-from ledger.api import (  # noqa: E402  (routers need ``api``)
-    calls,
-    combinations,
-    runs,
-    tools,
-)
+from ledger.api import calls, combinations, rollouts, runs, tools  # noqa: E402  (routers need ``api``)
 
 api.add_router("/tools", tools.router)
 api.add_router("/runs", runs.router)
@@ -174,3 +169,4 @@ api.add_router("/records", calls.records_router)
 api.add_router("/combinations", combinations.router)
 api.add_router("/metrics", combinations.metrics_router)
 api.add_router("/thresholds", combinations.thresholds_router)
+api.add_router("/rollouts", rollouts.router)
