@@ -335,3 +335,23 @@ def test_one_open_plan_per_tenant_and_never_for_the_active_combination(
     with pytest.raises(Conflict, match="active"):
         _plan(tenant, baseline, StepSpec(TEN), StepSpec(FULL))
     assert RolloutPlan.objects.count() == 1
+
+
+def test_a_step_is_judged_only_once_its_sample_has_settled(
+    tenant: Tenant, candidate: VersionCombination, uncertain_threshold
+) -> None:
+    """An order still in flight when the step has enough samples may yet end uncertain: the
+    step waits for it rather than pass (and, before 100%, promote) on half the evidence."""
+    api = client_for(tenant)
+    plan = _plan(tenant, candidate, StepSpec(TEN, min_samples=1), StepSpec(FULL))
+    run_id = _run_under(api, TEN, candidate=True)
+    call = api.call("create_order", {"cart": 1}, run_id=run_id, business_object_id="c").json()
+    assert evaluate_rollouts() == {"advance": 0, "halt": 0, "wait": 1}
+    step = plan.steps.get(position=0)
+    assert step.analysis["waiting_for"] == ["in_flight"] and step.analysis["in_flight"] == 1
+    later = _run_under(api, TEN, candidate=True)  # after the sample was fixed: not waited for
+    api.call("create_order", {"cart": 2}, run_id=later, business_object_id="d")
+    api.post(f"/calls/{call['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+    assert evaluate_rollouts() == {"advance": 0, "halt": 1, "wait": 0}
+    candidate.refresh_from_db()
+    assert candidate.state == "halted"

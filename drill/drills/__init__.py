@@ -19,14 +19,15 @@ class Drill:
 
 
 def all_drills() -> list[Drill]:
-    """Every drill in the order ``make drill`` runs them (rollback last: it changes which
-    combination is active)."""
+    """Every drill in the order ``make drill`` runs them (rollback and rollout last: they
+    change which combination is active)."""
     from drill.drills import (
         acceptance,
         downstream,
         infrastructure,
         regression,
         rollback,
+        rollout,
         safety,
         seed_cases,
         store,
@@ -41,4 +42,5 @@ def all_drills() -> list[Drill]:
         *store.DRILLS,
         *downstream.DRILLS,
         *rollback.DRILLS,
+        *rollout.DRILLS,
     ]

@@ -26,10 +26,19 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Max
 
 from ledger.clock import db_now
+from ledger.domain import RecordState
 from ledger.errors import Conflict, InvalidInput, LedgerError, NotFound
-from ledger.models import RolloutPlan, RolloutStep, Tenant, Threshold, VersionCombination
+from ledger.models import (
+    IdempotencyRecord,
+    RolloutPlan,
+    RolloutStep,
+    Tenant,
+    Threshold,
+    VersionCombination,
+)
 from ledger.services import combinations, metrics
 from ledger.services.audit import audit
 from ledger.services.thresholds import observed_value
@@ -202,8 +211,27 @@ def analyse(plan: RolloutPlan, step: RolloutStep, now: datetime) -> dict[str, An
         waiting.append("samples")
     if any(v["verdict"] == "too_few_samples" for v in verdicts):
         waiting.append("threshold_samples")
+    # The sample is fixed when the step first has enough of it (the newest record then), and
+    # judged once all of it has settled: an outcome still in flight may yet be uncertain,
+    # and past the last step nothing would judge it. Calls started later belong to the next
+    # step. Record ids, not times, mark the sample: no clock to disagree about.
+    sample_until = step.analysis.get("sample_until")
+    if sample_until is None and not waiting:
+        sample_until = IdempotencyRecord.objects.aggregate(last=Max("pk"))["last"] or 0
+    in_flight = 0
+    if sample_until is not None:
+        in_flight = IdempotencyRecord.objects.filter(
+            tenant=tenant,
+            combination_id=plan.candidate_id,
+            state=RecordState.EXECUTING,
+            pk__lte=sample_until,
+        ).count()
+        if in_flight:
+            waiting.append("in_flight")
     crossed = [v for v in verdicts if v["verdict"] == "crossed"]
     return {
+        "sample_until": sample_until,
+        "in_flight": in_flight,
         "evaluated_at": now.isoformat(),
         "elapsed_seconds": round(elapsed, 1),
         "samples": during.keyed_requests,
@@ -380,7 +408,8 @@ def act_on_plan(
             # The step is judged afresh: its duration and samples count from now.
             plan.state = RolloutPlan.State.RUNNING
             step.started_at = db_now()
-            step.save(update_fields=["started_at"])
+            step.analysis = {}
+            step.save(update_fields=["started_at", "analysis"])
         elif action == Action.SKIP:
             # A running plan is never at its last step (100% completes it at once), so there
             # is always a next one: skipping the step before it promotes the candidate.
