@@ -55,7 +55,11 @@ def post_json(
 
 
 def _allowed_parts(url: str) -> SplitResult:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises for a port that is not a number in range
+    except ValueError as exc:  # e.g. "Invalid IPv6 URL": not a URL to send anything to
+        raise OutboundRefused(f"not a valid URL ({exc})") from None
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise OutboundRefused("only http(s) URLs with a host are allowed")
     host = parts.hostname.lower()

@@ -131,3 +131,21 @@ def test_a_name_that_rebinds_to_a_private_address_after_the_check_is_not_reached
     with pytest.raises(httpx.TransportError):
         outbound.post_json(f"http://rebind.example:{port}/hook", {"x": 1}, timeout=1)
     assert hits == []
+
+
+@pytest.mark.parametrize(
+    "url", ["http://q\u00b3:\u00f3\u00fd[x", "http://example.com:99999/", "http://[::1/"]
+)
+def test_a_url_python_cannot_split_is_refused_not_an_error(tenant, url: str) -> None:
+    with pytest.raises(outbound.OutboundRefused):
+        outbound.check_url(url)
+    with pytest.raises(InvalidInput, match="webhook_url"):
+        thresholds.add_threshold(
+            tenant=tenant,
+            actor="t",
+            source="api",
+            metric="uncertain_results",
+            above=1,
+            webhook_url=url,
+        )
+    assert not Threshold.objects.exists()
