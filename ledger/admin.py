@@ -191,6 +191,17 @@ class WritePlanAdmin(ReadOnlyAdmin):
     list_display = ("workspace", "path", "tenant", "created_at")
 
 
+@admin.register(models.RolloutPlan)
+class RolloutPlanAdmin(ReadOnlyAdmin):
+    list_display = ("pk", "tenant", "candidate", "state", "current_step", "created_at")
+    list_filter = ("state",)
+
+
+@admin.register(models.RolloutStep)
+class RolloutStepAdmin(ReadOnlyAdmin):
+    list_display = ("pk", "plan", "position", "share_bp", "state", "started_at")
+
+
 @admin.register(models.ApprovalRequest)
 class ApprovalRequestAdmin(ReadOnlyAdmin):
     list_display = ("pk", "tenant", "state", "requested_by", "decided_by", "created_at")

@@ -103,20 +103,25 @@ def test_every_url_without_an_object_is_a_list_or_named_as_not_one() -> None:
     }
 
 
-def _rows(tenant: Tenant) -> dict[str, Any]:
-    """Rows of every kind for ``tenant``, each carrying ``<slug>_row`` where it has text."""
-    marker = f"{tenant.slug}_row"
-    combination, _ = combinations.create_combination(
+def _combination(tenant: Tenant, label: str) -> Any:
+    """A combination whose label (and data version) is ``label``."""
+    return combinations.create_combination(
         tenant=tenant,
-        label=f"{marker}-combo",
+        label=label,
         actor="test",
         source="api",
         model="m",
         prompt="p",
         rules="r",
         tool_schema="t",
-        data_version=marker,
-    )
+        data_version=label,
+    )[0]
+
+
+def _rows(tenant: Tenant) -> dict[str, Any]:
+    """Rows of every kind for ``tenant``, each carrying ``<slug>_row`` where it has text."""
+    marker = f"{tenant.slug}_row"
+    combination = _combination(tenant, f"{marker}-combo")
     combinations.activate(tenant=tenant, combination_id=combination.pk, actor="t", source="api")
     make_tool(tenant, f"{marker}_tool")
     api = client_for(tenant)
@@ -148,17 +153,7 @@ def _rows(tenant: Tenant) -> dict[str, Any]:
         target=f"oncall@{marker}.example",
     )
     make_shadow_pair(tenant, live_id=f"{marker}-live", shadow_id=f"{marker}-shadow")
-    candidate, _ = combinations.create_combination(
-        tenant=tenant,
-        label=f"{marker}-rollout",
-        actor="test",
-        source="api",
-        model="m",
-        prompt="p",
-        rules="r",
-        tool_schema="t",
-        data_version=f"{marker}-rollout",
-    )
+    candidate = _combination(tenant, f"{marker}-rollout")
     rollouts.create_plan(
         tenant=tenant,
         candidate_id=candidate.pk,

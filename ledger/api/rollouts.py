@@ -35,7 +35,7 @@ class PlanIn(Strict):
 
 
 class ActionIn(Strict):
-    reason: str = Field(min_length=1, max_length=2000)
+    reason: str = Field(min_length=1, max_length=2000, pattern=rollouts.REASON_PATTERN)
 
 
 class StepOut(Schema):

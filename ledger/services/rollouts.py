@@ -20,6 +20,7 @@ start): a step changes only which combination new runs get.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -49,6 +50,9 @@ FULL = 10_000
 MAX_STEPS = 10
 MAX_STEP_MINUTES = 60 * 24 * 7
 MAX_STEP_SAMPLES = 1_000_000
+#: A reason has something visible in it. Explicit ASCII classes, as ``thresholds`` does, so
+#: the API's schema and this check agree on what counts.
+REASON_PATTERN = r"[^\x00-\x20\x7f]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,7 +390,7 @@ def act_on_plan(
     """A manager's pause, resume, skip (of the current step) or abort, with a reason."""
     if action not in Action.ALL:
         raise InvalidInput(f"action: one of {', '.join(Action.ALL)}")
-    if not reason.strip():
+    if not re.search(REASON_PATTERN, reason):
         raise InvalidInput(f"to {action} a rollout needs a reason")
     with transaction.atomic():
         plan = (

@@ -14,6 +14,7 @@ from django.core import signals
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from ledger.models import ApiToken, Tenant
 
@@ -27,6 +28,12 @@ schema.config.generation.update(allow_x00=False)
 # A body over the size limit is refused with 413 before it is read: a correct rejection.
 rejections = schema.config.checks.negative_data_rejection
 rejections.expected_statuses = [*rejections.expected_statuses, "413"]
+# Bodies with rules beyond what JSON Schema can say (a shadow run names the live run it
+# mirrors; a plan's shares rise step by step to 10000; a webhook URL is one Python can split):
+# a schema-valid one may still be refused with 400 INVALID_INPUT, as tests/api/
+# test_shadow_runs.py, test_rollouts_api.py and tests/test_outbound.py check. Every other check
+# still applies to them.
+CROSS_FIELD_RULES = {"POST /api/v1/runs", "POST /api/v1/rollouts", "POST /api/v1/thresholds"}
 
 
 @pytest.fixture
@@ -60,4 +67,5 @@ def bearer(db, settings) -> Iterator[str]:
     ],
 )
 def test_api_conforms_to_its_openapi_document(case: schemathesis.Case, bearer: str) -> None:
-    case.call_and_validate(headers={"Authorization": f"Bearer {bearer}"})
+    excluded = [positive_data_acceptance] if case.operation.label in CROSS_FIELD_RULES else []
+    case.call_and_validate(headers={"Authorization": f"Bearer {bearer}"}, excluded_checks=excluded)
