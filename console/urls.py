@@ -3,7 +3,16 @@ from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 
-from console import comparison, compensations, explorer, on_call, readiness, rollouts, unknown, views
+from console import (
+    comparison,
+    compensations,
+    explorer,
+    on_call,
+    readiness,
+    rollouts,
+    unknown,
+    views,
+)
 from console.prometheus import metrics_view
 from ledger.api import api
 

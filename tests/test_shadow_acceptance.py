@@ -12,7 +12,7 @@ import pytest
 from django.test import override_settings
 
 from agent_ledger_client import LedgerClient, LedgerRequestError
-from ledger.management.commands.demo_agent import COMBINATIONS, Demo, _serving, mirror_run
+from console.management.commands.demo_agent import COMBINATIONS, Demo, _serving, mirror_run
 from ledger.models import (
     ApiToken,
     IdempotencyRecord,
@@ -126,7 +126,7 @@ def test_shadow_runs_of_the_demo_agent_cause_no_side_effect() -> None:
     _assert_mirrored(_mirror(3), 3)
 
 
-@pytest.mark.slow
+@pytest.mark.scale
 def test_a_hundred_shadow_runs_cause_no_side_effect() -> None:
     started = time.monotonic()
     _assert_mirrored(_mirror(100), 100)

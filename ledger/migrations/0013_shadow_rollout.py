@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0010_tool_key_fields'),
+        ('ledger', '0012_compensation'),
     ]
 
     operations = [
