@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0012_compensation'),
+        ('ledger', '0013_search_trigram'),
     ]
 
     operations = [
