@@ -57,6 +57,16 @@ class CanaryIn(Strict):
     share_bp: JsonInt = Field(ge=0, le=10_000, description="Basis points of new runs (0-10000).")
 
 
+class ShadowIn(Strict):
+    share_bp: JsonInt = Field(
+        default=10_000,
+        ge=0,
+        le=10_000,
+        description="Basis points of live runs the runtime mirrors into shadow runs (0-10000).",
+    )
+    reason: str = Field(default="", max_length=2000, description="Kept in the audit log.")
+
+
 class RollbackIn(Strict):
     reason: str = Field(min_length=1, max_length=2000)
     restore_id: PositiveInt | None = None
@@ -172,10 +182,22 @@ def canary(request: HttpRequest, combination_id: int, payload: CanaryIn) -> Comb
     summary="Put a combination in shadow: it takes only shadow runs, which never execute a "
     "side effect",
 )
-def shadow(request: HttpRequest, combination_id: int) -> CombinationOut:
+def shadow(
+    request: HttpRequest, combination_id: int, payload: ShadowIn | None = None
+) -> CombinationOut:
+    """The share of live runs to mirror into it is its ``canary_share_bp`` (every live run
+    unless ``share_bp`` says otherwise); a runtime learns which live runs to mirror from each
+    run's ``mirror``. Setting another share of a combination in shadow changes only the share.
+    Its ``canary`` with a share of 0 takes it out of shadow (retired)."""
     caller = caller_of(request)
+    chosen = payload or ShadowIn()
     combination = combinations.set_shadow(
-        tenant=caller.tenant, combination_id=combination_id, actor=caller.identity, source="api"
+        tenant=caller.tenant,
+        combination_id=combination_id,
+        actor=caller.identity,
+        source="api",
+        share_bp=chosen.share_bp,
+        reason=chosen.reason,
     )
     return combination_out(combination)
 

@@ -6,16 +6,17 @@ from django.http import HttpRequest
 from ninja import Router, Status
 
 from ledger.api.auth import caller_of
-from ledger.api.schemas import Problem, RunFinishIn, RunIn, RunOut
+from ledger.api.schemas import MirrorOut, Problem, RunFinishIn, RunIn, RunOut
 from ledger.errors import InvalidInput, NotFound
 from ledger.models import Run
-from ledger.services.runs import finish_run, start_run
+from ledger.services.runs import finish_run, mirror_of, shadow_run_id, start_run
 
 router = Router(tags=["runs"])
 
 
 def run_out(run: Run) -> RunOut:
     combination = run.combination
+    mirrored_into = mirror_of(run)
     return RunOut(
         run_id=run.run_id,
         user_id=run.user_id,
@@ -24,6 +25,9 @@ def run_out(run: Run) -> RunOut:
         combination_id=combination.pk if combination else None,
         combination_label=combination.label if combination else None,
         shadow_of=run.shadow_of.run_id if run.shadow_of_id and run.shadow_of else None,
+        mirror=MirrorOut(run_id=shadow_run_id(run.run_id), combination_id=mirrored_into.pk)
+        if mirrored_into is not None
+        else None,
         termination_reason=run.termination_reason,
         started_at=run.started_at,
         finished_at=run.finished_at,

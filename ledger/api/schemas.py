@@ -166,6 +166,11 @@ class RunIn(Strict):
     )
 
 
+class MirrorOut(Schema):
+    run_id: str = Field(description="The shadow run's id to start.")
+    combination_id: int = Field(description="The combination in shadow to pin it to.")
+
+
 class RunOut(Schema):
     run_id: str
     user_id: str
@@ -174,6 +179,12 @@ class RunOut(Schema):
     combination_id: int | None
     combination_label: str | None
     shadow_of: str | None = Field(description="The live run a shadow run mirrors.")
+    mirror: MirrorOut | None = Field(
+        description="For a live run whose id falls in the share of the combination in shadow: "
+        "the shadow run the runtime starts to mirror it (``shadow``, ``mirrors_run_id`` and "
+        "this ``combination_id``), running the same input through the candidate; null when "
+        "the run is not mirrored."
+    )
     termination_reason: str
     started_at: ApiDateTime
     finished_at: ApiDateTime | None

@@ -122,9 +122,16 @@ def activate(
 
 
 def set_canary(
-    *, tenant: Tenant, combination_id: int, share_bp: int, actor: str, source: str
+    *,
+    tenant: Tenant,
+    combination_id: int,
+    share_bp: int,
+    actor: str,
+    source: str,
+    reason: str = "",
 ) -> VersionCombination:
-    """Send ``share_bp`` basis points of new runs (chosen by run id) to this combination."""
+    """Send ``share_bp`` basis points of new runs (chosen by run id) to this combination; a
+    share of 0 retires it (a canary, or a combination in shadow: no run goes to it)."""
     if not 0 <= share_bp <= 10_000:
         raise InvalidInput("a canary share is 0 to 10000 basis points")
     with transaction.atomic():
@@ -148,25 +155,37 @@ def set_canary(
             source=source,
             before=before,
             after={"state": target.state, "canary_share_bp": share_bp},
+            detail=reason,
         )
     return target
 
 
 def set_shadow(
-    *, tenant: Tenant, combination_id: int, actor: str, source: str
+    *,
+    tenant: Tenant,
+    combination_id: int,
+    actor: str,
+    source: str,
+    share_bp: int = 10_000,
+    reason: str = "",
 ) -> VersionCombination:
-    """Put a retired or canary combination in shadow: from now on it takes only shadow runs,
-    whose side-effecting calls never execute (``ledger.shadow``). Runs already started under
-    it keep it (a combination is pinned at a run's start)."""
+    """Put a retired or canary combination in shadow, or change its share: from now on it
+    takes only shadow runs, whose side-effecting calls never execute (``ledger.shadow``), and
+    ``share_bp`` basis points of live runs (chosen by run id, ``runs.mirror_of``) are to be
+    mirrored into it. A combination in shadow keeps its share in ``canary_share_bp``: no live
+    run is picked by it (only a canary's share picks runs). Runs already started under it keep
+    it (a combination is pinned at a run's start)."""
+    if not 0 <= share_bp <= 10_000:
+        raise InvalidInput("a shadow share is 0 to 10000 basis points")
     with transaction.atomic():
         target = _locked(tenant, combination_id)
-        if target.state == State.SHADOW:
+        if target.state == State.SHADOW and target.canary_share_bp == share_bp:
             return target
         if target.state in (State.ACTIVE, State.HALTED):
             raise Conflict(f"an {target.state} combination cannot be put in shadow")
         before = {"state": target.state, "canary_share_bp": target.canary_share_bp}
         target.state = State.SHADOW
-        target.canary_share_bp = 0
+        target.canary_share_bp = share_bp
         target.save(update_fields=["state", "canary_share_bp"])
         audit(
             tenant=tenant,
@@ -175,7 +194,8 @@ def set_shadow(
             target=target,
             source=source,
             before=before,
-            after={"state": State.SHADOW, "canary_share_bp": 0},
+            after={"state": State.SHADOW, "canary_share_bp": share_bp},
+            detail=reason,
         )
     return target
 

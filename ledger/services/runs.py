@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from typing import cast
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -13,6 +14,7 @@ from ledger.models import AuditEvent, Run, Tenant, VersionCombination
 from ledger.services.audit import audit
 
 _SHADOW = VersionCombination.State.SHADOW
+RUN_ID_MAX = cast(int, Run._meta.get_field("run_id").max_length)
 
 
 class RunHalted(Exception):
@@ -27,6 +29,31 @@ def canary_bucket(run_id: str) -> int:
     """A stable number in [0, 10000) for a run id, so a run always lands on the same side."""
     digest = hashlib.sha256(run_id.encode()).digest()
     return int.from_bytes(digest[:8], "big") % 10_000
+
+
+def mirror_bucket(run_id: str) -> int:
+    """A stable number in [0, 10000) for a live run id that says whether it is mirrored, drawn
+    apart from ``canary_bucket`` so the mirrored share is not the canary's runs first."""
+    return canary_bucket(f"mirror:{run_id}")  # a run id has no ":", so no run id collides
+
+
+def shadow_run_id(live_run_id: str) -> str:
+    """The id of the shadow run that mirrors a live run (within a run id's 200 characters)."""
+    named = f"{live_run_id}.shadow"
+    if len(named) <= RUN_ID_MAX:
+        return named
+    return f"shadow.{hashlib.sha256(live_run_id.encode()).hexdigest()}"
+
+
+def mirror_of(run: Run) -> VersionCombination | None:
+    """The combination in shadow a live run is to be mirrored into: the tenant's one in shadow
+    (``shadow_combination``) when the run id falls in its share; None for a shadow run."""
+    if run.shadow_of_id is not None:
+        return None
+    combination = _in_shadow(run.tenant_id)
+    if combination is None or mirror_bucket(run.run_id) >= combination.canary_share_bp:
+        return None
+    return combination
 
 
 def pick_combination(tenant: Tenant, run_id: str) -> VersionCombination | None:
@@ -132,12 +159,18 @@ def _live_run(tenant: Tenant, run_id: str) -> Run:
 
 def shadow_combination(tenant: Tenant) -> VersionCombination:
     """The tenant's combination in ``shadow`` (the latest one put there)."""
-    combination = (
-        VersionCombination.objects.filter(tenant=tenant, state=_SHADOW).order_by("-pk").first()
-    )
+    combination = _in_shadow(tenant.pk)
     if combination is None:
         raise Conflict("no version combination is in shadow: put one in shadow first")
     return combination
+
+
+def _in_shadow(tenant_id: int) -> VersionCombination | None:
+    return (
+        VersionCombination.objects.filter(tenant_id=tenant_id, state=_SHADOW)
+        .order_by("-pk")
+        .first()
+    )
 
 
 def _same_run(run: Run, user_id: str, live: Run | None) -> Run:
