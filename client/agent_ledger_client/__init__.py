@@ -8,6 +8,7 @@ from agent_ledger_client.errors import (
     LedgerUnavailableError,
     ToolError,
 )
+from agent_ledger_client.mirroring import Mirror
 from agent_ledger_client.protocol import CallContext, LedgerProtocol
 
 __version__ = "0.2.0"
@@ -21,6 +22,7 @@ __all__ = [
     "LedgerProtocol",
     "LedgerRequestError",
     "LedgerUnavailableError",
+    "Mirror",
     "Run",
     "ToolError",
     "__version__",

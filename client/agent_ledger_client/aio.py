@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import httpx
 
 from agent_ledger_client import protocol as p
+from agent_ledger_client.mirroring import Mirror
 from agent_ledger_client.surface import Surface, http_arguments
 
 T = TypeVar("T")
@@ -73,6 +74,17 @@ class AsyncLedgerClient(Surface):
             await asyncio.shield(run.finish(f"error: {type(exc).__name__}"))
             raise
         await run.finish("completed")
+
+    async def mirror(
+        self, live: AsyncRun, agent: Callable[[AsyncRun], Awaitable[Any]]
+    ) -> AsyncRun | None:
+        """``LedgerClient.mirror`` for asyncio: ``agent`` is a coroutine function."""
+        mirror = live.mirror
+        if mirror is None:
+            return None
+        async with self.run(**mirror.start) as shadow:
+            await agent(shadow)
+        return shadow
 
     # --- the driver -------------------------------------------------------------------------
     async def drive(self, flow: p.Flow[T]) -> T:
@@ -149,6 +161,11 @@ class AsyncRun:
         self.client = client
         self.data = data
         self.run_id: str = data["run_id"]
+
+    @property
+    def mirror(self) -> Mirror | None:
+        """The shadow run the ledger asks to mirror this live run with, or None."""
+        return Mirror.of(self.data)
 
     async def call(
         self,

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import httpx
 
 from agent_ledger_client import protocol as p
+from agent_ledger_client.mirroring import Mirror
 from agent_ledger_client.surface import Surface, http_arguments
 
 T = TypeVar("T")
@@ -72,6 +73,18 @@ class LedgerClient(Surface):
             run.finish(f"error: {type(exc).__name__}")
             raise
         run.finish("completed")
+
+    def mirror(self, live: Run, agent: Callable[[Run], Any]) -> Run | None:
+        """Mirror a live run when the ledger asks for it (``live.mirror``): start the shadow
+        run pinned to the combination in shadow, run ``agent`` on it (the live run's input,
+        through the candidate) and finish it. Returns the shadow run, or None when the live
+        run is not mirrored. ``agent``'s exception finishes the shadow run and goes on."""
+        mirror = live.mirror
+        if mirror is None:
+            return None
+        with self.run(**mirror.start) as shadow:
+            agent(shadow)
+        return shadow
 
     # --- the driver -------------------------------------------------------------------------
     def drive(self, flow: p.Flow[T]) -> T:
@@ -144,6 +157,11 @@ class Run:
         self.client = client
         self.data = data
         self.run_id: str = data["run_id"]
+
+    @property
+    def mirror(self) -> Mirror | None:
+        """The shadow run the ledger asks to mirror this live run with, or None."""
+        return Mirror.of(self.data)
 
     def call(
         self,

@@ -5,10 +5,11 @@
 
 It starts the upstream command over stdio, imports its tools into the ledger's registry (where
 they are re-classified), lists them unchanged to its own client, and sends every
-``tools/call`` through a ``LedgerGuard``. One proxy session is one ledger run. An MCP client
-(the MCP Inspector, Claude Desktop, Cursor) adopts the ledger by putting this command in front
-of the server's command in its configuration. ``--http HOST:PORT`` serves streamable HTTP
-instead of stdio.
+``tools/call`` through a ``LedgerGuard``. One proxy session is one ledger run; with
+``--shadow-of`` (and the mirror's ``--run-id`` and ``--combination-id``) a shadow run mirroring
+a live one. An MCP client (the MCP Inspector, Claude Desktop, Cursor) adopts the ledger by
+putting this command in front of the server's command in its configuration.
+``--http HOST:PORT`` serves streamable HTTP instead of stdio.
 
 A client may name its tool call in the request's ``_meta`` under
 ``io.agentledger/tool-call-id`` (the step id); without one, a tool with side effects is keyed
@@ -57,6 +58,16 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--trust", choices=["untrusted", "trusted"], default="untrusted")
     parser.add_argument("--user-id", default="mcp-user", help="the end user the run is for")
     parser.add_argument("--run-id", default=None, help="resume this ledger run")
+    parser.add_argument(
+        "--shadow-of",
+        default=None,
+        metavar="RUN_ID",
+        help="make the run a shadow run mirroring this live run: its reads run, its "
+        "side-effecting tools are never called (SHADOW_DRY_RUN)",
+    )
+    parser.add_argument(
+        "--combination-id", type=int, default=None, help="pin the run to this combination"
+    )
     parser.add_argument("--agent-id", default="agent-ledger-mcp")
     parser.add_argument(
         "--file-root", default=None, help="settle lost write_file calls by hash under this root"
@@ -108,7 +119,12 @@ async def serve(args: argparse.Namespace) -> None:
         AsyncLedgerClient(
             args.ledger, os.environ[args.token_env], agent_id=args.agent_id
         ) as ledger,
-        ledger.run(user_id=args.user_id, run_id=args.run_id) as run,
+        ledger.run(
+            user_id=args.user_id,
+            run_id=args.run_id,
+            shadow_of=args.shadow_of,
+            combination_id=args.combination_id,
+        ) as run,
     ):
         await session.initialize()
         guard = LedgerGuard(

@@ -43,3 +43,14 @@ def flaky_write_tool(sandbox: SandboxServer, attempts: list[str]) -> Callable[[s
         return "written"
 
     return write_file
+
+
+def status_tool(reads: list[str]) -> Callable[[str], Awaitable[str]]:
+    """``get_order_status``, a read: each call that runs is listed in ``reads``."""
+
+    async def get_order_status(order: str) -> str:
+        """Look up an order's status."""
+        reads.append(order)
+        return f"{order} is pending"
+
+    return get_order_status

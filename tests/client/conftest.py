@@ -30,6 +30,7 @@ class BlockingRun:
         self.run = run
         self.run_id = run.run_id
         self.data = run.data
+        self.mirror = run.mirror
 
     def call(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return self.owner.wait(self.run.call(*args, **kwargs))
@@ -71,6 +72,15 @@ class BlockingAsyncClient:
             self.wait(manager.__aexit__(type(exc), exc, exc.__traceback__))
             raise
         self.wait(manager.__aexit__(None, None, None))
+
+    def mirror(self, live: BlockingRun, agent: Callable[[BlockingRun], Any]) -> BlockingRun | None:
+        """The async client's ``mirror``, its agent a blocking one run in a thread."""
+
+        async def on_the_loop(shadow: AsyncRun) -> None:
+            await asyncio.to_thread(agent, BlockingRun(self, shadow))
+
+        shadow = self.wait(self.client.mirror(live.run, on_the_loop))
+        return BlockingRun(self, shadow) if shadow is not None else None
 
     def close(self) -> None:
         self.wait(self.client.aclose())

@@ -22,7 +22,8 @@ from agent_ledger_client import AsyncLedgerClient
 from agent_ledger_client.integrations.langgraph import LedgerToolCalls
 from ledger.models import IdempotencyRecord, Run
 from sandbox.server import SandboxServer
-from tests.client.agent_tools import flaky_write_tool, order_tool
+from tests.client.agent_tools import flaky_write_tool, order_tool, status_tool
+from tests.client.shadowing import candidate_in_shadow
 from tests.client.test_seed_eval_cases import _approve_when_asked
 from tests.sandbox_fixtures import arm
 
@@ -126,3 +127,45 @@ def test_an_approval_interrupts_the_graph_and_resumes_with_the_decision(
         assert decided.status == "error" and decided.artifact["code"] == "APPROVAL_REJECTED"
         assert "not this file" in decided.artifact["content"]
         assert written.status_code == 404 and attempts == ["app.py"]
+
+
+def test_a_mirrored_thread_reads_and_shows_the_model_the_dry_run(
+    live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    candidate_in_shadow()
+    reads: list[str] = []
+    tools = [tool(order_tool(sandbox)), tool(status_tool(reads))]
+
+    def model() -> GenericFakeChatModel:
+        status = {"name": "get_order_status", "args": {"order": "o-1"}, "id": "tc-1"}
+        order = {"name": "create_order", "args": {"cart": "cart-5"}, "id": "tc-2"}
+        return GenericFakeChatModel(messages=_calls([status], [order], "Ordered."))
+
+    async def scenario() -> dict[str, Any]:
+        async with AsyncLedgerClient(live_server.url, ledger_token) as ledger:
+            await ledger.register_tool("create_order", key_fields=["cart"])
+            live_calls = LedgerToolCalls(ledger, user_id="u1")
+            live = {"configurable": {"thread_id": "thread-live"}}
+            await _graph(model(), tools, live_calls).ainvoke(
+                {"messages": [HumanMessage("go")]}, live
+            )
+            mirror = (await live_calls.run_for("thread-live")).mirror
+            await live_calls.finish(live)
+            assert mirror is not None
+            calls = LedgerToolCalls(ledger, user_id="u1", mirror=mirror)
+            config = {"configurable": {"thread_id": mirror.run_id}}
+            state = await _graph(model(), tools, calls).ainvoke(
+                {"messages": [HumanMessage("go")]}, config
+            )
+            await calls.finish(config)
+            return state
+
+    state = asyncio.run(scenario())
+    read, dry = _tool_messages(state)
+    assert read.content == "o-1 is pending" and reads == ["o-1", "o-1"]  # live and shadow
+    assert '"SHADOW_DRY_RUN"' in str(dry.content) and dry.status == "error"
+    assert state["messages"][-1].content == "Ordered."  # the model went on after seeing it
+    assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1  # the live run's
+    shadow = Run.objects.get(run_id="thread-live.shadow")
+    assert shadow.shadow_of is not None and shadow.shadow_of.run_id == "thread-live"
+    assert shadow.status == "finished"

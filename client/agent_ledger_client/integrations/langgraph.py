@@ -12,6 +12,11 @@ first tool call, finished by ``finish``). ``APPROVAL_REQUIRED`` becomes a LangGr
 after the approver decided in the ledger, the call runs if it was approved, or the model gets
 ``APPROVAL_REJECTED`` with the reason. A resumed graph gets recorded results, not re-execution.
 A tool's arguments refused by its schema are a failed call with no side effect.
+
+With ``mirror`` (a live run's ``run.mirror``), the graph's thread is the shadow run mirroring
+that live run: run the candidate graph on the live run's input under the thread
+``mirror.run_id``; its reads run, and each side-effecting tool call comes back to the model as
+the ledger's ``SHADOW_DRY_RUN`` observation without the tool running.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from langgraph.types import Command, interrupt
 
 from agent_ledger_client.aio import AsyncLedgerClient, AsyncRun
 from agent_ledger_client.errors import InvalidToolInput
+from agent_ledger_client.mirroring import Mirror, pinning
 from agent_ledger_client.observations import model_text
 from agent_ledger_client.protocol import CallContext
 
@@ -50,10 +56,13 @@ class LedgerToolCalls:
         *,
         user_id: str,
         approval_wait: float = 30.0,
+        mirror: Mirror | None = None,
         **call_options: Any,
     ) -> None:
         self.ledger = ledger
         self.user_id = user_id
+        #: The live run this graph's thread mirrors as a shadow run, if any.
+        self.mirror = mirror
         #: How long a resumed graph waits for the ledger to show the approver's decision.
         self.approval_wait = approval_wait
         self.call_options = call_options
@@ -62,10 +71,13 @@ class LedgerToolCalls:
     async def run_for(self, thread_id: str) -> AsyncRun:
         """The thread's ledger run, started once (starting is idempotent by run id)."""
         if thread_id not in self._runs:
-            self._runs[thread_id] = await self.ledger.start_run(
-                user_id=self.user_id, run_id=thread_id
-            )
+            self._runs[thread_id] = await self._start(thread_id)
         return self._runs[thread_id]
+
+    async def _start(self, thread_id: str) -> AsyncRun:
+        return await self.ledger.start_run(
+            user_id=self.user_id, run_id=thread_id, **pinning(self.mirror)
+        )
 
     async def finish(
         self, config: RunnableConfig | str, termination_reason: str = "completed"
@@ -74,7 +86,7 @@ class LedgerToolCalls:
         thread_id = config if isinstance(config, str) else thread_of(config)
         run = self._runs.pop(thread_id, None)
         if run is None:  # no tool call in this process: the run is found by its id
-            run = await self.ledger.start_run(user_id=self.user_id, run_id=thread_id)
+            run = await self._start(thread_id)
         await run.finish(termination_reason)
 
     async def __call__(

@@ -14,6 +14,11 @@ shows it approved, or the model gets ``APPROVAL_REJECTED`` with the approver's r
 Arguments that are not a JSON object are a failed call with no side effect; a tool's exception
 is reported to the ledger (uncertain, or failed for a ``ToolError``) rather than turned into a
 message that reads like success.
+
+With ``mirror`` (a live run's ``run.mirror``) the ledger run is the shadow run mirroring that
+live run (``run_id=mirror.run_id``): run the candidate agent on the live run's input; its reads
+run, and each side-effecting tool call comes back to the model as the ledger's
+``SHADOW_DRY_RUN`` observation without the tool running.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from agents.tool_context import ToolContext
 
 from agent_ledger_client.aio import AsyncLedgerClient, AsyncRun
 from agent_ledger_client.errors import InvalidToolInput
+from agent_ledger_client.mirroring import Mirror, pinning
 from agent_ledger_client.observations import model_text
 from agent_ledger_client.protocol import CallContext, Response, TransportFailure
 
@@ -65,10 +71,13 @@ class LedgerFunctionTools:
         user_id: str,
         run_id: str,
         approval_wait: float = 30.0,
+        mirror: Mirror | None = None,
     ) -> None:
         self.ledger = ledger
         self.user_id = user_id
         self.run_id = run_id
+        #: The live run this ledger run mirrors as a shadow run, if any.
+        self.mirror = mirror
         #: How long an approved call waits for the ledger to show the approver's decision.
         self.approval_wait = approval_wait
         self._run: AsyncRun | None = None
@@ -78,7 +87,9 @@ class LedgerFunctionTools:
     async def ledger_run(self) -> AsyncRun:
         """The ledger run, started once (starting is idempotent by run id)."""
         if self._run is None:
-            self._run = await self.ledger.start_run(user_id=self.user_id, run_id=self.run_id)
+            self._run = await self.ledger.start_run(
+                user_id=self.user_id, run_id=self.run_id, **pinning(self.mirror)
+            )
         return self._run
 
     async def finish(self, termination_reason: str = "completed") -> None:

@@ -10,6 +10,11 @@ effect). ``APPROVAL_REQUIRED`` becomes a deferred tool call (``ApprovalRequired`
 observation in its metadata); run the agent again with ``DeferredToolResults(approvals=...)``
 once the approver has decided in the ledger, and the call runs if the ledger shows it approved.
 Failures and refusals come back to the model as the observation.
+
+With ``mirror`` (a live run's ``run.mirror``) the ledger run is the shadow run mirroring that
+live run (named ``mirror.run_id`` unless ``run_id`` names it): run the candidate agent on the
+live run's input; its reads run, and each side-effecting tool call comes back to the model as
+the ledger's ``SHADOW_DRY_RUN`` observation without the tool running.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pydantic_ai.toolsets import WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from agent_ledger_client.aio import AsyncLedgerClient, AsyncRun
+from agent_ledger_client.mirroring import Mirror, pinning
 from agent_ledger_client.protocol import CallContext
 
 
@@ -32,6 +38,8 @@ class LedgerToolset(WrapperToolset[Any]):
     ledger: AsyncLedgerClient = field(kw_only=True)
     user_id: str = field(kw_only=True)
     run_id: str | None = field(default=None, kw_only=True)
+    #: The live run this toolset's ledger run mirrors as a shadow run, if any.
+    mirror: Mirror | None = field(default=None, kw_only=True)
     #: How long a call the user approved waits for the ledger to show the approval.
     approval_wait: float = field(default=30.0, kw_only=True)
     #: The ledger runs started, by run id (shared with the copies Pydantic AI makes per run).
@@ -39,11 +47,14 @@ class LedgerToolset(WrapperToolset[Any]):
 
     async def ledger_run(self, ctx: RunContext[Any]) -> AsyncRun:
         """The ledger run of this conversation, started once."""
-        run_id = self.run_id or ctx.conversation_id or ctx.run_id
+        shadow_id = self.mirror.run_id if self.mirror else None
+        run_id = self.run_id or shadow_id or ctx.conversation_id or ctx.run_id
         if not run_id:
             raise ValueError("the agent run has no id to name its ledger run; pass run_id")
         if run_id not in self.runs:
-            self.runs[run_id] = await self.ledger.start_run(user_id=self.user_id, run_id=run_id)
+            self.runs[run_id] = await self.ledger.start_run(
+                user_id=self.user_id, run_id=run_id, **pinning(self.mirror)
+            )
         return self.runs[run_id]
 
     async def finish(self, termination_reason: str = "completed") -> None:
