@@ -22,7 +22,9 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from agent_ledger_client.mcp_guard import LEDGER_META_KEY
-from ledger.models import IdempotencyRecord, PolicyRule, Tenant
+from ledger.models import IdempotencyRecord, PolicyRule, Run, Tenant
+from ledger.services.runs import start_run
+from tests.client.shadowing import candidate_in_shadow
 from tests.client.test_mcp_guard_servers import FILESYSTEM, Shim
 
 pytestmark = [
@@ -262,3 +264,41 @@ def test_the_proxy_refuses_to_start_without_a_token() -> None:
         env={k: v for k, v in os.environ.items() if k != "NO_SUCH_TOKEN_VAR"},
     )
     assert result.returncode == 2 and "NO_SUCH_TOKEN_VAR holds no ledger token" in result.stderr
+
+
+def test_a_shadow_session_reads_and_never_calls_a_write_tool(
+    live_server, ledger_token: str, shim: Shim, tmp_path: Path
+) -> None:
+    candidate = candidate_in_shadow()
+    tenant = Tenant.objects.get(slug="acme")
+    live, _ = start_run(tenant=tenant, user_id="mcp-user", actor="test", run_id="session-1")
+    (tmp_path / "a.txt").write_text("hello\n")
+
+    async def scenario(session: ClientSession) -> Any:
+        read = await session.call_tool("read_text_file", {"path": str(tmp_path / "a.txt")})
+        write = await session.call_tool(
+            "write_file", {"path": str(tmp_path / "b.txt"), "content": "new"}
+        )
+        return read, write
+
+    read, write = _proxied(
+        live_server,
+        ledger_token,
+        shim,
+        [*FILESYSTEM, str(tmp_path)],
+        scenario,
+        "--server",
+        "fs",
+        "--run-id",
+        "session-1.shadow",
+        "--shadow-of",
+        live.run_id,
+        "--combination-id",
+        str(candidate.pk),
+    )
+    assert read.structured_content == {"content": "hello\n"}
+    assert len(shim.calls("read_text_file")) == 1
+    assert _code(write) == "SHADOW_DRY_RUN" and write.is_error is True
+    assert shim.calls("write_file") == [] and not (tmp_path / "b.txt").exists()
+    shadow = Run.objects.get(run_id="session-1.shadow")
+    assert (shadow.shadow_of_id, shadow.combination_id) == (live.pk, candidate.pk)

@@ -24,7 +24,8 @@ from agent_ledger_client import AsyncLedgerClient
 from agent_ledger_client.integrations.openai_agents import LedgerFunctionTools
 from ledger.models import IdempotencyRecord, Run
 from sandbox.server import SandboxServer
-from tests.client.agent_tools import flaky_write_tool, order_tool
+from tests.client.agent_tools import flaky_write_tool, order_tool, status_tool
+from tests.client.shadowing import candidate_in_shadow
 from tests.client.test_seed_eval_cases import _approve_when_asked
 from tests.sandbox_fixtures import arm
 
@@ -251,3 +252,40 @@ def test_a_call_a_tool_guardrail_refuses_is_reported_not_started(
     assert _tool_outputs(result) == ["orders are closed today"] and ran == []
     record = IdempotencyRecord.objects.get()
     assert (record.state, record.error_retryable) == ("failed_final", True)
+
+
+def test_a_mirrored_run_reads_and_shows_the_model_the_dry_run(
+    live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    candidate_in_shadow()
+    reads: list[str] = []
+    tools = [function_tool(order_tool(sandbox)), function_tool(status_tool(reads))]
+    model = ScriptedModel(
+        [
+            [function_call("get_order_status", {"order": "o-1"}, call_id="call-1")],
+            [function_call("create_order", {"cart": "cart-5"}, call_id="call-2")],
+            [assistant_message("Ordered.")],
+        ]
+    )
+
+    async def scenario() -> Any:
+        async with AsyncLedgerClient(live_server.url, ledger_token) as ledger:
+            await ledger.register_tool("create_order", key_fields=["cart"])
+            live = await ledger.start_run(user_id="u1", run_id="conv-live")
+            mirror = live.mirror
+            assert mirror is not None
+            wrapped = LedgerFunctionTools(ledger, user_id="u1", run_id=mirror.run_id, mirror=mirror)
+            agent = Agent(name="shop", model=model, tools=wrapped.wrap(tools))
+            result = await Runner.run(agent, "order cart-5")
+            await wrapped.finish()
+            return result
+
+    result = asyncio.run(scenario())
+    read, dry = _tool_outputs(result)
+    assert read == "o-1 is pending" and reads == ["o-1"]
+    assert json.loads(dry)["code"] == "SHADOW_DRY_RUN"
+    assert result.final_output == "Ordered."  # the model went on after seeing it
+    assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 0
+    shadow = Run.objects.get(run_id="conv-live.shadow")
+    assert shadow.shadow_of is not None and shadow.shadow_of.run_id == "conv-live"
+    assert shadow.status == "finished"

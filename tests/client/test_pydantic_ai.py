@@ -17,7 +17,8 @@ from agent_ledger_client import AsyncLedgerClient
 from agent_ledger_client.integrations.pydantic_ai import LedgerToolset
 from ledger.models import IdempotencyRecord, Run
 from sandbox.server import SandboxServer
-from tests.client.agent_tools import flaky_write_tool, order_tool
+from tests.client.agent_tools import flaky_write_tool, order_tool, status_tool
+from tests.client.shadowing import candidate_in_shadow
 from tests.client.test_seed_eval_cases import _approve_when_asked
 from tests.sandbox_fixtures import arm
 
@@ -118,3 +119,39 @@ def test_an_approval_is_a_deferred_call_that_resumes_with_the_decision(
     else:
         assert decided["code"] == "APPROVAL_REJECTED" and "not this file" in decided["content"]
         assert written.status_code == 404 and attempts == ["app.py"]
+
+
+def test_a_mirrored_run_reads_and_shows_the_model_the_dry_run(
+    live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    candidate_in_shadow()
+    reads: list[str] = []
+    model = _scripted(
+        ("get_order_status", {"order": "o-1"}, "tc-1"),
+        ("create_order", {"cart": "cart-5"}, "tc-2"),
+        "Ordered.",
+    )
+
+    async def scenario() -> Any:
+        async with AsyncLedgerClient(live_server.url, ledger_token) as ledger:
+            await ledger.register_tool("create_order", key_fields=["cart"])
+            live = await ledger.start_run(user_id="u1", run_id="conv-live")
+            toolset = LedgerToolset(
+                FunctionToolset([order_tool(sandbox), status_tool(reads)]),
+                ledger=ledger,
+                user_id="u1",
+                mirror=live.mirror,
+            )
+            result = await Agent(model, toolsets=[toolset]).run("order cart-5")
+            await toolset.finish()
+            return result
+
+    result = asyncio.run(scenario())
+    read, dry = _returns(result.all_messages())
+    assert read == "o-1 is pending" and reads == ["o-1"]
+    assert dry["code"] == "SHADOW_DRY_RUN"
+    assert result.output == "Ordered."  # the model went on after seeing it
+    assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 0
+    shadow = Run.objects.get(run_id="conv-live.shadow")
+    assert shadow.shadow_of is not None and shadow.shadow_of.run_id == "conv-live"
+    assert shadow.status == "finished"
