@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from functools import partial
 from typing import Any
 
 import httpx
@@ -12,7 +13,7 @@ import pytest
 from django.test import override_settings
 
 from agent_ledger_client import LedgerClient, LedgerRequestError
-from console.management.commands.demo_agent import COMBINATIONS, Demo, _serving, mirror_run
+from console.management.commands.demo_agent import COMBINATIONS, Demo, _serving
 from ledger.models import (
     ApiToken,
     IdempotencyRecord,
@@ -81,8 +82,9 @@ def _mirror(runs: int) -> dict[str, Any]:
             live_demo.script(live, index, worse=False)
             live.finish("completed")
             before = _side_effects(sandbox)
-            shadow = mirror_run(shadow_demo, live, index)
+            shadow = client.mirror(live, partial(shadow_demo.script, index=index, worse=False))
             after = _side_effects(sandbox)
+            assert shadow is not None  # the whole share: every live run is mirrored
             from_shadows += sum(
                 (a[0] - b[0]) + (a[1] - b[1]) if isinstance(a, tuple) else a - b
                 for a, b in zip(after.values(), before.values(), strict=True)

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -305,14 +306,6 @@ class Demo:
         )
 
 
-def mirror_run(demo: Demo, live: Run, index: int) -> Run:
-    """A shadow run mirroring ``live``, driven by the ``mirroring`` demo, and finished."""
-    shadow = demo.client.start_run(user_id=live.data["user_id"], shadow_of=live.run_id)
-    demo.script(shadow, index, worse=False)
-    shadow.finish("completed")
-    return shadow
-
-
 class Command(BaseCommand):
     help = "Drive scripted agent runs through the client against the sandbox (demo data)."
 
@@ -397,8 +390,8 @@ class Command(BaseCommand):
                     )
                     demo.script(run, index, worse=worse)
                     run.finish("completed")
-                    if not worse:
-                        mirror_run(mirror, run, index)
+                    if not worse:  # the shadow run the ledger asks for, if any
+                        client.mirror(run, partial(mirror.script, index=index, worse=False))
             return {
                 s: httpx.get(f"{sandbox}/{s}/stats", timeout=5).json()
                 for s in ("orders", "payments", "email")
