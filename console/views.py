@@ -274,20 +274,19 @@ def rollback_page(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse
 
 @console_view(Role.MANAGER, methods=("POST",), target="versioncombination")
 def combination_action(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
-    """Halt a combination, set its canary share, retire a canary, or activate one: promote a
-    canary, or resume a halted combination (a reason is required, and audited)."""
+    """Halt a combination, set its canary share, retire a canary, put a candidate in shadow
+    (or set its share, or take it out: a reason is required, and audited), or activate one:
+    promote a canary, or resume a halted combination (a reason is required, and audited)."""
     combination = _get_combination_for_user(request, tenant, pk)
     actor = request.user.get_username()
     action = request.POST.get("action")
     try:
         if action in ("promote", "resume"):
-            reason = request.POST.get("reason", "").strip()
             if action == "promote" and combination.state != VersionCombination.State.CANARY:
                 raise InvalidInput(_("Only a canary can be promoted."))
             if action == "resume" and combination.state != VersionCombination.State.HALTED:
                 raise InvalidInput(_("Only a halted combination can be resumed."))
-            if not reason:
-                raise InvalidInput(_("Say why: the reason is kept in the audit log."))
+            reason = _reason(request)
             combinations.activate(
                 tenant=tenant,
                 combination_id=combination.pk,
@@ -311,6 +310,32 @@ def combination_action(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRes
                 source="console",
             )
             messages.success(request, _("Retired: no new runs go to it."))
+        elif action == "shadow":
+            reason = _reason(request)
+            combinations.set_shadow(
+                tenant=tenant,
+                combination_id=combination.pk,
+                share_bp=_share_bp(request),
+                actor=actor,
+                source="console",
+                reason=reason,
+            )
+            messages.success(
+                request, _("In shadow: its share of live runs is mirrored, with no side effect.")
+            )
+        elif action == "unshadow":
+            if combination.state != VersionCombination.State.SHADOW:
+                raise InvalidInput(_("Only a combination in shadow can be taken out of it."))
+            reason = _reason(request)
+            combinations.set_canary(
+                tenant=tenant,
+                combination_id=combination.pk,
+                share_bp=0,
+                actor=actor,
+                source="console",
+                reason=reason,
+            )
+            messages.success(request, _("Out of shadow: no live run is mirrored into it."))
         elif action == "halt":
             combinations.halt(
                 tenant=tenant,
@@ -321,16 +346,10 @@ def combination_action(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRes
             )
             messages.success(request, _("Halted: new runs and calls under it are refused."))
         elif action == "canary":
-            try:
-                share = int(request.POST.get("share_bp", ""))
-            except ValueError:
-                raise InvalidInput(
-                    _("The canary share is a whole number of basis points.")
-                ) from None
             combinations.set_canary(
                 tenant=tenant,
                 combination_id=combination.pk,
-                share_bp=share,
+                share_bp=_share_bp(request),
                 actor=actor,
                 source="console",
             )
@@ -340,6 +359,21 @@ def combination_action(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRes
     except LedgerError as exc:
         messages.error(request, exc.message)
     return redirect("console:combinations")
+
+
+def _share_bp(request: HttpRequest) -> int:
+    """The share a combination action names, in basis points."""
+    try:
+        return int(request.POST.get("share_bp", ""))
+    except ValueError:
+        raise InvalidInput(_("A share is a whole number of basis points.")) from None
+
+
+def _reason(request: HttpRequest) -> str:
+    reason = request.POST.get("reason", "").strip()
+    if not reason:
+        raise InvalidInput(_("Say why: the reason is kept in the audit log."))
+    return reason
 
 
 @console_view(Role.MANAGER, Role.OPERATOR, Role.APPROVER)
