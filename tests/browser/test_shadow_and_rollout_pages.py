@@ -65,3 +65,50 @@ def test_a_manager_compares_a_shadow_run_and_runs_a_rollout(
     expect(page.locator("h1")).to_contain_text("completed")
     expect(page.locator("#step-0")).to_contain_text("advance")
     shot(page, "page-rollout")
+
+
+def test_a_manager_puts_a_candidate_in_shadow_from_the_combinations_list(
+    page_without_js: Page, live_server, django_user_model
+) -> None:
+    page = page_without_js
+    tenant = Tenant.objects.create(slug="acme", name="Acme")
+    made = {}
+    for label, prompt in (("baseline", "p1"), ("prompt-v3", "p3")):
+        made[label], _ = combinations.create_combination(
+            tenant=tenant,
+            label=label,
+            actor="x",
+            source="api",
+            model="m",
+            prompt=prompt,
+            rules="r",
+            tool_schema="t",
+            data_version="d",
+        )
+    combinations.activate(
+        tenant=tenant, combination_id=made["baseline"].pk, actor="x", source="api"
+    )
+    candidate = made["prompt-v3"]
+    console_user(django_user_model, tenant, "maria", "manager")
+    sign_in(page, live_server.url, "maria")
+
+    page.click("nav >> text=Combinations")
+    assert page.evaluate(UNLABELLED_CONTROLS) == []
+    shot(page, "page-combinations-candidate")
+    page.fill(f"#shadow-share-{candidate.pk}", "2500")
+    page.fill(f"#shadow-reason-{candidate.pk}", "compare prompt v3")
+    page.click(f"#shadow-reason-{candidate.pk} ~ button[value=shadow]")
+    expect(page.locator(".messages")).to_contain_text("In shadow")
+    row = page.locator("tr", has_text="prompt-v3")
+    expect(row).to_contain_text("25%")
+    expect(row.locator("button[value=unshadow]")).to_be_visible()
+    stored = VersionCombination.objects.get(pk=candidate.pk)
+    assert (stored.state, stored.canary_share_bp) == ("shadow", 2500)
+    event = AuditEvent.objects.get(action="combination.shadow")
+    assert (event.actor, event.source, event.detail) == ("maria", "console", "compare prompt v3")
+    shot(page, "page-combinations-shadow")
+
+    page.fill(f"#shadow-reason-{candidate.pk}", "seen enough")
+    row.locator("button[value=unshadow]").click()
+    expect(page.locator(".messages")).to_contain_text("Out of shadow")
+    assert VersionCombination.objects.get(pk=candidate.pk).state == "retired"
