@@ -1,6 +1,7 @@
-"""Every example in docs/api.md and docs/integrations.md, run verbatim as a new user would:
-the client's wheel is built, installed with its extras into a fresh virtual environment outside
-the repository, and each example runs from an empty temporary folder against a live server."""
+"""Every example in docs/api.md, docs/integrations.md and docs/rollout.md, run verbatim as a
+new user would: the client's wheel is built, installed with its extras into a fresh virtual
+environment outside the repository, and each example runs from an empty temporary folder
+against a live server."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ledger.models import Run
 from sandbox.server import SandboxServer
+from tests.client.shadowing import candidate_in_shadow
 from tests.sandbox_fixtures import arm
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
-GUIDES = [ROOT / "docs" / "api.md", ROOT / "docs" / "integrations.md"]
+GUIDES = [ROOT / "docs" / name for name in ("api.md", "integrations.md", "rollout.md")]
 EXAMPLE = re.compile(r"<!-- example: ([\w-]+) -->\n```python\n(.*?)```", re.S)
 
 
@@ -147,6 +150,23 @@ def _proxy_http_example(venv: FreshVenv, server: str, token: str, sandbox: Sandb
     assert out.split() == ["False", "True"]
 
 
+def _mirroring(name: str, printed: list[str]) -> Check:
+    """An example that mirrors a live order into a shadow run, once a manager has put a
+    candidate in shadow: it prints ``printed``, and only the live order reaches the sandbox."""
+
+    def check(venv: FreshVenv, server: str, token: str, sandbox: SandboxServer) -> None:
+        candidate = candidate_in_shadow()
+        out = venv.run(
+            _examples()[name], LEDGER_URL=server, LEDGER_TOKEN=token, SANDBOX_URL=sandbox.url
+        )
+        assert out.split() == printed
+        assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
+        shadow = Run.objects.get(shadow_of__run_id="conversation-1")
+        assert (shadow.run_id, shadow.combination_id) == ("conversation-1.shadow", candidate.pk)
+
+    return check
+
+
 CHECKS: dict[str, Check] = {
     "client": _ordering("client", "True True"),
     "mcp": _mcp_example,
@@ -155,6 +175,10 @@ CHECKS: dict[str, Check] = {
     "langgraph": _ordering("langgraph", "[False, True]"),
     "pydantic-ai": _ordering("pydantic-ai", "done"),
     "openai-agents": _ordering("openai-agents", "done True"),
+    "mirror": _mirroring(
+        "mirror", ["None", "SHADOW_DRY_RUN", "conversation-1.shadow", "conversation-1"]
+    ),
+    "mirror-pydantic-ai": _mirroring("mirror-pydantic-ai", ["ordered", "SHADOW_DRY_RUN"]),
 }
 
 
