@@ -89,3 +89,17 @@ def test_a_bad_shadow_share_is_refused_and_changes_nothing(
     response = api.post(f"/combinations/{candidate.pk}/shadow", body)
     assert response.status_code == 400, response.content
     assert VersionCombination.objects.get(pk=candidate.pk).state == "retired"
+
+
+def test_the_mirror_of_a_live_run_with_the_longest_id_is_a_valid_run_id(
+    api: ApiClient, candidate: VersionCombination
+) -> None:
+    _shadow(api, candidate)
+    live_id = "l" * 200
+    mirror = api.start_run(live_id)["mirror"]
+    assert len(mirror["run_id"]) <= 200 and mirror["run_id"] != live_id
+    shadow = api.post(
+        "/runs",
+        {"run_id": mirror["run_id"], "user_id": "u1", "shadow": True, "mirrors_run_id": live_id},
+    )
+    assert shadow.status_code == 201, shadow.content
