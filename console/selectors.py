@@ -9,7 +9,7 @@ from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from ledger.clock import db_now
-from ledger.domain import WRITE_CONFLICT_ESCALATION, RecordState
+from ledger.domain import EscalationKind, RecordState
 from ledger.models import (
     ApprovalRequest,
     AuditEvent,
@@ -19,6 +19,7 @@ from ledger.models import (
     VersionCombination,
     WritePlan,
 )
+from ledger.services.escalation import escalated_as
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,8 @@ def inbox(tenant: Tenant) -> dict[str, object]:
     unknown_counts = unknown.aggregate(
         n=Count("pk"),
         oldest=Min("uncertain_since"),
-        conflicts=Count("pk", filter=Q(escalation_reason=WRITE_CONFLICT_ESCALATION)),
-        conflicts_oldest=Min(
-            "uncertain_since", filter=Q(escalation_reason=WRITE_CONFLICT_ESCALATION)
-        ),
+        conflicts=Count("pk", filter=WRITE_CONFLICTS),
+        conflicts_oldest=Min("uncertain_since", filter=WRITE_CONFLICTS),
     )
     halted = list(
         VersionCombination.objects.filter(tenant=tenant, state="halted").order_by("-halted_at")
@@ -62,6 +61,9 @@ def inbox(tenant: Tenant) -> dict[str, object]:
 
 
 #: The scheduler sweeps every 10 s; this long without one means look-ups have stopped.
+#: The unknown calls escalated as write conflicts (the inbox's count and the queue's filter).
+WRITE_CONFLICTS = escalated_as(EscalationKind.WRITE_CONFLICT)
+
 SCHEDULER_STALE_AFTER = timedelta(minutes=2)
 
 
@@ -137,7 +139,7 @@ def approval_timeline(approval: ApprovalRequest) -> list[AuditEvent]:
 
 #: Kinds of unknown call the queue filters on, and which calls each one is.
 UNKNOWN_KINDS = {
-    "conflict": Q(escalation_reason=WRITE_CONFLICT_ESCALATION),
+    "conflict": WRITE_CONFLICTS,
     "escalated": Q(escalated_at__isnull=False),
     "automatic": Q(escalated_at__isnull=True),
 }
@@ -199,7 +201,7 @@ def call_page(entry: LedgerEntry) -> dict[str, object]:
     """Everything about one call: its write plan, its action's look-ups and approvals, the
     observation the model gets for it now, and the audit events of the action and the call's
     approvals, oldest first."""
-    from ledger.services.calls import current_observation
+    from ledger.calls import observation_for
     from reconcile.models import ReconcileAttempt
 
     approvals = list(
@@ -220,7 +222,7 @@ def call_page(entry: LedgerEntry) -> dict[str, object]:
         if entry.record_id
         else [],
         "approvals": approvals,
-        "observation": current_observation(entry, approvals[-1] if approvals else None),
+        "observation": observation_for(entry, approvals[-1] if approvals else None),
         "events": list(
             AuditEvent.objects.filter(targets, tenant_id=entry.tenant_id).order_by("created_at")[
                 :200

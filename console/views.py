@@ -139,7 +139,7 @@ def _get_approval_for_user(request: HttpRequest, tenant: Tenant, pk: int) -> App
 @console_view(Role.APPROVER, target="approvalrequest")
 def approval_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
     approval = _get_approval_for_user(request, tenant, pk)
-    plan = WritePlan.objects.filter(entry__record=approval.record).order_by("pk").first()
+    plan = approval.record.write_plan
     lines = diffs.parse(plan.diff) if plan else []
     assert isinstance(request.user, AbstractBaseUser)  # console_view signed them in
     own = approvals_service.refusal_of_decider(approval, request.user) is not None

@@ -98,8 +98,23 @@ class ObservationCode(StrEnum):
     SHADOW_DRY_RUN = "SHADOW_DRY_RUN"
 
 
-#: How an unknown conditional write whose file changed under it is escalated (by the runtime's
-#: replay or a worker's file check); the console counts these as write conflicts.
+class EscalationKind(StrEnum):
+    """Why an unknown call was handed to a human (``ledger.services.escalation.escalate``)."""
+
+    #: The file of a conditional write changed under it (the runtime's replay or a worker's
+    #: file check); the console counts these as write conflicts.
+    WRITE_CONFLICT = "write_conflict"
+    #: A worker's file check found the write did not land: a human approves applying it again.
+    WRITE_NOT_LANDED = "write_not_landed"
+    #: Nothing can look the call up (no adapter, no registered workspace, a refused path).
+    NO_CHECK = "no_check"
+    #: The look-ups kept failing until the adapter's attempts ran out.
+    LOOKUPS_EXHAUSTED = "lookups_exhausted"
+    #: An operator handed the call to a human, with a reason.
+    OPERATOR = "operator"
+
+
+#: What a human is told about a write conflict (``EscalationKind.WRITE_CONFLICT``).
 WRITE_CONFLICT_ESCALATION = (
     "Write conflict: the file was changed by someone else since the write was planned. "
     "A human decides."

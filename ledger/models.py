@@ -10,6 +10,7 @@ import hashlib
 import secrets
 import uuid
 from enum import StrEnum
+from functools import cached_property
 from typing import ClassVar
 
 from django.conf import settings
@@ -21,6 +22,7 @@ from ledger.domain import (
     DataClassification,
     Decision,
     EntryStatus,
+    EscalationKind,
     Idempotency,
     InputSource,
     KeyScope,
@@ -419,11 +421,20 @@ class IdempotencyRecord(models.Model):
     reconcile_claimed_until = models.DateTimeField(null=True, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True)
     escalation_reason = models.TextField(blank=True)
+    # Why it was escalated; meaningful while ``escalated_at`` is set
+    # (``ledger.services.escalation.escalated_as``).
+    escalation_kind = models.CharField(
+        max_length=24, blank=True, default="", db_default="", choices=choices(EscalationKind)
+    )
 
     class Meta:
         constraints: ClassVar = [
             models.UniqueConstraint(fields=["tenant", "key"], name="record_unique_key"),
             models.CheckConstraint(condition=_in("state", RecordState), name="record_state_valid"),
+            models.CheckConstraint(
+                condition=Q(escalation_kind="") | _in("escalation_kind", EscalationKind),
+                name="record_escalation_kind_valid",
+            ),
             models.CheckConstraint(
                 condition=~Q(state=RecordState.EXECUTING)
                 | (Q(lease_expires_at__isnull=False) & ~Q(lease_owner="")),
@@ -477,6 +488,13 @@ class IdempotencyRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} ({self.state})"
+
+    @cached_property
+    def write_plan(self) -> WritePlan | None:
+        """The action's write plan, wherever it was recorded: retries and duplicates are new
+        entries of the same record without a plan of their own. Written with the record's
+        first entry or never, so it is read once per instance."""
+        return WritePlan.objects.filter(entry__record_id=self.pk).order_by("pk").first()
 
 
 class LedgerEntry(models.Model):

@@ -32,8 +32,8 @@ from opentelemetry.util.types import AttributeValue
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
+    from ledger.calls import CallResult
     from ledger.models import IdempotencyRecord
-    from ledger.services.calls import CallResult
 
 TRACER = "agent_ledger"
 NAMESPACE = "agent_ledger"

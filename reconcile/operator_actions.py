@@ -5,11 +5,11 @@ transaction; a look-up asked for is enqueued once that transaction commits."""
 from __future__ import annotations
 
 from django.db import transaction
-from django.db.models.functions import Now
 
-from ledger.domain import RecordState
+from ledger.domain import EscalationKind, RecordState
 from ledger.errors import InvalidInput, InvalidTransition
 from ledger.models import AuditEvent, IdempotencyRecord
+from ledger.services import escalation
 from ledger.services.audit import audit
 from reconcile.tasks import enqueue_reconciliation
 
@@ -18,7 +18,7 @@ def request_lookup(*, record: IdempotencyRecord, actor: str) -> None:
     """A human asks for a look-up now: clear the back-off and any escalation, then enqueue."""
     with transaction.atomic():
         updated = IdempotencyRecord.objects.filter(pk=record.pk, state=RecordState.UNKNOWN).update(
-            next_reconcile_at=None, escalated_at=None, escalation_reason=""
+            next_reconcile_at=None, escalated_at=None, escalation_reason="", escalation_kind=""
         )
         if not updated:
             raise InvalidTransition("only a call whose outcome is unknown can be looked up")
@@ -37,16 +37,12 @@ def escalate(*, record: IdempotencyRecord, actor: str, reason: str) -> None:
     if not reason.strip():
         raise InvalidInput("escalating needs a reason")
     with transaction.atomic():
-        updated = IdempotencyRecord.objects.filter(pk=record.pk, state=RecordState.UNKNOWN).update(
-            escalated_at=Now(), escalation_reason=reason.strip()
-        )
-        if not updated:
-            raise InvalidTransition("only a call whose outcome is unknown can be escalated")
-        audit(
-            tenant=record.tenant_id,
+        escalated = escalation.escalate(
+            record,
+            EscalationKind.OPERATOR,
+            reason.strip(),
             actor=actor,
-            action="reconcile.escalated",
-            target=record,
             source=AuditEvent.Source.CONSOLE,
-            detail=reason.strip(),
         )
+        if not escalated:
+            raise InvalidTransition("only a call whose outcome is unknown can be escalated")

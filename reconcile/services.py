@@ -29,11 +29,12 @@ from django.db.models.functions import Now
 
 from ledger import tracing
 from ledger.decisions import WriteCheck, check_write_plan
-from ledger.domain import WRITE_CONFLICT_ESCALATION, RecordState
+from ledger.domain import WRITE_CONFLICT_ESCALATION, EscalationKind, RecordState
 from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tool, WritePlan
 from ledger.redaction import redact, redact_text
 from ledger.services import approvals
-from ledger.services.audit import audit, audit_event
+from ledger.services.audit import audit_event
+from ledger.services.escalation import escalate
 from ledger.services.records import Outcome, lock_record, resolve_locked
 from ledger.services.statements import (
     DB_NOW,
@@ -326,43 +327,27 @@ def _settle(
             )
         return _escalate(
             record,
-            changes,
-            now,
+            EscalationKind.WRITE_NOT_LANDED,
             "The write did not land (the file still has "
             "its old content): approve applying it again, or reject.",
         )
     if outcome == Attempt.CONFLICT:
-        return _escalate(
-            record,
-            changes,
-            now,
-            WRITE_CONFLICT_ESCALATION,
-        )
+        return _escalate(record, EscalationKind.WRITE_CONFLICT, WRITE_CONFLICT_ESCALATION)
     if outcome in (Attempt.NO_CHECK, Attempt.REFUSED):
-        return _escalate(record, changes, now, finding.detail)
+        return _escalate(record, EscalationKind.NO_CHECK, finding.detail)
     # Unreachable, timeout, malformed: try again later, then ask a human.
     limit = adapter.max_attempts if adapter else settings.RECONCILE_MAX_ATTEMPTS
     if attempt_no >= limit:
         return _escalate(
             record,
-            changes,
-            now,
+            EscalationKind.LOOKUPS_EXHAUSTED,
             f"{attempt_no} look-ups failed ({finding.detail}); resolve by hand.",
         )
     changes["next_reconcile_at"] = now + backoff(attempt_no)
     return "retry-later"
 
 
-def _escalate(
-    record: IdempotencyRecord, changes: dict[str, Any], now: datetime, reason: str
-) -> str:
-    changes.update(escalated_at=now, escalation_reason=reason)
-    audit(
-        tenant=record.tenant_id,
-        actor="system",
-        action="reconcile.escalated",
-        target=record,
-        source=AuditEvent.Source.WORKER,
-        detail=reason,
-    )
+def _escalate(record: IdempotencyRecord, kind: EscalationKind, reason: str) -> str:
+    """A locked unknown record the worker cannot settle goes to a human."""
+    escalate(record, kind, reason, actor="system", source=AuditEvent.Source.WORKER)
     return "escalated"

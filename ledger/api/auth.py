@@ -10,9 +10,9 @@ from django.db.models import Model
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
+from ledger.calls import Caller
 from ledger.errors import InvalidInput
 from ledger.models import ApiToken, Tenant
-from ledger.services.calls import Caller
 from ledger.services.statements import fetch_joined, model_field, quote, select_columns
 
 AGENT_HEADER = "HTTP_X_AGENT_ID"

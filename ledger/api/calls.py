@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema
 from pydantic import Field
 
-from ledger import tracing
+from ledger import calls, tracing
 from ledger.api.auth import caller_of
 from ledger.api.parser import reject_unknown_query
 from ledger.api.schemas import (
@@ -26,7 +26,6 @@ from ledger.api.schemas import (
 from ledger.domain import Decision, Idempotency
 from ledger.errors import NotFound
 from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry
-from ledger.services import calls
 from ledger.services.compensations import compensation_view
 from ledger.services.records import Outcome, lease_seconds_granted
 
@@ -135,9 +134,7 @@ def record_call(request: HttpRequest, payload: CallIn) -> HttpResponse:
 @router.get("/{call_id}", response={200: CallOut, **COMMON}, summary="Get a call")
 def get_call(request: HttpRequest, call_id: str) -> CallOut:
     entry, approval = calls.call_status(caller=caller_of(request), call_id=_uuid(call_id))
-    return call_out(
-        entry, observation=calls.current_observation(entry, approval), approval=approval
-    )
+    return call_out(entry, observation=calls.observation_for(entry, approval), approval=approval)
 
 
 @router.post(

@@ -7,10 +7,10 @@ from ninja import Router
 
 from ledger.api.auth import caller_of
 from ledger.api.schemas import ClassificationOut, ClassifyIn, McpImportIn, Problem, ToolIn, ToolOut
+from ledger.classification.calls import classify_tool_call
 from ledger.domain import Idempotency, ServerTrust
 from ledger.errors import NotFound
 from ledger.models import Tool
-from ledger.services.calls import classify_call
 from ledger.services.registry import import_mcp_tools, register_tool, unsaved_builtin_tool
 
 router = Router(tags=["tools"])
@@ -93,7 +93,7 @@ def classify(request: HttpRequest, payload: ClassifyIn) -> ClassificationOut:
     tool = Tool.objects.filter(tenant=caller.tenant, name=payload.tool).first()
     if tool is None:
         tool = unsaved_builtin_tool(tenant=caller.tenant, name=payload.tool)
-    result = classify_call(tool, payload.input)
+    result = classify_tool_call(tool, payload.input)
     return ClassificationOut(**result.as_dict())  # type: ignore[arg-type]
 
 

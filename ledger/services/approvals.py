@@ -21,7 +21,6 @@ from ledger.models import (
     Run,
     ServiceAccount,
     VersionCombination,
-    WritePlan,
 )
 from ledger.services.audit import audit
 
@@ -29,18 +28,13 @@ Approval = ApprovalRequest.State
 Combination = VersionCombination.State
 
 
-def action_hash(entry: LedgerEntry) -> str:
-    """What exactly is being approved: tool, input, write plan hashes and version combination.
+def action_hash(entry: LedgerEntry, record: IdempotencyRecord) -> str:
+    """What exactly is being approved: tool, input, write plan hashes and version combination
+    of ``entry``, a call of ``record``'s action.
 
     If any of them changes, the hash changes and an approval given for the old one is void.
     """
-    # The plan is the action's, wherever it was recorded: retries and duplicates are new
-    # entries of the same record without a plan of their own.
-    plan = (
-        WritePlan.objects.filter(entry__record_id=entry.record_id).order_by("pk").first()
-        if entry.record_id
-        else getattr(entry, "write_plan", None)
-    )
+    plan = record.write_plan
     return fingerprint(
         {
             "tool": entry.tool.name,
@@ -80,7 +74,7 @@ def request_approval(
                 tenant_id=record.tenant_id,
                 record=record,
                 entry=entry,
-                action_hash=action_hash(entry),
+                action_hash=action_hash(entry, record),
                 requested_by=requested_by,
                 requested_by_user_id=requester_id,
                 expires_at=db_now() + timedelta(seconds=settings.LEDGER_APPROVAL_EXPIRY_SECONDS),
@@ -127,7 +121,7 @@ def void_reason(approval: ApprovalRequest, *, now: datetime | None = None) -> st
         return f"its run is {entry.run.status} ({entry.run.termination_reason or 'no reason'})"
     if entry.combination is not None and entry.combination.state == Combination.HALTED:
         return f"its version combination {entry.combination.label} was halted"
-    if action_hash(entry) != approval.action_hash:
+    if action_hash(entry, approval.record) != approval.action_hash:
         return "the action changed since the request was made"
     return None
 
@@ -249,7 +243,7 @@ def consume(*, record: IdempotencyRecord, entry: LedgerEntry, actor: str) -> App
     )
     if approval is None:
         raise ApprovalError("there is no granted approval for this action")
-    if approval.action_hash != action_hash(entry):
+    if approval.action_hash != action_hash(entry, record):
         raise ApprovalVoid(approval, "the approval was for a different action")
     if approval.expires_at <= db_now():
         raise ApprovalVoid(approval, "the approval expired before it was used")

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from ledger.domain import EscalationKind
 from ledger.models import IdempotencyRecord
 from reconcile.models import Heartbeat
 from reconcile.tasks import schedule_reconciliation
@@ -26,6 +27,7 @@ def test_a_conflict_found_by_the_runtime_is_escalated_and_counted(django_user_mo
     api.post(f"/calls/{first['call_id']}/replay", {"current_hash": sha("someone else")})
     record = IdempotencyRecord.objects.get()
     assert record.escalated_at is not None and record.escalation_reason.startswith("Write conflict")
+    assert record.escalation_kind == EscalationKind.WRITE_CONFLICT
     operator = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
     assert operator.get("/", secure=True).context["inbox"]["conflicts"].count == 1
 

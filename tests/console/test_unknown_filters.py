@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.domain import WRITE_CONFLICT_ESCALATION
-from ledger.models import IdempotencyRecord
+from ledger.domain import WRITE_CONFLICT_ESCALATION, EscalationKind
+from ledger.models import AuditEvent, IdempotencyRecord
+from ledger.services import escalation
 from reconcile.operator_actions import escalate
 from tests.api.conftest import client_for
 from tests.console.conftest import make_user, signed_in
@@ -29,7 +30,13 @@ def queue(tenant) -> dict[str, IdempotencyRecord]:
         api.post(f"/calls/{call['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
         made[name] = IdempotencyRecord.objects.get(key=call["idempotency_key"])
     escalate(record=made["email"], actor="olga", reason="customer says no email came")
-    escalate(record=made["write"], actor="worker", reason=WRITE_CONFLICT_ESCALATION)
+    escalation.escalate(
+        made["write"],
+        EscalationKind.WRITE_CONFLICT,
+        WRITE_CONFLICT_ESCALATION,
+        actor="system",
+        source=AuditEvent.Source.WORKER,
+    )
     return made
 
 
@@ -54,6 +61,14 @@ def _shown(client, query: str) -> set[int]:
 def test_each_filter_narrows_the_queue(django_user_model, tenant, queue, query, expected):
     client = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
     assert _shown(client, query) == {queue[name].pk for name in expected}
+
+
+def test_a_write_conflict_is_known_by_its_kind_not_its_words(django_user_model, tenant, queue):
+    """An operator who escalates with the conflict's words escalates an operator's case."""
+    escalate(record=queue["order"], actor="olga", reason=WRITE_CONFLICT_ESCALATION)
+    client = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    assert _shown(client, "kind=conflict") == {queue["write"].pk}
+    assert _shown(client, "kind=escalated") == {queue[name].pk for name in queue}
 
 
 def test_the_combination_filter_offers_only_the_tenants_combinations(

@@ -7,6 +7,7 @@ from django.test import Client
 from django.urls import reverse
 
 from console.models import Membership
+from ledger.domain import EscalationKind
 from ledger.models import ApprovalRequest, AuditEvent, Run, Threshold
 from ledger.services import combinations
 from tests.api.conftest import client_for
@@ -162,9 +163,10 @@ def test_marking_not_happened_and_escalating(django_user_model, tenant, unknown)
     )
     unknown.refresh_from_db()
     assert unknown.escalated_at is not None and unknown.escalation_reason == "vendor down"
+    assert unknown.escalation_kind == EscalationKind.OPERATOR
     client.post(f"/unknown/{unknown.pk}/action", {"action": "lookup"}, secure=True)
     unknown.refresh_from_db()
-    assert unknown.escalated_at is None
+    assert (unknown.escalated_at, unknown.escalation_kind) == (None, "")
     client.post(
         f"/unknown/{unknown.pk}/action",
         {"action": "failed", "note": "no order in the shop"},

@@ -13,7 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from ledger.domain import RecordState
+from ledger.domain import EscalationKind, RecordState
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry, WritePlan
 from ledger.services.records import Outcome, complete_execution
 from reconcile.filehash import PathRefused, confined_path, file_sha256
@@ -205,6 +205,7 @@ def test_unreachable_is_escalated_after_max_attempts(tenant, create_order) -> No
     assert results == ["retry-later", "retry-later", "escalated"]
     escalated = refresh(record)
     assert escalated.escalated_at is not None and "3 look-ups failed" in escalated.escalation_reason
+    assert escalated.escalation_kind == EscalationKind.LOOKUPS_EXHAUSTED
     assert reconcile_record(record.pk) == "skipped"  # a human's turn now
     assert record.pk not in due_records(limit=100)
 
@@ -213,6 +214,7 @@ def test_no_adapter_escalates_to_a_human(tenant, create_order) -> None:
     record = _unknown(tenant, create_order)
     assert reconcile_record(record.pk) == "escalated"
     assert "no downstream adapter" in refresh(record).escalation_reason
+    assert refresh(record).escalation_kind == EscalationKind.NO_CHECK
 
 
 def test_a_settled_record_is_left_alone(tenant, create_order, sandbox) -> None:
@@ -266,6 +268,7 @@ def test_file_apply_again_asks_for_approval(tenant, workspace: Path) -> None:
     assert reconcile_record(record.pk) == "escalated"
     assert ApprovalRequest.objects.get(record=record).state == "pending"
     assert refresh(record).state == RecordState.UNKNOWN
+    assert refresh(record).escalation_kind == EscalationKind.WRITE_NOT_LANDED
 
 
 def test_file_changed_by_someone_else_is_a_conflict(tenant, workspace: Path) -> None:
@@ -273,6 +276,9 @@ def test_file_changed_by_someone_else_is_a_conflict(tenant, workspace: Path) -> 
     record = _write_plan(tenant, "app.py", "old", "new")
     assert reconcile_record(record.pk) == "escalated"
     assert "Write conflict" in refresh(record).escalation_reason
+    assert refresh(record).escalation_kind == EscalationKind.WRITE_CONFLICT
+    event = AuditEvent.objects.get(action="reconcile.escalated", target_id=str(record.pk))
+    assert event.after == {"kind": "write_conflict"}
     assert not ApprovalRequest.objects.exists()
 
 

@@ -1,0 +1,156 @@
+"""A call after its decision: started once its approval is granted, kept alive by
+heartbeats, and completed with its outcome (DESIGN sections 3 and 4)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import jsonschema
+from django.db import transaction
+from django.db.models.functions import Now
+
+from ledger import shadow
+from ledger.calls.observe import observation_for
+from ledger.calls.selectors import entry_for, entry_with_locked_record
+from ledger.calls.values import Caller, CallResult, Lease, entry_classification
+from ledger.domain import FINAL_ERROR_CODES, DataClassification, Decision, EntryStatus, RecordState
+from ledger.errors import ApprovalError, InvalidInput, InvalidTransition, StaleFencingToken
+from ledger.models import IdempotencyRecord, LedgerEntry, Tool
+from ledger.services import approvals, records
+from ledger.services.entries import transition_entry
+from ledger.services.records import Outcome
+
+
+def start_call(*, caller: Caller, call_id: str) -> CallResult:
+    """Start a call whose approval was granted; the approval is used up in the same step."""
+    entry = entry_for(caller, call_id)
+    shadow.refuse_follow_up(entry.run, entry.decision)
+    record = entry.record
+    if record is None or entry.decision != Decision.APPROVAL_REQUIRED:
+        raise InvalidTransition("only a call that was waiting for approval can be started")
+    try:
+        with transaction.atomic():
+            # The record first, then its approval: the order every settling transition takes
+            # (it locks the record, then voids open approvals), so the two cannot deadlock.
+            IdempotencyRecord.objects.select_for_update().filter(pk=record.pk).first()
+            approvals.consume(record=record, entry=entry, actor=caller.identity)
+            started = records.start_execution(
+                record=record, lease_owner=caller.identity, actor=caller.identity, approved=True
+            )
+            transition_entry(entry, EntryStatus.APPROVED)
+            transition_entry(
+                entry,
+                EntryStatus.STARTED,
+                started_at=Now(),
+                fencing_token=started.fencing_token,
+            )
+    except approvals.ApprovalVoid as void:
+        approvals.invalidate(approval=void.approval, actor=caller.identity, detail=str(void))
+        raise ApprovalError(str(void)) from None
+    result = CallResult(entry, Decision.EXECUTE, entry_classification(entry))
+    result.lease = Lease(started.fencing_token, started.lease_expires_at)  # type: ignore[arg-type]
+    return result
+
+
+def heartbeat_call(*, caller: Caller, call_id: str, fencing_token: int) -> datetime:
+    """Extend the lease of a running call; its new expiry."""
+    entry = entry_for(caller, call_id)
+    if entry.record is None:
+        raise InvalidTransition("this call holds no lease")
+    return records.heartbeat(record=entry.record, fencing_token=fencing_token)
+
+
+def _validate_result(tool: Tool, result: Any) -> str | None:
+    """Why ``result`` does not match the tool's output schema, or None when it does.
+
+    An MCP tool's result is a ``CallToolResult``; its ``outputSchema`` describes the
+    ``structuredContent`` inside it, which the specification requires of such a tool.
+    """
+    if not tool.output_schema:
+        return None
+    if tool.kind == Tool.Kind.MCP:
+        if not isinstance(result, dict) or not isinstance(result.get("structuredContent"), dict):
+            return f"{tool.name} declares an outputSchema but returned no structuredContent"
+        result = result["structuredContent"]
+    try:
+        jsonschema.validate(result, tool.output_schema)
+    except jsonschema.ValidationError as exc:
+        return f"the result does not match {tool.name}'s output schema: {exc.message}"
+    except jsonschema.SchemaError:
+        return f"{tool.name}'s output schema is invalid; the result cannot be trusted"
+    return None
+
+
+def complete_call(
+    *,
+    caller: Caller,
+    call_id: str,
+    fencing_token: int,
+    outcome: Outcome,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    retryable: bool = False,
+    evidence: Any = None,
+) -> CallResult:
+    """Record how a call ended. A result that fails the tool's output schema is not a success:
+    the side effect may have happened, so the call becomes uncertain.
+    """
+    notes: list[str] = []
+    try:
+        # The record is locked by the same query that reads the entry (one round trip); the
+        # report is validated and applied under that lock, in one transaction.
+        with transaction.atomic():
+            entry, now = entry_with_locked_record(caller, call_id)
+            record = entry.record
+            assert record is not None
+            if record.state != RecordState.EXECUTING:
+                # Whoever moved the record on (a lapse, a settlement) may have moved this entry
+                # too, after the snapshot its row was read in: read its status again, now that
+                # the record's lock keeps it still.
+                entry.status = LedgerEntry.objects.values_list("status", flat=True).get(pk=entry.pk)
+            if entry.fencing_token is None:
+                raise InvalidTransition("this call was never started, so it cannot be completed")
+            if entry.fencing_token != fencing_token:
+                raise StaleFencingToken("the fencing token does not belong to this call")
+            if outcome is Outcome.SUCCEEDED:
+                problem = _validate_result(entry.tool, result)
+                if problem is not None:
+                    notes.append(problem)
+                    outcome = Outcome.UNCERTAIN
+                    error = {"code": "MALFORMED_RESULT", "message": problem}
+            if outcome is Outcome.FAILED and error is None:
+                raise InvalidInput("a failed call needs an error with a code")
+            if error is not None and error.get("code") in FINAL_ERROR_CODES:
+                retryable = False
+            updated = records.complete_locked(
+                record,
+                now=now,
+                fencing_token=fencing_token,
+                outcome=outcome,
+                actor=caller.identity,
+                result=result,
+                error=error,
+                retryable=retryable,
+                data_classification=DataClassification(entry.data_classification),
+                entry=entry,
+                evidence=evidence,
+            )
+    except records.CompletionRefused as refused:
+        # Audited after the rollback, so the refusal's event survives the error it raises. The
+        # refusal says what the record holds now and what the model should be told: a late or
+        # refused report is an answer for the runtime to pass on, never a failure to raise.
+        refusal = records.refuse_completion(refused)
+        entry.record = refused.record
+        refusal.extra = {
+            "record_state": refused.record.state,
+            "observation": observation_for(entry, None),
+        }
+        raise refusal from None
+    entry.record = updated
+    if updated.state == RecordState.UNKNOWN and updated.escalated_at is not None:
+        notes.append(updated.escalation_reason)
+    observation = observation_for(entry, None)
+    return CallResult(
+        entry, Decision.EXECUTE, entry_classification(entry), observation, notes=notes
+    )

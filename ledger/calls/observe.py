@@ -1,0 +1,193 @@
+"""What the model is told about a call (DESIGN section 6): ``observation_for``, the one place
+that chooses among ``ledger.observations.refusal`` and ``success``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ledger.calls.values import RETRY_AFTER_SECONDS
+from ledger.decisions import recovery_decision
+from ledger.domain import (
+    FINAL_ERROR_CODES,
+    Decision,
+    EntryStatus,
+    Idempotency,
+    ObservationCode,
+    RecordState,
+    ReplayPolicy,
+)
+from ledger.models import ApprovalRequest, LedgerEntry
+from ledger.observations import CallContext, refusal, success
+from ledger.redaction import is_altered
+
+
+def observation_for(
+    entry: LedgerEntry,
+    approval: ApprovalRequest | None,
+    *,
+    next_action: str | None = None,
+    replay: bool = False,
+) -> dict[str, Any] | None:
+    """The observation for a call, None when the runtime may go ahead and run the tool.
+
+    With ``next_action``, the answer to the decision just made (the entry's decision, its
+    record and ``approval``, the one opened or found for it), ``replay`` when the call is a
+    replay of one that ended uncertain or failed; without, the call as things stand now, for a
+    runtime that polls or reports (``approval`` the record's latest).
+    """
+    context = call_context(entry)
+    if next_action is None:
+        return _as_it_stands(entry, approval, context)
+    if replay:
+        return _as_replayed(entry, approval, context, next_action)
+    return _as_decided(entry, approval, context, next_action)
+
+
+def call_context(entry: LedgerEntry) -> CallContext:
+    """What every observation of the call names: its tool, class, key and id."""
+    return CallContext(
+        tool=entry.tool.name,
+        idempotency=Idempotency(entry.idempotency),
+        replay_policy=ReplayPolicy(entry.replay_policy),
+        idempotency_key=entry.idempotency_key or None,
+        call_id=str(entry.call_id),
+    )
+
+
+def _as_decided(
+    entry: LedgerEntry,
+    approval: ApprovalRequest | None,
+    context: CallContext,
+    next_action: str,
+) -> dict[str, Any] | None:
+    decision = Decision(entry.decision)
+    record = entry.record
+    if decision is Decision.EXECUTE:
+        return None
+    if decision is Decision.RECORDED_RESULT and record is not None:
+        if record.state == RecordState.SUCCEEDED:
+            altered = {"result_redacted": True} if is_altered(record.result) else None
+            return success(record.result, context, replayed=True, extra=altered)
+        error = record.error or {}
+        retryable = record.error_retryable and error.get("code") not in FINAL_ERROR_CODES
+        return refusal(
+            ObservationCode.FAILED,
+            context,
+            next_action=next_action,
+            detail=str(error.get("message") or error.get("code") or "no detail"),
+            retryable=retryable,
+            error_code=str(error.get("code") or "FAILED"),
+            extra={"replayed": True},
+        )
+    if decision is Decision.WAIT:
+        return refusal(
+            ObservationCode.IN_PROGRESS,
+            context,
+            next_action="wait",
+            extra={"retry_after_seconds": RETRY_AFTER_SECONDS},
+        )
+    if decision is Decision.APPROVAL_REQUIRED:
+        return _awaiting_approval(context, approval)
+    if decision is Decision.CONFLICT:
+        return refusal(ObservationCode.IDEMPOTENCY_KEY_CONFLICT, context, next_action="stop")
+    if decision is Decision.SHADOW_DRY_RUN:
+        code = ObservationCode.SHADOW_DRY_RUN
+        return refusal(code, context, next_action=next_action, retryable=False)
+    if approval is not None and approval.state == ApprovalRequest.State.REJECTED:
+        return _rejected(context, approval)
+    code = ObservationCode(entry.observation_code or ObservationCode.SIDE_EFFECT_UNCERTAIN)
+    return refusal(code, context, next_action=next_action)
+
+
+def _as_replayed(
+    entry: LedgerEntry,
+    approval: ApprovalRequest | None,
+    context: CallContext,
+    next_action: str,
+) -> dict[str, Any] | None:
+    code = entry.observation_code
+    if entry.decision == Decision.RECORDED_RESULT and code == ObservationCode.ALREADY_APPLIED:
+        assert entry.record is not None
+        return {**success(entry.record.result, context, replayed=False), "code": code}
+    if entry.decision in (Decision.EXECUTE, Decision.RECORDED_RESULT):
+        return _as_decided(entry, approval, context, next_action)
+    return refusal(
+        ObservationCode(code or ObservationCode.REPLAY_FORBIDDEN),
+        context,
+        next_action=next_action,
+        extra={"approval_id": approval.pk} if approval else {},
+        detail=approval.decision_reason if approval else "",
+    )
+
+
+def _as_it_stands(
+    entry: LedgerEntry, approval: ApprovalRequest | None, context: CallContext
+) -> dict[str, Any] | None:
+    record = entry.record
+    if record is None:
+        code = entry.observation_code
+        return refusal(ObservationCode(code), context, next_action="stop") if code else None
+    if approval is not None and approval.state == ApprovalRequest.State.REJECTED:
+        return _rejected(context, approval)
+    state = RecordState(record.state)
+    if state is RecordState.SUCCEEDED:
+        return success(record.result, context, replayed=entry.decision != Decision.EXECUTE)
+    if state is RecordState.FAILED_FINAL:
+        error = record.error or {}
+        return refusal(
+            ObservationCode.FAILED,
+            context,
+            next_action="stop",
+            detail=str(error.get("message") or error.get("code")),
+            retryable=record.error_retryable,
+            error_code=str(error.get("code") or "FAILED"),
+        )
+    # A replay waiting for its human is answered by the approval below, not by the record's
+    # (still unknown) state: the model must hear "approval pending", not "look it up".
+    awaiting_approval = (
+        entry.decision == Decision.APPROVAL_REQUIRED
+        and approval is not None
+        and approval.state in ApprovalRequest.OPEN_STATES
+    )
+    if state is RecordState.UNKNOWN and not awaiting_approval:
+        recovery = recovery_decision(
+            replay_policy=ReplayPolicy(entry.replay_policy),
+            uncertain=True,
+            error_code=None,
+            error_final=False,
+        )
+        return refusal(
+            ObservationCode.SIDE_EFFECT_UNCERTAIN,
+            context,
+            next_action=recovery.action.value,
+            retryable=recovery.retryable,
+        )
+    if entry.status == EntryStatus.STARTED:
+        return None  # this call holds the lease: go ahead
+    if approval is not None and approval.state == ApprovalRequest.State.APPROVED:
+        return refusal(
+            ObservationCode.APPROVAL_REQUIRED,
+            context,
+            next_action="start",
+            extra={"approval_id": approval.pk, "approved": True},
+        )
+    if entry.decision == Decision.APPROVAL_REQUIRED:
+        return _awaiting_approval(context, approval)
+    return refusal(ObservationCode.IN_PROGRESS, context, next_action="wait")
+
+
+def _awaiting_approval(context: CallContext, approval: ApprovalRequest | None) -> dict[str, Any]:
+    extra = {"approval_id": approval.pk} if approval else {}
+    return refusal(
+        ObservationCode.APPROVAL_REQUIRED, context, next_action="await_approval", extra=extra
+    )
+
+
+def _rejected(context: CallContext, approval: ApprovalRequest) -> dict[str, Any]:
+    """A human rejected this exact action: the rejection stands."""
+    return refusal(
+        ObservationCode.APPROVAL_REJECTED,
+        context,
+        next_action="stop",
+        detail=approval.decision_reason,
+    )

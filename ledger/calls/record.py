@@ -1,0 +1,294 @@
+"""Recording a call before it runs (DESIGN sections 3-5): ``record_call`` is the hot path.
+
+It classifies the call, builds the key, fingerprints the input, reserves the key, writes the
+ledger entry *before* the tool runs and returns the decision with its model-facing
+observation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+
+from ledger import shadow
+from ledger.calls import entries
+from ledger.calls.approval import ask_for_approval
+from ledger.calls.observe import observation_for
+from ledger.calls.selectors import run_and_tool
+from ledger.calls.values import Caller, CallInput, CallResult, Lease, WritePlanInput
+from ledger.classification import Classification
+from ledger.classification.calls import classify_tool_call
+from ledger.domain import Decision, KeyScope, ObservationCode
+from ledger.errors import InvalidInput, InvalidWritePlan
+from ledger.keys import KeyBuildError, build_idempotency_key, business_object_from, fingerprint
+from ledger.models import (
+    IdempotencyRecord,
+    LedgerEntry,
+    Run,
+    Tenant,
+    Tool,
+    VersionCombination,
+    WritePlan,
+)
+from ledger.paths import workspace_path_problem
+from ledger.services import records
+from ledger.services.registry import ensure_catalogue_tool, validate_tool_name
+
+
+def _tool(tenant: Tenant, name: str, actor: str, registered: Tool | None = None) -> Tool:
+    validate_tool_name(name)
+    tool = registered or Tool.objects.filter(tenant=tenant, name=name).first()
+    return tool or ensure_catalogue_tool(tenant=tenant, name=name, actor=actor, source="api")
+
+
+def _is_halted(run: Run) -> bool:
+    combination = run.combination
+    return run.status == Run.Status.HALTED or (
+        combination is not None and combination.state == VersionCombination.State.HALTED
+    )
+
+
+def _key(tenant: Tenant, run: Run, tool: Tool, request: CallInput) -> str:
+    try:
+        business_object = request.business_object_id or business_object_from(
+            tool.key_fields, request.input
+        )
+        return build_idempotency_key(
+            scope=shadow.key_scope(run, KeyScope(tool.key_scope)),
+            tenant=tenant.slug,
+            user=run.user_id,
+            run_id=run.run_id,
+            tool=tool.name,
+            business_object_id=business_object,
+            step_id=request.step_id,
+        )
+    except KeyBuildError as exc:
+        raise InvalidInput(str(exc)) from None
+
+
+def _fingerprint(value: Any) -> str:
+    try:
+        return fingerprint(value)
+    except ValueError as exc:
+        raise InvalidInput(f"input cannot be fingerprinted: {exc}") from None
+
+
+def record_call(*, caller: Caller, request: CallInput) -> CallResult:
+    """Record one call before it runs and decide what the runtime may do with it.
+
+    SQL cost of a new key of a registered tool (the common case), three statements and no
+    transaction: the token lookup (in the API's auth), the run and tool lookup (one query),
+    and one statement that inserts the record (``ON CONFLICT DO NOTHING``), its audit event
+    and the entry (``_first_call_of_key``). A duplicate whose answer is ``wait`` or
+    ``recorded_result`` (a retry storm) is answered from the record that statement read, and
+    counted and entered in one more statement if the record is unchanged: four statements,
+    no transaction. Otherwise (another answer, the record changed in between, a first use of a
+    catalogue tool, a write plan, a halted run) the general way, in one transaction: the
+    reservation, then the entry; a duplicate (its key found taken by the one-statement way)
+    locks the record, counts the duplicate and writes its entry.
+    ``tests/api/test_statement_budget.py`` holds it to that.
+    """
+    if request.write_plan is not None:
+        _check_write_plan(request.write_plan)
+    run, registered = run_and_tool(caller.tenant, request.run_id, request.tool)
+    input_hash = _fingerprint(request.input)
+    classified = None
+    taken = False  # the one-statement way found the key taken
+    if registered is not None:  # classified once, for the one-statement way and the general one
+        classified = _classify(caller, run, registered, request)
+        dry_run = shadow.dry_run_required(run, classified[0].idempotency)
+        if request.write_plan is None and not _is_halted(run) and not dry_run:
+            fast = _first_call_of_key(caller, run, registered, request, input_hash, *classified)
+            if fast is not None:
+                return fast
+            taken = True
+    # One transaction: a first use of a catalogue tool registers it, and an error anywhere
+    # below (a bad key, say) must leave nothing behind.
+    with transaction.atomic():
+        tool = _tool(caller.tenant, request.tool, caller.identity, registered)
+        classification, key = classified or _classify(caller, run, tool, request)
+        add_entry = partial(
+            entries.add,
+            caller=caller,
+            run=run,
+            tool=tool,
+            request=request,
+            classification=classification,
+            input_hash=input_hash,
+            key=key,
+        )
+        if _is_halted(run):
+            entry = add_entry(
+                decision=Decision.FORBIDDEN,
+                record=None,
+                code=ObservationCode.RUN_HALTED,
+            )
+            observation = observation_for(entry, None, next_action="stop")
+            return CallResult(entry, Decision.FORBIDDEN, classification, observation)
+        if shadow.dry_run_required(run, classification.idempotency):
+            return _shadow_dry_run(add_entry, caller.tenant, request, classification)
+        reservation = records.reserve_key(
+            tenant=caller.tenant,
+            tool=tool,
+            key=key,
+            fingerprint=input_hash,
+            replay_policy=classification.replay_policy,
+            lease_owner=caller.identity,
+            actor=caller.identity,
+            run=run,
+            combination=run.combination,
+            taken=taken,
+        )
+        record = reservation.record
+        entry = add_entry(
+            decision=reservation.decision,
+            record=record,
+            code=reservation.code.value if reservation.code else "",
+            reused_record=not reservation.created,
+        )
+        if request.write_plan is not None and reservation.created:
+            record.write_plan = _save_write_plan(caller.tenant, entry, request.write_plan)
+        result = CallResult(entry, reservation.decision, classification)
+        if reservation.decision is Decision.EXECUTE:
+            result.lease = Lease(record.fencing_token, record.lease_expires_at)  # type: ignore[arg-type]
+        elif reservation.decision is Decision.APPROVAL_REQUIRED:
+            ask_for_approval(result, record, caller)
+        result.observation = observation_for(
+            entry, result.approval, next_action=reservation.next_action
+        )
+    return result
+
+
+def _shadow_dry_run(
+    add_entry: Callable[..., LedgerEntry],
+    tenant: Tenant,
+    request: CallInput,
+    classification: Classification,
+) -> CallResult:
+    """A shadow run's side-effecting call: no reservation, nothing runs. Its entry (tool,
+    classification, input fingerprint, the key it would have used) and its write plan (with
+    the dry-run diff) are the evidence of the intended action (``ledger.shadow``)."""
+    entry = add_entry(
+        decision=Decision.SHADOW_DRY_RUN, record=None, code=ObservationCode.SHADOW_DRY_RUN
+    )
+    if request.write_plan is not None:
+        _save_write_plan(tenant, entry, request.write_plan)
+    observation = observation_for(entry, None, next_action="continue")
+    return CallResult(entry, Decision.SHADOW_DRY_RUN, classification, observation)
+
+
+def _classify(
+    caller: Caller, run: Run, tool: Tool, request: CallInput
+) -> tuple[Classification, str]:
+    """The call's classification and its idempotency key (raises on a bad input or key)."""
+    return classify_tool_call(tool, request.input), _key(caller.tenant, run, tool, request)
+
+
+def _first_call_of_key(
+    caller: Caller,
+    run: Run,
+    tool: Tool,
+    request: CallInput,
+    input_hash: str,
+    classification: Classification,
+    key: str,
+) -> CallResult | None:
+    """The common case, a key used for the first time by a registered tool in a running run:
+    the record, its audit event and the entry in one statement, without a transaction
+    (``records.reserve_new_key``). A duplicate (the key taken) is answered from the record
+    that statement read when it can be (``_duplicate_as_seen``). None when neither could be
+    done (or the database cannot): the caller then takes the general way, which answers from
+    the locked record."""
+    unsaved_entry = partial(
+        entries.build,
+        caller=caller,
+        run=run,
+        tool=tool,
+        request=request,
+        classification=classification,
+        input_hash=input_hash,
+        key=key,
+    )
+    entry = unsaved_entry(decision=Decision.EXECUTE, record=None)
+    first = records.reserve_new_key(
+        tenant=caller.tenant,
+        tool=tool,
+        key=key,
+        fingerprint=input_hash,
+        replay_policy=classification.replay_policy,
+        lease_owner=caller.identity,
+        actor=caller.identity,
+        run=run,
+        entry=entry,
+    )
+    if first.created is not None:
+        result = CallResult(entry, Decision.EXECUTE, classification)
+        record = first.created
+        result.lease = Lease(record.fencing_token, record.lease_expires_at)  # type: ignore[arg-type]
+        return result
+    if first.seen is None:
+        return None
+    return _duplicate_as_seen(
+        first.seen, first.seen_lapsed, input_hash, classification, unsaved_entry
+    )
+
+
+def _duplicate_as_seen(
+    seen: IdempotencyRecord,
+    lapsed: bool,
+    input_hash: str,
+    classification: Classification,
+    unsaved_entry: Callable[..., LedgerEntry],
+) -> CallResult | None:
+    """A duplicate answered from its record as read, without a lock or a transaction: the
+    retry storm's ``wait`` and ``recorded_result``, counted and entered in one statement that
+    checks the record has not changed since (``records.count_duplicate_as_seen``). None for
+    an answer that needs the record's lock, or when the record changed in between."""
+    reservation = records.answer_as_seen(
+        seen,
+        fingerprint=input_hash,
+        replay_policy=classification.replay_policy,
+        lapsed=lapsed,
+    )
+    if reservation is None:
+        return None
+    entry = unsaved_entry(
+        decision=reservation.decision,
+        record=seen,
+        code=reservation.code.value if reservation.code else "",
+        reused_record=True,
+    )
+    if not records.count_duplicate_as_seen(seen, entry):
+        return None
+    result = CallResult(entry, reservation.decision, classification)
+    result.observation = observation_for(entry, None, next_action=reservation.next_action)
+    return result
+
+
+def _check_write_plan(plan: WritePlanInput) -> None:
+    """Refuse a malformed write plan before anything is written (422 for a path that cannot
+    name a file inside the workspace)."""
+    for label, value in (("before_hash", plan.before_hash), ("after_hash", plan.after_hash)):
+        if len(value) != 64 or any(ch not in "0123456789abcdef" for ch in value):
+            raise InvalidInput(f"write_plan.{label} must be a lowercase sha256 hex digest")
+    if not plan.workspace:
+        raise InvalidInput("write_plan needs a workspace and a path")
+    problem = workspace_path_problem(plan.path)
+    if problem is not None:
+        raise InvalidWritePlan(f"write_plan.path {plan.path!r}: {problem}")
+
+
+def _save_write_plan(tenant: Tenant, entry: LedgerEntry, plan: WritePlanInput) -> WritePlan:
+    return WritePlan.objects.create(
+        tenant=tenant,
+        entry=entry,
+        workspace=plan.workspace,
+        path=plan.path,
+        before_hash=plan.before_hash,
+        after_hash=plan.after_hash,
+        diff=plan.diff,
+        patch_ref=plan.patch_ref,
+    )
