@@ -3,6 +3,7 @@ which shares the action of the call it retries."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models.functions import Now
@@ -24,21 +25,29 @@ _ENTRY_STATUS_FOR = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class NewCall:
+    """What every entry of one recorded call shares, whatever its decision."""
+
+    caller: Caller
+    run: Run
+    tool: Tool
+    request: CallInput
+    input_hash: str
+    classification: Classification
+    key: str
+
+
 def build(
+    call: NewCall,
     *,
-    caller: Caller,
-    run: Run,
-    tool: Tool,
-    request: CallInput,
-    classification: Classification,
-    input_hash: str,
-    key: str,
     decision: Decision,
     record: IdempotencyRecord | None,
     code: str = "",
     reused_record: bool = False,
 ) -> LedgerEntry:
     """The entry of a new call (not saved), in the status its decision gives it."""
+    caller, request, classification = call.caller, call.request, call.classification
     now: Any = DbTime()  # the database's clock, written by the INSERT
     if decision is Decision.RECORDED_RESULT:
         assert record is not None
@@ -50,9 +59,9 @@ def build(
     return LedgerEntry(
         tenant=caller.tenant,
         step_id=request.step_id,
-        run=run,
-        tool=tool,
-        input_hash=input_hash,
+        run=call.run,
+        tool=call.tool,
+        input_hash=call.input_hash,
         input=redact_for_storage(request.input, request.data_classification),
         status=status,
         idempotency=classification.idempotency,
@@ -60,7 +69,7 @@ def build(
         destructive=classification.destructive,
         classification_reason=classification.reason,
         classification_rule=classification.rule,
-        idempotency_key=key,
+        idempotency_key=call.key,
         record=record,
         decision=decision,
         observation_code=code,
@@ -69,7 +78,7 @@ def build(
         agent_id=caller.agent_id,
         end_user_id=request.end_user_id,
         data_classification=request.data_classification,
-        combination=run.combination,
+        combination=call.run.combination,
         fencing_token=record.fencing_token if decision is Decision.EXECUTE and record else None,
         started_at=now if decision is Decision.EXECUTE else None,
         finished_at=now if decision is Decision.RECORDED_RESULT else None,
@@ -77,9 +86,9 @@ def build(
     )
 
 
-def add(**kwargs: Any) -> LedgerEntry:
+def add(call: NewCall, **decided: Any) -> LedgerEntry:
     """``build``, saved (without compiling an ORM query: this is on the hot path)."""
-    made = build(**kwargs)
+    made = build(call, **decided)
     insert_returning_id(made)
     return made
 

@@ -7,8 +7,6 @@ observation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -101,7 +99,9 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
         classified = _classify(caller, run, registered, request)
         dry_run = shadow.dry_run_required(run, classified[0].idempotency)
         if request.write_plan is None and not _is_halted(run) and not dry_run:
-            fast = _first_call_of_key(caller, run, registered, request, input_hash, *classified)
+            fast = _first_call_of_key(
+                entries.NewCall(caller, run, registered, request, input_hash, *classified)
+            )
             if fast is not None:
                 return fast
             taken = True
@@ -110,18 +110,10 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
     with transaction.atomic():
         tool = _tool(caller.tenant, request.tool, caller.identity, registered)
         classification, key = classified or _classify(caller, run, tool, request)
-        add_entry = partial(
-            entries.add,
-            caller=caller,
-            run=run,
-            tool=tool,
-            request=request,
-            classification=classification,
-            input_hash=input_hash,
-            key=key,
-        )
+        call = entries.NewCall(caller, run, tool, request, input_hash, classification, key)
         if _is_halted(run):
-            entry = add_entry(
+            entry = entries.add(
+                call,
                 decision=Decision.FORBIDDEN,
                 record=None,
                 code=ObservationCode.RUN_HALTED,
@@ -129,7 +121,7 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
             observation = observation_for(entry, None, next_action="stop")
             return CallResult(entry, Decision.FORBIDDEN, classification, observation)
         if shadow.dry_run_required(run, classification.idempotency):
-            return _shadow_dry_run(add_entry, caller.tenant, request, classification)
+            return _shadow_dry_run(call)
         reservation = records.reserve_key(
             tenant=caller.tenant,
             tool=tool,
@@ -143,7 +135,8 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
             taken=taken,
         )
         record = reservation.record
-        entry = add_entry(
+        entry = entries.add(
+            call,
             decision=reservation.decision,
             record=record,
             code=reservation.code.value if reservation.code else "",
@@ -162,22 +155,17 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
     return result
 
 
-def _shadow_dry_run(
-    add_entry: Callable[..., LedgerEntry],
-    tenant: Tenant,
-    request: CallInput,
-    classification: Classification,
-) -> CallResult:
+def _shadow_dry_run(call: entries.NewCall) -> CallResult:
     """A shadow run's side-effecting call: no reservation, nothing runs. Its entry (tool,
     classification, input fingerprint, the key it would have used) and its write plan (with
     the dry-run diff) are the evidence of the intended action (``ledger.shadow``)."""
-    entry = add_entry(
-        decision=Decision.SHADOW_DRY_RUN, record=None, code=ObservationCode.SHADOW_DRY_RUN
+    entry = entries.add(
+        call, decision=Decision.SHADOW_DRY_RUN, record=None, code=ObservationCode.SHADOW_DRY_RUN
     )
-    if request.write_plan is not None:
-        _save_write_plan(tenant, entry, request.write_plan)
+    if call.request.write_plan is not None:
+        _save_write_plan(call.caller.tenant, entry, call.request.write_plan)
     observation = observation_for(entry, None, next_action="continue")
-    return CallResult(entry, Decision.SHADOW_DRY_RUN, classification, observation)
+    return CallResult(entry, Decision.SHADOW_DRY_RUN, call.classification, observation)
 
 
 def _classify(
@@ -187,61 +175,38 @@ def _classify(
     return classify_tool_call(tool, request.input), _key(caller.tenant, run, tool, request)
 
 
-def _first_call_of_key(
-    caller: Caller,
-    run: Run,
-    tool: Tool,
-    request: CallInput,
-    input_hash: str,
-    classification: Classification,
-    key: str,
-) -> CallResult | None:
+def _first_call_of_key(call: entries.NewCall) -> CallResult | None:
     """The common case, a key used for the first time by a registered tool in a running run:
     the record, its audit event and the entry in one statement, without a transaction
     (``records.reserve_new_key``). A duplicate (the key taken) is answered from the record
     that statement read when it can be (``_duplicate_as_seen``). None when neither could be
     done (or the database cannot): the caller then takes the general way, which answers from
     the locked record."""
-    unsaved_entry = partial(
-        entries.build,
-        caller=caller,
-        run=run,
-        tool=tool,
-        request=request,
-        classification=classification,
-        input_hash=input_hash,
-        key=key,
-    )
-    entry = unsaved_entry(decision=Decision.EXECUTE, record=None)
+    caller = call.caller
+    entry = entries.build(call, decision=Decision.EXECUTE, record=None)
     first = records.reserve_new_key(
         tenant=caller.tenant,
-        tool=tool,
-        key=key,
-        fingerprint=input_hash,
-        replay_policy=classification.replay_policy,
+        tool=call.tool,
+        key=call.key,
+        fingerprint=call.input_hash,
+        replay_policy=call.classification.replay_policy,
         lease_owner=caller.identity,
         actor=caller.identity,
-        run=run,
+        run=call.run,
         entry=entry,
     )
     if first.created is not None:
-        result = CallResult(entry, Decision.EXECUTE, classification)
+        result = CallResult(entry, Decision.EXECUTE, call.classification)
         record = first.created
         result.lease = Lease(record.fencing_token, record.lease_expires_at)  # type: ignore[arg-type]
         return result
     if first.seen is None:
         return None
-    return _duplicate_as_seen(
-        first.seen, first.seen_lapsed, input_hash, classification, unsaved_entry
-    )
+    return _duplicate_as_seen(first.seen, first.seen_lapsed, call)
 
 
 def _duplicate_as_seen(
-    seen: IdempotencyRecord,
-    lapsed: bool,
-    input_hash: str,
-    classification: Classification,
-    unsaved_entry: Callable[..., LedgerEntry],
+    seen: IdempotencyRecord, lapsed: bool, call: entries.NewCall
 ) -> CallResult | None:
     """A duplicate answered from its record as read, without a lock or a transaction: the
     retry storm's ``wait`` and ``recorded_result``, counted and entered in one statement that
@@ -249,13 +214,14 @@ def _duplicate_as_seen(
     an answer that needs the record's lock, or when the record changed in between."""
     reservation = records.answer_as_seen(
         seen,
-        fingerprint=input_hash,
-        replay_policy=classification.replay_policy,
+        fingerprint=call.input_hash,
+        replay_policy=call.classification.replay_policy,
         lapsed=lapsed,
     )
     if reservation is None:
         return None
-    entry = unsaved_entry(
+    entry = entries.build(
+        call,
         decision=reservation.decision,
         record=seen,
         code=reservation.code.value if reservation.code else "",
@@ -263,7 +229,7 @@ def _duplicate_as_seen(
     )
     if not records.count_duplicate_as_seen(seen, entry):
         return None
-    result = CallResult(entry, reservation.decision, classification)
+    result = CallResult(entry, reservation.decision, call.classification)
     result.observation = observation_for(entry, None, next_action=reservation.next_action)
     return result
 
