@@ -125,6 +125,9 @@ def console_view(
             return response
 
         wrapped.console_roles = roles  # type: ignore[attr-defined]  # read by console.navigation
+        # Read by the tenant-scope tests, to find each object page's model.
+        wrapped.console_methods = methods  # type: ignore[attr-defined]
+        wrapped.console_target = target  # type: ignore[attr-defined]
         return wrapped
 
     return decorate

@@ -22,19 +22,31 @@ LINKED_PAGES = (
     "tools",
     "audit",
 )
+#: The pages of one object each (a ``pk`` in their URL) that ids link to across the console.
+OBJECT_PAGES = (
+    "approval",
+    "unknown_call",
+    "call",
+    "run",
+    "record",
+    "combination",
+    "audit_event",
+)
 
 
 def needed_roles(url_name: str) -> tuple[Role, ...]:
-    """The roles the console page ``url_name`` (no arguments) is open to; none: any member."""
-    view = resolve(reverse(f"console:{url_name}")).func
+    """The roles the console page ``url_name`` is open to; none: any member."""
+    kwargs = {"pk": 1} if url_name in OBJECT_PAGES else None
+    view = resolve(reverse(f"console:{url_name}", kwargs=kwargs)).func
     return tuple(getattr(view, "console_roles", ()))
 
 
 def pages_for(roles: set[Role]) -> set[str]:
-    """The linked pages a member holding ``roles`` may open (none for a member without one)."""
+    """The linked and object pages a member holding ``roles`` may open (none for a member
+    without one)."""
     if not roles:
         return set()
-    return {name for name in LINKED_PAGES if allows(roles, needed_roles(name))}
+    return {name for name in LINKED_PAGES + OBJECT_PAGES if allows(roles, needed_roles(name))}
 
 
 def context_for(request: HttpRequest, tenant: Tenant, **extra: object) -> dict[str, object]:

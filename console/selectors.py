@@ -241,3 +241,53 @@ def combination_choices(tenant: Tenant) -> list[tuple[str, str]]:
         .order_by("-pk")
         .values_list("pk", "label")[:100]
     ]
+
+
+def record_page(record: IdempotencyRecord) -> dict[str, object]:
+    """Everything about one action (an idempotency record): its calls, its write plan (its
+    first call's), look-ups, approvals, compensation, and the audit events of the action, its
+    calls and its approvals, oldest first."""
+    from ledger.models import Compensation
+    from reconcile.models import ReconcileAttempt
+
+    entries = list(record.entries.select_related("run").order_by("created_at", "pk")[:100])
+    approvals = list(ApprovalRequest.objects.filter(record=record).order_by("created_at"))
+    targets = (
+        Q(target_type="idempotencyrecord", target_id=str(record.pk))
+        | Q(target_type="ledgerentry", target_id__in=[str(e.pk) for e in entries])
+        | Q(target_type="approvalrequest", target_id__in=[str(a.pk) for a in approvals])
+    )
+    return {
+        "entries": entries,
+        "plan": WritePlan.objects.filter(entry__record=record).order_by("pk").first(),
+        "attempts": list(ReconcileAttempt.objects.filter(record=record).order_by("created_at")),
+        "approvals": approvals,
+        "compensation": Compensation.objects.filter(original=record).select_related("tool").first(),
+        "events": list(
+            AuditEvent.objects.filter(targets, tenant_id=record.tenant_id).order_by(
+                "created_at", "pk"
+            )[:200]
+        ),
+    }
+
+
+def combination_page(combination: VersionCombination) -> dict[str, object]:
+    """One combination's runs (newest 20, and how many by status), its rollout plans, the
+    combination it replaced, and its audit events, oldest first."""
+    from ledger.models import RolloutPlan, Run
+
+    runs = Run.objects.filter(combination=combination)
+    return {
+        "runs": list(runs.order_by("-pk")[:20]),
+        "run_counts": dict(
+            runs.order_by().values_list("status").annotate(n=Count("pk")).values_list("status", "n")
+        ),
+        "rollouts": list(RolloutPlan.objects.filter(candidate=combination).order_by("-pk")[:10]),
+        "events": list(
+            AuditEvent.objects.filter(
+                tenant_id=combination.tenant_id,
+                target_type="versioncombination",
+                target_id=str(combination.pk),
+            ).order_by("created_at", "pk")[:200]
+        ),
+    }

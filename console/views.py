@@ -358,6 +358,8 @@ def combination_action(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRes
             raise InvalidInput(_("Unknown action."))
     except LedgerError as exc:
         messages.error(request, exc.message)
+    if request.POST.get("back") == "combination":
+        return redirect("console:combination", pk=combination.pk)
     return redirect("console:combinations")
 
 

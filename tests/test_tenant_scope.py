@@ -1,7 +1,9 @@
 """Tenant scope of every list: two tenants with rows of every kind, and every console list page
 and API list endpoint, found from the URL configuration, shows each tenant its own rows and
 never the other's. A new list is covered by default; a URL that is not a list has to be named
-in ``NOT_LISTS`` with the reason. The console's selectors are checked the same way."""
+in ``NOT_LISTS`` with the reason. Every console page of one object (a ``pk`` in its URL) is a
+404 for the other tenant's object, found the same way. The console's selectors are checked the
+same way."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.test import Client
@@ -237,6 +240,43 @@ def test_counts_are_only_of_the_tenants_own_calls(name: str) -> None:
     _rows(make_tenant("egret"))
     metrics.roll_up()
     assert _without_tokens(_get(own, name, path)) == before
+
+
+def _object_pages() -> list[tuple[str, str, str]]:
+    """(URL name, route, model name) of every console page of one object that answers GET."""
+    found = []
+    for route, name, pattern in _walk(get_resolver().url_patterns):
+        view = pattern.callback
+        if not name.startswith("console:") or "pk" not in pattern.pattern.converters:
+            continue
+        if "GET" in getattr(view, "console_methods", ()):
+            found.append((name, route, view.console_target))
+    return found
+
+
+OBJECT_PAGES = _object_pages()
+
+
+def test_the_object_pages_include_every_kind_of_object() -> None:
+    names = {name for name, _route, _model in OBJECT_PAGES}
+    assert {"console:record", "console:combination", "console:audit_event", "console:call"} <= names
+    assert all(model for _name, _route, model in OBJECT_PAGES), "a page that names no model"
+
+
+@pytest.mark.parametrize(
+    ("name", "route", "model_name"), OBJECT_PAGES, ids=[name for name, _r, _m in OBJECT_PAGES]
+)
+def test_another_tenants_object_is_not_found_on_any_object_page(
+    tenants, name: str, route: str, model_name: str
+) -> None:
+    model = next(m for m in apps.get_models() if m._meta.model_name == model_name)
+    for own, other in (SLUGS, SLUGS[::-1]):
+        theirs = model._default_manager.filter(tenant__slug=other).order_by("pk").first()
+        assert theirs is not None, f"the module's rows have no {model_name} of {other}"
+        path = "/" + route.replace("<int:pk>", str(theirs.pk))
+        response = tenants[own]["console"].get(path, secure=True)
+        assert response.status_code == 404, (name, own, response.status_code)
+        assert other not in response.content.decode()
 
 
 def test_a_key_is_looked_up_per_tenant(tenants) -> None:

@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from ledger.models import IdempotencyRecord, LedgerEntry, Run, Tool
+from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Run, Tool
 from tests.console.conftest import make_user, signed_in
 
 pytestmark = pytest.mark.django_db
@@ -31,7 +31,9 @@ ROUTES = [
     ("runs", None, {"GET"}, STAFF),
     ("run", "run", {"GET"}, STAFF),
     ("call", "entry", {"GET"}, STAFF),
+    ("record", "record", {"GET"}, STAFF),
     ("combinations", None, {"GET"}, {"manager"}),
+    ("combination", "combination", {"GET"}, {"manager"}),
     ("rollback", "combination", {"GET", "POST"}, {"manager"}),
     ("combination_action", "combination", {"POST"}, {"manager"}),
     ("metrics", None, {"GET", "POST"}, {"manager"}),
@@ -40,6 +42,7 @@ ROUTES = [
     ("tools_import", None, {"POST"}, {"manager"}),
     ("tool_override", "tool", {"POST"}, {"manager"}),
     ("audit", None, {"GET"}, STAFF),
+    ("audit_event", "event", {"GET"}, STAFF),
 ]
 IDS = [route[0] for route in ROUTES]
 
@@ -53,6 +56,7 @@ def objects(tenant, pending, unknown, combos) -> dict[str, int]:
         "entry": LedgerEntry.objects.filter(tenant=tenant).first().pk,
         "combination": combos[1].pk,
         "tool": Tool.objects.filter(tenant=tenant).first().pk,
+        "event": AuditEvent.objects.filter(tenant=tenant).first().pk,
     }
 
 

@@ -73,11 +73,27 @@ def test_calls_link_to_their_page_from_the_list_and_the_run(
 def test_audit_targets_link_to_their_pages_for_roles_that_open_them(
     django_user_model, tenant, uncertain_order
 ):
-    record = f'href="/unknown/{uncertain_order.record_id}/"'
+    from ledger.services import combinations
+
+    combination, _ = combinations.create_combination(
+        tenant=tenant,
+        label="audited",
+        actor="x",
+        source="api",
+        model="m",
+        prompt="p",
+        rules="r",
+        tool_schema="t",
+        data_version="d",
+    )
+    record = f'href="/ledger/records/{uncertain_order.record_id}/"'
+    combination_link = f'href="/combinations/{combination.pk}/"'
     operator = signed_in(make_user(django_user_model, "op", tenant, "operator"))
-    assert record in operator.get("/audit/", secure=True).content.decode()
+    seen_by_operator = operator.get("/audit/", secure=True).content.decode()
+    assert record in seen_by_operator and combination_link not in seen_by_operator
     manager = signed_in(make_user(django_user_model, "ma", tenant, "manager"))
-    assert record not in manager.get("/audit/", secure=True).content.decode()
+    seen_by_manager = manager.get("/audit/", secure=True).content.decode()
+    assert record in seen_by_manager and combination_link in seen_by_manager
 
 
 def test_another_tenants_call_is_a_404(django_user_model, other_tenant, uncertain_order):

@@ -1,0 +1,31 @@
+"""One audit event's page: who did what to which object (linked to its page), from where, with
+what outcome, and the before and after it recorded (redacted when it was written)."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from console.access import console_view, get_for_tenant
+from console.navigation import context_for
+from console.roles import Role
+from ledger.models import AuditEvent, Tenant
+from ledger.redaction import redact, redact_text
+
+
+@console_view(Role.MANAGER, Role.OPERATOR, Role.APPROVER, target="auditevent")
+def audit_event(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
+    event = get_for_tenant(request, tenant, AuditEvent.objects.all(), pk, "No such event.")
+    # An event's before and after are what the service saw; secrets in them are shown redacted.
+    return render(
+        request,
+        "console/audit_event.html",
+        context_for(
+            request,
+            tenant,
+            event=event,
+            before=redact(event.before),
+            after=redact(event.after),
+            detail=redact_text(event.detail),
+        ),
+    )

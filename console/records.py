@@ -1,0 +1,25 @@
+"""One action's page: its idempotency record (key, state, fingerprint, lease and fencing token,
+executions and dedup hits), its write plan, the calls under it, its look-ups, approvals and
+compensation, and the audit timeline of all of them."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from console import selectors
+from console.access import console_view, get_for_tenant
+from console.navigation import context_for
+from console.roles import Role
+from ledger.models import IdempotencyRecord, Tenant
+
+
+@console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER, target="idempotencyrecord")
+def record_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
+    records = IdempotencyRecord.objects.select_related("tool", "run", "combination")
+    record = get_for_tenant(request, tenant, records, pk, "No such action.")
+    return render(
+        request,
+        "console/record_detail.html",
+        context_for(request, tenant, record=record, **selectors.record_page(record)),
+    )
