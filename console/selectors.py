@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Count, Min, Q
 from django.utils import timezone
@@ -13,12 +14,16 @@ from ledger.domain import EscalationKind, RecordState
 from ledger.models import (
     ApprovalRequest,
     AuditEvent,
+    Compensation,
     IdempotencyRecord,
     LedgerEntry,
+    RolloutPlan,
+    Run,
     Tenant,
     VersionCombination,
     WritePlan,
 )
+from ledger.services.combinations import RollbackReport
 from ledger.services.escalation import escalated_as
 
 
@@ -247,7 +252,6 @@ def record_page(record: IdempotencyRecord) -> dict[str, object]:
     """Everything about one action (an idempotency record): its calls, its write plan (its
     first call's), look-ups, approvals, compensation, and the audit events of the action, its
     calls and its approvals, oldest first."""
-    from ledger.models import Compensation
     from reconcile.models import ReconcileAttempt
 
     entries = list(record.entries.select_related("run").order_by("created_at", "pk")[:100])
@@ -274,8 +278,6 @@ def record_page(record: IdempotencyRecord) -> dict[str, object]:
 def combination_page(combination: VersionCombination) -> dict[str, object]:
     """One combination's runs (newest 20, and how many by status), its rollout plans, the
     combination it replaced, and its audit events, oldest first."""
-    from ledger.models import RolloutPlan, Run
-
     runs = Run.objects.filter(combination=combination)
     return {
         "runs": list(runs.order_by("-pk")[:20]),
@@ -289,5 +291,25 @@ def combination_page(combination: VersionCombination) -> dict[str, object]:
                 target_type="versioncombination",
                 target_id=str(combination.pk),
             ).order_by("created_at", "pk")[:200]
+        ),
+    }
+
+
+def rollback_changes(tenant: Tenant, report: RollbackReport) -> dict[str, list[Any]]:
+    """What a rollback changes (or, in a preview, would change), as they are now: the runs it
+    halts, the approvals it invalidates and the unknown calls it queues for look-up."""
+    return {
+        "runs": list(
+            Run.objects.filter(tenant=tenant, run_id__in=report.halted_runs).order_by("run_id")
+        ),
+        "approvals": list(
+            ApprovalRequest.objects.filter(tenant=tenant, pk__in=report.invalidated_approvals)
+            .select_related("record__tool")
+            .order_by("pk")
+        ),
+        "lookups": list(
+            IdempotencyRecord.objects.filter(tenant=tenant, key__in=report.unknown)
+            .select_related("tool")
+            .order_by("pk")
         ),
     }

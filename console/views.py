@@ -265,6 +265,7 @@ def rollback_page(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse
             tenant,
             combination=combination,
             report=report,
+            changes=selectors.rollback_changes(tenant, report) if report else None,
             others=others,
             restore=restore,
             restored=next((o for o in others if report and o.pk == report.restored), None),

@@ -21,7 +21,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from console import selectors
 from ledger.api import api as ninja_api
-from ledger.models import IdempotencyRecord, Tenant
+from ledger.models import ApprovalRequest, IdempotencyRecord, Run, Tenant
 from ledger.services import combinations, metrics, notifications, rollouts
 from ledger.services.approvals import decide
 from tests.api.conftest import ApiClient, client_for
@@ -302,11 +302,25 @@ def _tenant_selectors() -> list[str]:
 SELECTOR_ARGS: dict[str, dict[str, Any]] = {"unknown_calls": {"limit": 50}}
 
 
+def _everything_of_both_tenants() -> dict[str, Any]:
+    """A rollback report naming every run, approval and unknown call of both tenants."""
+    report = combinations.RollbackReport(dry_run=True, combination=0, restored=None)
+    report.halted_runs = list(Run.objects.values_list("run_id", flat=True))
+    report.invalidated_approvals = list(ApprovalRequest.objects.values_list("pk", flat=True))
+    report.unknown = list(IdempotencyRecord.objects.values_list("key", flat=True))
+    return {"report": report}
+
+
+# Arguments built from the module's rows, when the selector is called.
+SELECTOR_ROWS = {"rollback_changes": _everything_of_both_tenants}
+
+
 @pytest.mark.parametrize("selector", _tenant_selectors())
 def test_each_console_selector_reads_only_its_tenant(tenants, selector: str) -> None:
     for own, other in (SLUGS, SLUGS[::-1]):
         tenant = Tenant.objects.get(slug=own)
-        found = getattr(selectors, selector)(tenant, **SELECTOR_ARGS.get(selector, {}))
+        args = SELECTOR_ROWS[selector]() if selector in SELECTOR_ROWS else {}
+        found = getattr(selectors, selector)(tenant, **SELECTOR_ARGS.get(selector, args))
         rows = list(found.values()) if isinstance(found, dict) else [found]
         for row in _flatten(rows):
             tenant_id = getattr(row, "tenant_id", None)

@@ -81,6 +81,7 @@ class RollbackOut(Schema):
     executing: list[str]
     unknown: list[str]
     queued_for_lookup: list[str]
+    invalidated_approvals: list[int]
     needs_human: list[dict[str, Any]]
     steps: list[str]
 

@@ -248,6 +248,8 @@ class RollbackReport:
     executing: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
     queued_for_lookup: list[str] = field(default_factory=list)
+    # Open approvals of actions planned under it: halting it voids them.
+    invalidated_approvals: list[int] = field(default_factory=list)
     needs_human: list[dict[str, Any]] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
 
@@ -286,12 +288,20 @@ def rollback(
     report.halted_runs = list(running.values_list("run_id", flat=True))
     report.executing = [r.key for r in pending if r.state == RecordState.EXECUTING]
     report.unknown = [r.key for r in pending if r.state == RecordState.UNKNOWN]
-    report.needs_human = _needs_human(tenant, bad)
+    report.invalidated_approvals = list(
+        ApprovalRequest.objects.filter(
+            tenant=tenant, entry__combination=bad, state__in=ApprovalRequest.OPEN_STATES
+        )
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
     if dry_run:
+        report.needs_human = _needs_human(tenant, bad, voided=report.invalidated_approvals)
         report.steps = [
             "would halt the combination and its running runs",
             f"would restore combination {report.restored}",
             f"would queue {len(report.unknown)} unknown side effects for look-up",
+            f"would invalidate {len(report.invalidated_approvals)} open approvals",
         ]
         return report
     with transaction.atomic():
@@ -340,6 +350,7 @@ def rollback(
         )
         records_became_unknown.send(sender=IdempotencyRecord, record_ids=unknown_ids)
         report.queued_for_lookup = report.unknown
+        report.needs_human = _needs_human(tenant, bad, voided=[])
         audit(
             tenant=tenant,
             actor=actor,
@@ -380,13 +391,21 @@ def _restore_target(
     return None
 
 
-def _needs_human(tenant: Tenant, bad: VersionCombination) -> list[dict[str, Any]]:
+def _needs_human(
+    tenant: Tenant, bad: VersionCombination, *, voided: list[int]
+) -> list[dict[str, Any]]:
+    """Escalated unknown calls, and the pending approvals the halt leaves (``voided``: those
+    it will void, in a dry run; after the halt, the voided ones are no longer pending)."""
     escalated = IdempotencyRecord.objects.filter(
         tenant=tenant, combination=bad, state=RecordState.UNKNOWN, escalated_at__isnull=False
     )
-    approvals = ApprovalRequest.objects.filter(
-        tenant=tenant, record__combination=bad, state=ApprovalRequest.State.PENDING
-    ).select_related("record")
+    approvals = (
+        ApprovalRequest.objects.filter(
+            tenant=tenant, record__combination=bad, state=ApprovalRequest.State.PENDING
+        )
+        .exclude(pk__in=voided)
+        .select_related("record")
+    )
     return [
         {"kind": "unknown_escalated", "key": r.key, "reason": r.escalation_reason}
         for r in escalated

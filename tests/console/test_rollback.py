@@ -9,7 +9,8 @@ import pytest
 from ledger.errors import Conflict, InvalidInput
 from ledger.models import AuditEvent, VersionCombination
 from ledger.services import combinations
-from tests.console.conftest import make_user, signed_in
+from tests.api.conftest import client_for
+from tests.console.conftest import make_pending, make_user, signed_in
 
 pytestmark = pytest.mark.django_db
 VERSIONS = {"model": "m", "rules": "r", "tool_schema": "t", "data_version": "d"}
@@ -91,3 +92,47 @@ def test_rolling_back_the_only_active_combination_asks_what_to_restore(
     only.refresh_from_db()
     spare.refresh_from_db()
     assert (only.state, spare.state) == ("halted", "active")
+
+
+def test_the_preview_lists_everything_the_rollback_changes_and_the_result_their_new_states(
+    django_user_model, tenant, combos
+) -> None:
+    _good, bad = combos
+    waiting = [make_pending(tenant, path=f"f{n}.py", run_id=f"run-w{n}") for n in range(2)]
+    api = client_for(tenant)
+    api.start_run("run-order")
+    order = api.call("create_order", {"cart": 7}, run_id="run-order", business_object_id="c7")
+    api.post(
+        f"/calls/{order.json()['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"}
+    )
+    unknown_key = order.json()["idempotency_key"]
+    manager = signed_in(make_user(django_user_model, "mgr", tenant, "manager"))
+
+    preview = manager.get(f"/combinations/{bad.pk}/rollback", secure=True)
+    report = preview.context["report"]
+    assert sorted(report.invalidated_approvals) == sorted(a.pk for a in waiting)
+    assert not [item for item in report.needs_human if item["kind"] == "pending_approval"]
+    html = preview.content.decode()
+    assert "2 approvals will be invalidated" in html
+    for approval in waiting:
+        assert approval.record.key in html
+    assert {run.status for run in preview.context["changes"]["runs"]} == {"running"}
+    assert {r.run_id for r in preview.context["changes"]["runs"]} == {
+        "run-w0",
+        "run-w1",
+        "run-order",
+    }
+    # The writes waiting for approval are unknown too: all three are queued for look-up.
+    queued = {r.key for r in preview.context["changes"]["lookups"]}
+    assert queued == {unknown_key} | {a.record.key for a in waiting}
+
+    done = manager.post(f"/combinations/{bad.pk}/rollback", {"reason": "dup spike"}, secure=True)
+    assert done.status_code == 200
+    changes = done.context["changes"]
+    assert {a.state for a in changes["approvals"]} == {"invalidated"}
+    assert {a.pk for a in changes["approvals"]} == {a.pk for a in waiting}
+    assert {run.status for run in changes["runs"]} == {"halted"}
+    html = done.content.decode()
+    assert "2 approvals invalidated" in html
+    assert '<span class="badge">pending</span>' not in html
+    assert not [i for i in done.context["report"].needs_human if i["kind"] == "pending_approval"]
