@@ -1,7 +1,8 @@
 """A walk through the console as each demo role, in real Chromium at 1440 x 900: every link the
-role is shown (top bar, inbox tiles, lists, detail pages) opens a page it may see, and every
-page it reaches is kept as a screenshot. A page the role may not open is the console's own
-403 page, naming the role needed and who holds it, in the user's language."""
+role is shown (top bar, inbox tiles, lists, detail pages) opens a page it may see, the top bar
+stays on one line, and every page it reaches is kept as a screenshot. A page the role may not
+open is the console's own 403 page, naming the role needed and who holds it, in the user's
+language."""
 
 from __future__ import annotations
 
@@ -19,7 +20,38 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 DEMO_ROLES = ("operator", "approver", "manager", "admin")
 #: Links that leave the console or end the session: not part of the walk.
 OUTSIDE = re.compile(r"^/(admin|api|logout|login|i18n|static)(/|$)")
-MAX_PAGES = 60
+MAX_PAGES = 80
+#: Pages of the same shape (the same path but for its ids, the same query parameters) are
+#: visited this many times: every kind of page is reached, without walking every row.
+PER_SHAPE = 2
+#: The pages of one object each role's walk reaches (from its lists, links and audit log).
+OBJECT_PAGES = {
+    "operator": {"/ledger/records/N/", "/ledger/calls/N/", "/ledger/runs/N/", "/audit/N/"},
+    "approver": {"/ledger/records/N/", "/approvals/N/", "/audit/N/"},
+    "manager": {"/ledger/records/N/", "/combinations/N/", "/audit/N/"},
+    "admin": {"/ledger/records/N/", "/combinations/N/", "/audit/N/", "/approvals/N/"},
+}
+#: The top bar is one line: the text of each of its items is on one line, the items side by
+#: side, and nothing sticks out of the window.
+TOPBAR_ONE_LINE = """() => {
+  const bar = document.querySelector("header.topbar");
+  const texts = [...bar.querySelectorAll(".brand, nav a, .tenant, .user")];
+  const items = [...texts, ...bar.querySelectorAll(".who select, .who button")];
+  const lines = (e) => {
+    const range = document.createRange();
+    range.selectNodeContents(e);
+    return new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size;
+  };
+  const middles = items.map((e) => {
+    const box = e.getBoundingClientRect();
+    return box.top + box.height / 2;
+  });
+  return {
+    wrapped: texts.filter((e) => lines(e) > 1).map((e) => e.textContent.trim()),
+    spread: Math.max(...middles) - Math.min(...middles),
+    overflow: document.documentElement.scrollWidth - window.innerWidth,
+  };
+}"""
 
 
 def _signed_in_page(browser: Browser, base_url: str, name: str) -> Page:
@@ -49,21 +81,32 @@ def _links(page: Page) -> list[tuple[str, bool]]:
     return found
 
 
+def shape(path: str) -> str:
+    """A path without its ids and query values: ``/audit/12/?before=9`` → ``/audit/N/?before``."""
+    url = urlsplit(path)
+    names = sorted(part.split("=", 1)[0] for part in url.query.split("&") if part)
+    return re.sub(r"/\d+(?=/|$)", "/N", url.path) + (f"?{'&'.join(names)}" if names else "")
+
+
 def _walk(page: Page, base_url: str, role: str) -> dict[str, int]:
-    """Visit every link reachable from the inbox (breadth first); the status of each. A
-    download is fetched, not opened."""
+    """Visit the links reachable from the inbox (breadth first, ``PER_SHAPE`` of each shape);
+    the status of each. A download is fetched, not opened."""
     seen: dict[str, int] = {}
+    shapes: dict[str, int] = {}
     queue = [("/", False)]
     while queue and len(seen) < MAX_PAGES:
         path, download = queue.pop(0)
-        if path in seen:
+        if path in seen or shapes.get(shape(path), 0) >= PER_SHAPE:
             continue
+        shapes[shape(path)] = shapes.get(shape(path), 0) + 1
         if download:
             seen[path] = page.request.get(f"{base_url}{path}").status
             continue
         response = page.goto(f"{base_url}{path}")
         assert response is not None
         seen[path] = response.status
+        bar = page.evaluate(TOPBAR_ONE_LINE)
+        assert bar["wrapped"] == [] and bar["spread"] <= 4 and bar["overflow"] <= 0, (path, bar)
         slug = re.sub(r"[^a-z0-9]+", "-", path.lower()).strip("-") or "inbox"
         page.screenshot(path=str(SHOTS / f"walk-{role}-{slug}.png"), full_page=True)
         queue.extend(link for link in _links(page) if link[0] not in seen)
@@ -82,6 +125,8 @@ def test_every_link_a_role_sees_opens(
     refused = {path: status for path, status in statuses.items() if status >= 400}
     assert refused == {}, f"{role} was shown links it cannot open"
     assert len(statuses) >= 5, statuses  # the walk got past the inbox
+    assert len(statuses) < MAX_PAGES, "the walk stopped before it saw every page"
+    assert OBJECT_PAGES[role] <= {shape(path) for path in statuses}, sorted(statuses)
 
 
 def test_a_refusal_names_the_role_and_who_holds_it(

@@ -351,3 +351,28 @@ def test_a_bad_threshold_is_a_clear_error_not_a_500(django_user_model, tenant, b
     assert response.status_code == 200
     assert "invalid threshold" in response.content.decode()
     assert not Threshold.objects.exists()
+
+
+def test_rates_in_the_metrics_and_combinations_tables_are_percentages(
+    django_user_model, tenant, combos
+) -> None:
+    from ledger.services import metrics
+
+    api = client_for(tenant)
+    api.start_run("run-rates")
+    for step in ("s-1", "s-2"):  # the second order of cart c9 is a dedup hit
+        call = api.call(
+            "create_order", {"cart": 9}, run_id="run-rates", step_id=step, business_object_id="c9"
+        ).json()
+        if call["decision"] == "execute":
+            api.post(
+                f"/calls/{call['call_id']}/complete",
+                {"fencing_token": 1, "outcome": "succeeded", "result": {"order": 9}},
+            )
+    metrics.roll_up()
+    rate = metrics.by_tool(tenant, since=None)["create_order"].dedup_hit_rate
+    assert 0 < rate < 1
+    manager = signed_in(make_user(django_user_model, "mgr", tenant, "manager"))
+    shown = f"<td>{rate * 100:.1f}%</td>"
+    assert shown in manager.get("/metrics/", secure=True).content.decode()
+    assert shown in manager.get("/combinations/", secure=True).content.decode()
