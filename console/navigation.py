@@ -29,6 +29,7 @@ OBJECT_PAGES = (
     "call",
     "run",
     "record",
+    "record_compensation",
     "combination",
     "audit_event",
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from ledger.models import ApprovalRequest, IdempotencyRecord, Run, VersionCombination
+from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, Run, VersionCombination
 from tests.browser.conftest import console_user, shot, sign_in
 from tests.console.conftest import make_pending
 
@@ -35,11 +35,17 @@ def test_roll_back_a_combination(page: Page, live_server, django_user_model, inc
     unknown = IdempotencyRecord.objects.filter(combination_id=bad["id"], state="unknown").count()
     assert unknown == 4  # three orders and the write waiting for approval
     expect(page.locator(f"text={unknown} unknown (queued for look-up)")).to_be_visible()
+    approvals = page.locator("#rollback-approvals")
+    expect(approvals.locator("h2")).to_have_text("1 approval will be invalidated")
+    expect(approvals.locator(".badge")).to_have_text(["pending"])
     shot(page, "rollback-preview")
     assert VersionCombination.objects.get(pk=bad["id"]).state == "active"
     page.fill("#reason", "Duplicate orders since prompt-v2")
     page.click("text=Roll back now")
     expect(page.locator("h1")).to_contain_text("Rolled back prompt-v2")
+    expect(approvals.locator("h2")).to_have_text("1 approval invalidated")
+    expect(approvals.locator(".badge")).to_have_text(["invalidated"])  # no longer pending
+    expect(page.locator("#rollback-runs .badge")).to_have_text(["halted", "halted"])
     shot(page, "rollback-result")
     assert VersionCombination.objects.get(pk=bad["id"]).state == "halted"
     assert VersionCombination.objects.get(pk=good["id"]).state == "active"
@@ -124,6 +130,9 @@ def test_every_page_at_desktop_width(page: Page, live_server, django_user_model,
         "metrics": "/metrics/",
         "tools": "/tools/",
         "audit": "/audit/",
+        "record": f"/ledger/records/{unknown.pk}/",
+        "combination": f"/combinations/{bad['id']}/",
+        "audit-event": f"/audit/{AuditEvent.objects.filter(tenant=tenant).last().pk}/",
     }
     for name, path in pages.items():
         response = page.goto(f"{live_server.url}{path}")

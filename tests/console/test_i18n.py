@@ -14,8 +14,11 @@ from tests.console.conftest import make_user, signed_in
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOGUE = ROOT / "locale" / "zh_Hans" / "LC_MESSAGES"
-# {% translate "..." %} in templates and _("...") in the console's Python.
-SIMPLE_STRINGS = re.compile(r"""{% translate (["'])(.+?)\1 %}|\b_\((["'])(.+?)\3\)""")
+# {% translate "..." %} (with or without a context) in templates and _("...") in the console's
+# Python.
+SIMPLE_STRINGS = re.compile(
+    r"""{% translate (["'])(.+?)\1(?: context ["'][^"']+["'])? %}|\b_\((["'])(.+?)\3\)"""
+)
 
 
 def test_every_string_is_translated_and_the_compiled_catalogue_is_current() -> None:
@@ -80,3 +83,14 @@ def test_states_and_decisions_are_words_in_the_users_language(django_user_model,
     assert '<span class="badge">待审批</span>' in html  # the approval's state, "pending"
     assert ">pending<" not in html
     assert "有条件" in html  # conditional
+
+
+@pytest.mark.django_db
+def test_the_look_ups_section_and_their_count_are_different_words(
+    django_user_model, tenant, unknown
+):
+    user = make_user(django_user_model, "li", tenant, "operator")
+    Preferences.objects.create(user=user, language="zh-hans")
+    html = signed_in(user).get(f"/unknown/{unknown.pk}/", secure=True).content.decode()
+    assert "<dt>查询次数</dt>" in html  # "number of look-ups", beside the number
+    assert "<h3>查询记录</h3>" in html  # the look-ups themselves, a list
