@@ -48,7 +48,12 @@ def _captured() -> Captured:
     return captured.bound_for(binds_server_side())
 
 
-def _send(statements: list[tuple[str, Any]], mapping: dict[Any, Any], atomic: bool) -> None:
+def _send(
+    statements: list[tuple[str, Any]],
+    id_columns: list[tuple[tuple[int, str], ...]],
+    mapping: dict[Any, Any],
+    atomic: bool,
+) -> None:
     """The statements as the service sends them (``run_precompiled``): after the connection's
     health check, in a transaction only if it used one, bound server-side and prepared on
     first use when it binds so."""
@@ -62,7 +67,7 @@ def _send(statements: list[tuple[str, Any]], mapping: dict[Any, Any], atomic: bo
         with transaction.atomic() if atomic else nullcontext():
             factory = psycopg.RawCursor if server_side else psycopg.ClientCursor
             with factory(raw) as cursor:
-                replay(cursor, statements, mapping)
+                replay(cursor, statements, id_columns, mapping)
     finally:
         raw.prepare_threshold = previous
 
@@ -71,7 +76,7 @@ def _send(statements: list[tuple[str, Any]], mapping: dict[Any, Any], atomic: bo
 def sql_floor_calls(request: HttpRequest) -> JsonResponse:
     captured = _captured()
     mapping = captured.fresh(json.loads(request.body))
-    _send(captured.calls, mapping, captured.calls_atomic)
+    _send(captured.calls, captured.calls_ids, mapping, captured.calls_atomic)
     return JsonResponse(captured.handoff(mapping))
 
 
@@ -79,5 +84,5 @@ def sql_floor_calls(request: HttpRequest) -> JsonResponse:
 def sql_floor_complete(request: HttpRequest) -> JsonResponse:
     captured = _captured()
     mapping = captured.resume(json.loads(request.body))
-    _send(captured.complete, mapping, captured.complete_atomic)
+    _send(captured.complete, captured.complete_ids, mapping, captured.complete_atomic)
     return JsonResponse({"completed": True})

@@ -103,6 +103,10 @@ class Captured:
     entry_id: int
     calls_atomic: bool  # whether the service sent the request's statements in a transaction
     complete_atomic: bool
+    # Per statement, where its first returned row holds a new id: (column, key of the mapping
+    # that keeps the captured id), found in the real request's rows (``new_id_columns``).
+    calls_ids: list[tuple[tuple[int, str], ...]]
+    complete_ids: list[tuple[tuple[int, str], ...]]
 
     def fresh(self, suffix: str) -> dict[Any, Any]:
         """What to swap in one replayed tool call: a new key and call id; the record's and
@@ -152,18 +156,22 @@ def capture_statements(token: str, key: str) -> tuple[dict[str, Any], Captured]:
     client = Client()
     headers = {"Authorization": f"Bearer {token}"}
     statements: list[tuple[str, Any]] = []
+    rows: list[tuple[str | None, ...]] = []
 
     def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         statements.append((sql, params))
-        return execute(sql, params, many, context)
+        result = execute(sql, params, many, context)
+        rows.append(_first_row_text(context["cursor"].cursor))
+        return result
 
     with connection.execute_wrapper(record), CaptureQueriesContext(connection) as calls_q:
         response = client.post(
             "/api/v1/calls", call_body(key), content_type="application/json", headers=headers
         )
     body = response.json()
-    calls_statements = list(statements)
+    calls_statements, calls_rows = list(statements), list(rows)
     statements.clear()
+    rows.clear()
     with connection.execute_wrapper(record), CaptureQueriesContext(connection) as complete_q:
         done = client.post(
             f"/api/v1/calls/{body['call_id']}/complete",
@@ -184,6 +192,7 @@ def capture_statements(token: str, key: str) -> tuple[dict[str, Any], Captured]:
         "calls_sql": [q["sql"][:200] for q in calls_q.captured_queries],
         "complete_sql": [q["sql"][:200] for q in complete_q.captured_queries],
     }
+    new_ids = {"old_record": entry.record_id, "old_entry": entry.pk}
     captured = Captured(
         calls_statements,
         list(statements),
@@ -193,30 +202,64 @@ def capture_statements(token: str, key: str) -> tuple[dict[str, Any], Captured]:
         entry.pk,
         calls_atomic=any(q["sql"] in control for q in calls_q.captured_queries),
         complete_atomic=any(q["sql"] in control for q in complete_q.captured_queries),
+        calls_ids=new_id_columns(calls_statements, calls_rows, new_ids),
+        complete_ids=new_id_columns(statements, rows, new_ids),
     )
     return counts, captured
 
 
+def _first_row_text(cursor: psycopg.Cursor[Any]) -> tuple[str | None, ...]:
+    """The first row a statement returned, as text, read from the result without moving the
+    cursor (the service fetches it after this)."""
+    result = cursor.pgresult
+    if result is None or not result.ntuples:
+        return ()
+    values = (result.get_value(0, column) for column in range(result.nfields))
+    return tuple(None if v is None else bytes(v).decode(errors="replace") for v in values)
+
+
+def new_id_columns(
+    statements: list[tuple[str, Any]],
+    rows: list[tuple[str | None, ...]],
+    new_ids: dict[str, int],
+) -> list[tuple[tuple[int, str], ...]]:
+    """For each statement that inserts into a table of ``NEW_IDS``, the column of its first
+    returned row that held the inserted row's id in the real request: a replay reads its own
+    new ids from the same columns, whatever else the statement returns and in whatever order."""
+    found: list[tuple[tuple[int, str], ...]] = []
+    for (sql, _params), row in zip(statements, rows, strict=True):
+        columns = tuple(
+            (row.index(str(new_ids[old])), old)
+            for table, old in NEW_IDS
+            if f'INTO "{table}"' in sql and str(new_ids[old]) in row
+        )
+        found.append(columns)
+    return found
+
+
 def replay(
-    cursor: psycopg.Cursor[Any], statements: list[tuple[str, Any]], mapping: dict[Any, Any]
+    cursor: psycopg.Cursor[Any],
+    statements: list[tuple[str, Any]],
+    id_columns: list[tuple[tuple[int, str], ...]],
+    mapping: dict[Any, Any],
 ) -> None:
-    """Send captured statements with the identifiers in ``mapping`` swapped in."""
-    for sql, params in statements:
+    """Send captured statements with the identifiers in ``mapping`` swapped in; the new ids a
+    statement returns (in ``id_columns``, ``Captured.calls_ids``) are swapped in from there on."""
+    for (sql, params), columns in zip(statements, id_columns, strict=True):
         values = [_swap(mapping, p) for p in params or ()]
         cursor.execute(sql, values)
-        inserts = [old for table, old in NEW_IDS if f'INTO "{table}"' in sql]
-        if "RETURNING" in sql and inserts and cursor.description:
-            row = cursor.fetchone()
-            # The new ids come first, in NEW_IDS's order (``calls`` inserts the record and
-            # its entry in one statement and returns both): swapped in from here on.
-            for position, old in enumerate(inserts):
-                if row is not None and row[position] is not None:
-                    mapping[mapping[old]] = row[position]
-                    mapping[str(mapping[old])] = str(row[position])
+        if not columns:
+            continue
+        row = cursor.fetchone()
+        if row is None:
+            raise RuntimeError(f"a replayed INSERT returned no row: {sql[:200]}")
+        for position, old in columns:
+            mapping[mapping[old]] = row[position]
+            mapping[str(mapping[old])] = str(row[position])
 
 
-# The tables a tool call inserts into whose new ids later statements use, and where the
-# mapping keeps the captured id.
+# The tables a tool call inserts into whose new ids later statements use, and the key of the
+# mapping that keeps the captured id.
 NEW_IDS = (("ledger_idempotencyrecord", "old_record"), ("ledger_ledgerentry", "old_entry"))
 
 
@@ -261,10 +304,10 @@ def _replay_tool_call(
     """One tool call's statements, a transaction for each request; each request's seconds."""
     began = time.perf_counter()
     with conn.transaction(), conn.cursor() as cursor:
-        replay(cursor, captured.calls, mapping)
+        replay(cursor, captured.calls, captured.calls_ids, mapping)
     middle = time.perf_counter()
     with conn.transaction(), conn.cursor() as cursor:
-        replay(cursor, captured.complete, mapping)
+        replay(cursor, captured.complete, captured.complete_ids, mapping)
     return {"calls": middle - began, "complete": time.perf_counter() - middle}
 
 

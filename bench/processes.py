@@ -147,8 +147,11 @@ class MemorySampler:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop sampling; a no-op when the run failed before sampling began, so the run's own
+        error is the one reported."""
         self._stop.set()
-        self._thread.join(5)
+        if self._thread.is_alive():
+            self._thread.join(5)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
