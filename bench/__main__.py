@@ -32,16 +32,16 @@ class Sizes:
     seconds: float  # per load level
     levels: tuple[int, ...]
     callers: int
-    runs: int
-    records: int
+    records: int  # each with a ledger entry and an audit event (bench.loader)
     unknown: int
+    pending: int  # approvals waiting
     page_repeat: int
     reconcile_records: int
     cleanup_load_seconds: float
 
 
-QUICK = Sizes(3, (1, 8, 32), 100, 5_000, 30_000, 1_000, 5, 400, 3)
-FULL = Sizes(15, (1, 8, 32), 100, 100_000, 1_000_000, 20_000, 20, 3_000, 30)
+QUICK = Sizes(3, (1, 8, 32), 100, 30_000, 1_000, 20, 5, 400, 3)
+FULL = Sizes(15, (1, 8, 32), 100, 1_000_000, 20_000, 300, 20, 3_000, 30)
 
 
 def recreate_database(url: str) -> None:
@@ -269,26 +269,22 @@ def run(
     results["contention"] = result
 
     log("console at small size")
-    client = console_scale.signed_in_client(fixture.tenant)
+    members = console_scale.members(fixture.tenant)
     pages = console_scale.pages_for(fixture.tenant, fixture.run)
-    before = console_scale.measure(client, pages, 2)
+    before = console_scale.measure(members, pages, 2)
     before.pop("slowest_query")
-    log(f"COPY {sizes.records:,} records, entries and {sizes.runs:,} runs")
-    from ledger.models import Tool
-
-    tool = Tool.objects.get(tenant=fixture.tenant, name=hotpath.TOOL)
+    log(f"load {sizes.records:,} records with their entries and audit events")
     loaded = loader.load(
-        tenant_id=fixture.tenant.pk,
-        tool=tool,
-        runs=sizes.runs,
+        measured=fixture.tenant,
         records=sizes.records,
         unknown=sizes.unknown,
+        pending=sizes.pending,
     )
     log(
         f"loaded in {loaded['load_seconds']} s, vacuumed in {loaded['vacuum_seconds']} s; "
         f"console pages x{sizes.page_repeat}"
     )
-    after = console_scale.measure(client, pages, sizes.page_repeat)
+    after = console_scale.measure(members, pages, sizes.page_repeat)
     took, sql = after.pop("slowest_query")
     results["console"] = {
         "sizes": loaded,

@@ -5,17 +5,21 @@ query."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
-from django.urls import URLPattern, reverse
+from django.urls import URLPattern, resolve, reverse
+from django.utils import timezone
 
+from bench import loader
 from bench.load import ms, percentile
 from console.models import Membership
+from console.roles import Role, allows
 from ledger.models import Run, Tenant
 
 # Pages that only take a POST are not list pages (any other page answering 405 is dropped too).
@@ -35,24 +39,40 @@ def list_pages() -> dict[str, str]:
     return pages
 
 
-def signed_in_client(tenant: Tenant) -> Client:
+#: Whom each page is measured as: a member of the measured tenant holding the first of these
+#: roles the page is open to (an operator wherever an operator may look).
+ROLES = (Role.OPERATOR, Role.APPROVER, Role.MANAGER)
+
+
+def members(tenant: Tenant) -> dict[Role, Client]:
+    """A signed-in client for each of ``ROLES``: a user who is a member of ``tenant`` alone,
+    with that role there (not staff, not an admin)."""
     user_model = get_user_model()
-    user, _ = user_model.objects.get_or_create(
-        username="bench-admin", defaults={"is_staff": True, "is_superuser": True}
-    )
-    Membership.objects.get_or_create(user=user, tenant=tenant)
-    client = Client()
-    client.force_login(user)
-    return client
+    clients: dict[Role, Client] = {}
+    for role in ROLES:
+        user, _ = user_model.objects.get_or_create(username=f"bench-{role.value}")
+        Membership.objects.update_or_create(user=user, tenant=tenant, defaults={"role": role})
+        client = Client()
+        client.force_login(user)
+        clients[role] = client
+    return clients
 
 
-def measure(client: Client, pages: dict[str, str], repeat: int) -> dict[str, Any]:
+def role_for(url: str) -> Role:
+    """The role ``url`` is measured as (``ROLES``)."""
+    allowed = tuple(getattr(resolve(urlsplit(url).path).func, "console_roles", ()))
+    return next(role for role in ROLES if allows({role}, allowed))
+
+
+def measure(clients: dict[Role, Client], pages: dict[str, str], repeat: int) -> dict[str, Any]:
     results: dict[str, Any] = {}
     slowest: tuple[float, str] = (0.0, "")
     for name, url in pages.items():
         times: list[float] = []
         queries = 0
         status = 0
+        role = role_for(url)
+        client = clients[role]
         for _ in range(repeat):
             with CaptureQueriesContext(connection) as captured:
                 began = time.perf_counter()
@@ -68,6 +88,7 @@ def measure(client: Client, pages: dict[str, str], repeat: int) -> dict[str, Any
             continue
         results[name] = {
             "url": url,
+            "as": role.value,
             "status": status,
             "p50_ms": ms(percentile(times, 0.50)),
             "p95_ms": ms(percentile(times, 0.95)),
@@ -84,23 +105,45 @@ def explain(sql: str) -> str:
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
-#: The explorer's searches (console/explorer.py), measured as pages of their own: ids by prefix,
-#: keys and tools by fragment, a relative time range. The values match the loader's rows
-#: (keys ``agent:bench:u:load-run-{run}:{tool}:{i}``).
-SEARCHES = {
-    "find_key_part": ("calls", {"key": "load-run-7:"}),
-    "find_key_rare": ("calls", {"key": ":424242"}),
-    "find_run_start": ("calls", {"run": "load-run-4"}),
-    "find_call_start": ("calls", {"call": "ab"}),
-    "find_tool_part": ("calls", {"tool": "order"}),
-    "find_last_24h": ("calls", {"range": "24h"}),
-    "find_runs_start": ("runs", {"run": "load-run-4"}),
-}
+def searches(tenant: Tenant) -> dict[str, str]:
+    """The list pages' searches, measured as pages of their own, with values that match the
+    loader's rows (``bench.loader``) of ``tenant``: keys by prefix and by fragment, run ids and
+    call ids by their first characters, tools by part of a name, relative and absolute time
+    ranges, and the filters of the unknown queue, the approvals and the audit log."""
+    run = loader.run_id(0)  # run 0 is the measured tenant's (loader.SLOTS)
+    key_prefix = f"agent:{tenant.slug}:u:{run[:6]}"
+    now = timezone.localtime()
+    window = {
+        "since": (now - timedelta(hours=13)).strftime("%Y-%m-%dT%H:%M"),
+        "until": (now - timedelta(hours=12)).strftime("%Y-%m-%dT%H:%M"),
+    }
+    found = {
+        "calls_key_prefix": ("calls", {"key": key_prefix}),
+        "calls_key_fragment": ("calls", {"key": "cart-42"}),
+        "calls_key_rare": ("calls", {"key": "meeting-9999"}),
+        "calls_run_prefix": ("calls", {"run": run[:8]}),
+        "calls_call_prefix": ("calls", {"call": "ab"}),
+        "calls_tool_fragment": ("calls", {"tool": "order"}),
+        "calls_last_1h": ("calls", {"range": "1h"}),
+        "calls_window": ("calls", window),
+        "calls_fragment_window": ("calls", {"key": "cart-42", **window}),
+        "runs_run_prefix": ("runs", {"run": run[:8]}),
+        "runs_last_24h": ("runs", {"range": "24h"}),
+        "runs_window": ("runs", window),
+        "unknown_tool": ("unknown_calls", {"tool": "update_cart"}),
+        "unknown_older_than": ("unknown_calls", {"older_than": "1h"}),
+        "approvals_tool": ("approvals", {"tool": "book_meeting"}),
+        "audit_action": ("audit", {"action": "record.failed"}),
+        "audit_actor": ("audit", {"actor": "al_"}),
+    }
+    return {
+        name: f"{reverse(f'console:{page}')}?{urlencode(query)}"
+        for name, (page, query) in found.items()
+    }
 
 
 def pages_for(tenant: Tenant, timeline_run: Run) -> dict[str, str]:
     pages = list_pages()
     pages["run_timeline"] = reverse("console:run", args=[timeline_run.pk])
-    for name, (page, query) in SEARCHES.items():
-        pages[name] = f"{reverse(f'console:{page}')}?{urlencode(query)}"
+    pages.update(searches(tenant))
     return pages

@@ -165,12 +165,14 @@ def table(results: dict[str, Any]) -> str:
             lines.append(f"  CPU ms per look-up, {label.replace('_', ' ')}: {parts}")
     if "console" in results:
         lines.append("\nConsole at scale " + str(results["console"]["sizes"]) + ":")
-        lines.append(f"{'page':<16} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8} {'small':>6}")
+        lines.append(
+            f"{'page':<22} {'as':<9} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8} {'small':>6}"
+        )
         before = results["console"]["before"]["pages"]
         for name, page in results["console"]["after"]["pages"].items():
             small = before.get(name, {}).get("queries", "-")
             lines.append(
-                f"{name:<16} {page['p50_ms']:>8} {page['p95_ms']:>8} "
+                f"{name:<22} {page.get('as', '-'):<9} {page['p50_ms']:>8} {page['p95_ms']:>8} "
                 f"{page['queries']:>8} {small:>6}"
             )
     lines.append("\nGoals:")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -99,6 +101,37 @@ def test_keyset_pages_walk_every_call_once(operator, calls):
             break
         params["before"] = str(page.context["next_before"])
     assert seen == sorted(LedgerEntry.objects.values_list("pk", flat=True), reverse=True)
+
+
+def test_calls_are_paged_newest_first_by_time_then_id(operator, calls):
+    """The list's order is the calls' times, not their ids (a call written later may have
+    started earlier), and calls of the same instant are ordered by id, each shown once."""
+    ids = list(LedgerEntry.objects.order_by("pk").values_list("pk", flat=True))
+    earliest = LedgerEntry.objects.order_by("created_at").values_list("created_at", flat=True)[0]
+    # The newest id is the oldest call; the two before it share one instant.
+    LedgerEntry.objects.filter(pk=ids[-1]).update(created_at=earliest - timedelta(minutes=5))
+    LedgerEntry.objects.filter(pk__in=ids[-3:-1]).update(created_at=earliest - timedelta(minutes=1))
+    expected = list(LedgerEntry.objects.order_by("-created_at", "-pk").values_list("pk", flat=True))
+    assert expected != sorted(ids, reverse=True)
+    seen: list[int] = []
+    params: dict[str, str] = {"size": "1"}
+    for _ in range(len(ids) + 1):
+        page = operator.get("/ledger/", params, secure=True)
+        seen += [e.pk for e in page.context["rows"]]
+        if not page.context["next_before"]:
+            break
+        params["before"] = str(page.context["next_before"])
+    assert seen == expected
+
+
+def test_a_cursor_that_is_not_one_of_the_tenants_calls_is_a_404(
+    django_user_model, other_tenant, operator, calls
+):
+    them = signed_in(make_user(django_user_model, "them", other_tenant, "operator"))
+    theirs_to_see = LedgerEntry.objects.order_by("pk").first()
+    assert theirs_to_see is not None
+    assert operator.get("/ledger/", {"before": theirs_to_see.pk}, secure=True).status_code == 200
+    assert them.get("/ledger/", {"before": theirs_to_see.pk}, secure=True).status_code == 404
 
 
 def test_runs_are_searchable_and_link_to_their_timeline(operator, calls):
