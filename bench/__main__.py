@@ -126,10 +126,26 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _exit_on_signal)
     services: list[processes.Service] = [redis]
     sampler = processes.MemorySampler()
+    results: dict[str, Any] = {}
+    out = ROOT / "var" / "bench.json"
     try:
-        results = run(
-            sizes, args.quick, database_url, redis, redis_url, env, logdir, services, sampler
+        run(
+            results,
+            sizes,
+            args.quick,
+            database_url,
+            redis,
+            redis_url,
+            env,
+            logdir,
+            services,
+            sampler,
         )
+    except BaseException:
+        # What was measured before the run stopped (an error, a signal) is kept, marked so.
+        out.write_text(json.dumps({**results, "stopped": True}, indent=2, default=str))
+        log(f"stopped; what was measured is in {out.relative_to(ROOT)}")
+        raise
     finally:
         sampler.stop()
         for service in reversed(services):
@@ -137,13 +153,13 @@ def main() -> None:
     from bench.report import goals, table
 
     results["goals"] = goals(results)
-    out = ROOT / "var" / "bench.json"
     out.write_text(json.dumps(results, indent=2, default=str))
     print(table(results))
     log(f"wrote {out.relative_to(ROOT)}")
 
 
 def run(
+    results: dict[str, Any],
     sizes: Sizes,
     quick: bool,
     database_url: str,
@@ -153,7 +169,8 @@ def run(
     logdir: Path,
     services: list[Any],
     sampler: Any,
-) -> dict[str, Any]:
+) -> None:
+    """Every benchmark, each adding its part to ``results`` as it ends."""
     import django
 
     django.setup()
@@ -168,11 +185,11 @@ def run(
     from console.startup import freeze_loaded_objects
 
     started = time.monotonic()
-    results: dict[str, Any] = {
-        "mode": "quick" if quick else "full",
-        "machine": machine(database_url, redis_url),
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    results.update(
+        mode="quick" if quick else "full",
+        machine=machine(database_url, redis_url),
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
     log("migrate")
     call_command("migrate", verbosity=0)
     # The console pages are measured in this process: start-up like a web process's.
@@ -379,7 +396,6 @@ def run(
         "worker_peak_mb": round(sampler.peak["worker"], 1),
     }
     results["duration_s"] = round(time.monotonic() - started, 1)
-    return results
 
 
 if __name__ == "__main__":
