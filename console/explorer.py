@@ -180,7 +180,8 @@ def _page(
 ) -> tuple[list[Any], int | None]:
     """One keyset page of ``rows`` (``shown``, filtered), newest first, by ``time`` then id (by
     id alone without ``time``), read as ``shown`` reads them; and the cursor of the next (older)
-    page if any. A cursor that is not one of ``shown`` is a 404."""
+    page if any. With ``time``, a cursor that is not one of ``shown`` is a 404 (there is no
+    time to continue from)."""
     before = form.cleaned_data.get("before")
     if before and time:
         at = shown.filter(pk=before).values_list(time, flat=True).first()
