@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
     # before the old one is dropped.
 
     dependencies = [
-        ("ledger", "0014_shadow_rollout"),
+        ("ledger", "0015_escalation_kind"),
     ]
 
     operations = [
