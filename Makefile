@@ -55,9 +55,14 @@ services:
 	@TEST_DATABASE_URL=$(TEST_DATABASE_URL) TEST_BROKER_URL=$(TEST_BROKER_URL) PY=$(PY) \
 		scripts/ensure-services.sh
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), each on a test database of its own:
+# much of a test's time is spent waiting on PostgreSQL, Chromium or a child process, and two
+# workers overlap those waits (docs/testing.md "What runs where"). TEST_WORKERS=0 runs the
+# tests in this one process.
+TEST_WORKERS ?= 2
 test: install services
 	$(TEST_ENV) $(PY) manage.py collectstatic --noinput -v0
-	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Benchmarks against PostgreSQL and Redis with gunicorn (docs/performance.md); QUICK=1 is the
 # same run with smaller numbers. Uses its own database, created fresh, and its own redis-server.

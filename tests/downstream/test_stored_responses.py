@@ -12,7 +12,12 @@ import pytest
 from tests.downstream.conftest import Service
 from tests.downstream.test_services import _invoice, _lookup, _replayed
 
-pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+# One worker runs the whole module (pytest-xdist group), so the module's services start once.
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("test_stored_responses"),
+]
 
 
 def _stored_row(service: Service, key: str) -> tuple[str, bytes]:
