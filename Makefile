@@ -74,8 +74,10 @@ bench: install services
 # a private redis-server, the sandbox) on a fresh database; evidence in var/drill.json.
 drill: install services
 	$(PY) -m drill --postgres $(patsubst %/,%,$(dir $(TEST_DATABASE_URL))) $(DRILL_ARGS)
-	@# The acceptance runs at full size (pytest marker `scale`), too long for `make test`.
-	$(TEST_ENV) $(PY) -m pytest -m scale $(SCALE_ARGS)
+	@# The acceptance runs at full size (pytest marker `scale`), too long for `make test`; the
+	@# browser tests among them need the collected static files, as in `make test`.
+	$(TEST_ENV) $(PY) manage.py collectstatic --noinput -v0
+	$(TEST_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m scale $(SCALE_ARGS)
 
 # Mutation testing (docs/testing.md): mutmut over the pure modules and the record transitions,
 # afresh in mutants/, each mutant against the tests that reach it; then the per-module report,

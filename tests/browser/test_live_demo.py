@@ -21,7 +21,9 @@ from console import embedded
 from console.demo import DEMO_PASSWORD
 from sandbox.process import free_port
 
-pytestmark = pytest.mark.slow
+# The whole demo stack and a browser for two minutes: an acceptance run at full size (`make
+# drill`). `make test` starts the same embedded demo in tests/test_demo_agent.py.
+pytestmark = pytest.mark.scale
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTLED_WITHIN_SECONDS = 60

@@ -1,7 +1,8 @@
 """Every example in docs/api.md, docs/integrations.md and docs/rollout.md, run verbatim as a
-new user would: the client's wheel is built, installed with its extras into a fresh virtual
-environment outside the repository, and each example runs from an empty temporary folder
-against a live server."""
+new user would, from an empty temporary folder against a live server: in `make test` with the
+project's own environment (the client installed from its folder with its extras), and at full
+size (`scale`, `make drill`) with the client's wheel built and installed with its extras into a
+fresh virtual environment outside the repository."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def _examples() -> dict[str, str]:
 
 
 @dataclass
-class FreshVenv:
+class Python:
     python: Path
     folder: Path
 
@@ -56,11 +57,11 @@ class FreshVenv:
         return result.stdout
 
 
-Check = Callable[["FreshVenv", str, str, SandboxServer], None]
+Check = Callable[["Python", str, str, SandboxServer], None]
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> FreshVenv:
+def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Python:
     """The wheel, installed with all its extras (and the git MCP server the MCP example
     starts) into a virtual environment that has never seen the repository."""
     base = tmp_path_factory.mktemp("fresh")
@@ -91,16 +92,35 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> FreshVenv:
     )
     folder = base / "work"
     folder.mkdir()
-    return FreshVenv(python, folder)
+    return Python(python, folder)
 
 
-def test_the_wheel_installs_outside_the_repository(venv: FreshVenv) -> None:
-    out = venv.run(
+@pytest.fixture(scope="module")
+def project_python(tmp_path_factory: pytest.TempPathFactory) -> Python:
+    """The interpreter of the test run, which has the client and the git MCP server installed
+    (`make install`), in an empty folder outside the repository."""
+    return Python(Path(sys.executable), tmp_path_factory.mktemp("project"))
+
+
+@pytest.fixture(
+    scope="module", params=["project_python", pytest.param("fresh_venv", marks=pytest.mark.scale)]
+)
+def venv(request: pytest.FixtureRequest) -> Python:
+    """Where the examples run: the project's environment, and (``scale``) the fresh one."""
+    python: Python = request.getfixturevalue(request.param)
+    return python
+
+
+@pytest.mark.scale
+def test_the_wheel_installs_outside_the_repository(fresh_venv: Python) -> None:
+    out = fresh_venv.run(
         "import agent_ledger_client, sys; "
         "print(agent_ledger_client.__file__); print('django' in sys.modules)"
     )
     installed, django = out.split()
-    assert installed.startswith(str(venv.python.parents[1])) and not installed.startswith(str(ROOT))
+    assert installed.startswith(str(fresh_venv.python.parents[1])) and not installed.startswith(
+        str(ROOT)
+    )
     assert django == "False"
     typed = Path(installed).parent / "py.typed"
     assert typed.exists()
@@ -110,7 +130,7 @@ def _ordering(name: str, printed: str) -> Check:
     """An example that orders cart-42 twice through the sandbox: it prints ``printed`` and
     leaves one order downstream."""
 
-    def check(venv: FreshVenv, server: str, token: str, sandbox: SandboxServer) -> None:
+    def check(venv: Python, server: str, token: str, sandbox: SandboxServer) -> None:
         out = venv.run(
             _examples()[name], LEDGER_URL=server, LEDGER_TOKEN=token, SANDBOX_URL=sandbox.url
         )
@@ -120,21 +140,21 @@ def _ordering(name: str, printed: str) -> Check:
     return check
 
 
-def _mcp_example(venv: FreshVenv, server: str, token: str, sandbox: SandboxServer) -> None:
+def _mcp_example(venv: Python, server: str, token: str, sandbox: SandboxServer) -> None:
     repo = venv.folder / "repo"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     out = venv.run(_examples()["mcp"], LEDGER_URL=server, LEDGER_TOKEN=token, REPO=str(repo))
     assert out.startswith("False") and "Repository status" in out
 
 
-def _proxy_example(venv: FreshVenv, server: str, token: str, sandbox: SandboxServer) -> None:
+def _proxy_example(venv: Python, server: str, token: str, sandbox: SandboxServer) -> None:
     repo = venv.folder / "proxied"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     out = venv.run(_examples()["proxy"], LEDGER_URL=server, LEDGER_TOKEN=token, REPO=str(repo))
     assert out.split() == ["False", "True"]
 
 
-def _proxy_http_example(venv: FreshVenv, server: str, token: str, sandbox: SandboxServer) -> None:
+def _proxy_http_example(venv: Python, server: str, token: str, sandbox: SandboxServer) -> None:
     repo = venv.folder / "proxied-http"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     with socket.socket() as probe:
@@ -213,13 +233,13 @@ def test_every_example_is_checked() -> None:
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
 def test_example_runs_verbatim(
-    name: str, venv: FreshVenv, live_server, ledger_token: str, sandbox: SandboxServer
+    name: str, venv: Python, live_server, ledger_token: str, sandbox: SandboxServer
 ) -> None:
     CHECKS[name](venv, live_server.url, ledger_token, sandbox)
 
 
 def test_the_client_example_survives_a_timeout_after_commit(
-    venv: FreshVenv, live_server, ledger_token: str, sandbox: SandboxServer
+    venv: Python, live_server, ledger_token: str, sandbox: SandboxServer
 ) -> None:
     arm(sandbox, service="orders", mode="timeout_after_commit", hang_seconds=7)
     out = venv.run(
