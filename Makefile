@@ -62,7 +62,7 @@ services:
 TEST_WORKERS ?= 2
 test: install services
 	$(TEST_ENV) $(PY) manage.py collectstatic --noinput -v0
-	$(TEST_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist load $(PYTEST_ARGS)
 
 # Benchmarks against PostgreSQL and Redis with gunicorn (docs/performance.md); QUICK=1 is the
 # same run with smaller numbers. Uses its own database, created fresh, and its own redis-server.
@@ -77,7 +77,7 @@ drill: install services
 	@# The acceptance runs at full size (pytest marker `scale`), too long for `make test`; the
 	@# browser tests among them need the collected static files, as in `make test`.
 	$(TEST_ENV) $(PY) manage.py collectstatic --noinput -v0
-	$(TEST_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m scale $(SCALE_ARGS)
+	$(TEST_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist load -m scale $(SCALE_ARGS)
 
 # Mutation testing (docs/testing.md): mutmut over the pure modules and the record transitions,
 # afresh in mutants/, each mutant against the tests that reach it; then the per-module report,

@@ -11,8 +11,7 @@ import pytest
 from tests.downstream.conftest import TOKEN, Service
 from tests.downstream.test_services import _count, _invoice, _replayed
 
-# One worker runs the whole module (pytest-xdist group), so the module's services start once.
-pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.xdist_group("test_caller_scope")]
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 
 def _post_as(service: Service, caller: str, key: str, body: dict) -> httpx.Response:

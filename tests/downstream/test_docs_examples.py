@@ -24,12 +24,7 @@ from sandbox.invoices import async_url
 from sandbox.process import ServiceProcess, drop_database, free_port, fresh_database
 from tests.factories import refresh, reserve
 
-# One worker runs the whole module (pytest-xdist group), so the module's fresh venv is built once.
-pytestmark = [
-    pytest.mark.django_db,
-    pytest.mark.slow,
-    pytest.mark.xdist_group("test_docs_examples"),
-]
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = (ROOT / "docs" / "downstream.md").read_text()
 TOKEN = "docs-example-token"

@@ -30,8 +30,7 @@ from sandbox.invoices import async_url
 from tests.downstream.conftest import TOKEN, Service
 from tests.factories import refresh, reserve
 
-# One worker runs the whole module (pytest-xdist group), so the module's services start once.
-pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.xdist_group("test_services")]
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 
 def _post(

@@ -12,12 +12,7 @@ import pytest
 from tests.downstream.conftest import Service
 from tests.downstream.test_services import _invoice, _lookup, _replayed
 
-# One worker runs the whole module (pytest-xdist group), so the module's services start once.
-pytestmark = [
-    pytest.mark.django_db,
-    pytest.mark.slow,
-    pytest.mark.xdist_group("test_stored_responses"),
-]
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 
 def _stored_row(service: Service, key: str) -> tuple[str, bytes]:

@@ -21,12 +21,7 @@ from sandbox.invoices import async_url
 from tests.downstream.conftest import TOKEN, Service
 from tests.downstream.test_services import _count, _invoice, _lookup, _post, _replayed
 
-# One worker runs the whole module (pytest-xdist group), so the module's services start once.
-pytestmark = [
-    pytest.mark.django_db,
-    pytest.mark.slow,
-    pytest.mark.xdist_group("test_transaction_boundaries"),
-]
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 
 def test_a_route_that_commits_its_own_transaction_gets_500_and_keeps_nothing(
