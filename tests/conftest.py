@@ -26,6 +26,35 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every collected test has an id of its own. The workers of `make test` (pytest-xdist)
+    hand tests out and report them by id, so two tests with one id would run and be reported
+    as one. schemathesis names each API operation's test in its ``name`` only (the id is the
+    test function's for all of them); the operation goes into the id here."""
+    for item in items:
+        label = getattr(item, "operation_label", None)
+        if label and not item.nodeid.endswith("]"):
+            _rename(item, f"{item.nodeid}[{label}]")
+    seen: dict[str, int] = {}
+    for item in items:
+        seen[item.nodeid] = seen.get(item.nodeid, 0) + 1
+    repeated = sorted(nodeid for nodeid, count in seen.items() if count > 1)
+    if repeated:
+        raise pytest.UsageError(f"tests collected twice under one id: {repeated[:5]}")
+
+
+def _rename(item: pytest.Item, nodeid: str) -> None:
+    """pytest keeps a node's id in a private attribute (pytest 9: a parsed ``_id``; pytest 8:
+    the string ``_nodeid``); the check after the renaming fails loudly if neither is it."""
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import coerce_node_id
+
+        item._id = coerce_node_id(nodeid)
+    else:
+        item._nodeid = nodeid
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _fast_password_hashing() -> Iterator[None]:
     """Django's production hasher (PBKDF2, 1,000,000 iterations) takes a third of a second a
