@@ -174,7 +174,7 @@ def _mirroring(name: str, printed: list[str]) -> Check:
     """An example that mirrors a live order into a shadow run, once a manager has put a
     candidate in shadow: it prints ``printed``, and only the live order reaches the sandbox."""
 
-    def check(venv: FreshVenv, server: str, token: str, sandbox: SandboxServer) -> None:
+    def check(venv: Python, server: str, token: str, sandbox: SandboxServer) -> None:
         candidate = candidate_in_shadow()
         out = venv.run(
             _examples()[name], LEDGER_URL=server, LEDGER_TOKEN=token, SANDBOX_URL=sandbox.url
