@@ -79,7 +79,9 @@ def test_record_transition(source: RecordState, target: RecordState, tenant, cre
         )
         assert refresh(record).state == target
     else:
-        with pytest.raises(InvalidTransition):
+        with pytest.raises(
+            InvalidTransition, match=f"^a record cannot go from {source} to {target}$"
+        ):
             transition_record(
                 record, target, actor="t", source="system", action="test", now=now, **extra
             )
