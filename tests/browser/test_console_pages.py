@@ -140,6 +140,8 @@ def test_every_page_at_desktop_width(page: Page, live_server, django_user_model,
         assert page.locator("h1").count() == 1, path
         page.wait_for_load_state("networkidle")
         assert page.evaluate(UNLABELLED_CONTROLS) == [], path
+        # Nothing sticks out of the window: the top bar wraps between its links instead.
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), path
         shot(page, f"page-{name}")
     assert errors == []
     page.select_option("#language-switch", "zh-hans")
