@@ -53,6 +53,9 @@ def test_each_user_gets_their_own_language_in_any_browser(django_user_model, ten
     page = li.get("/", secure=True)
     assert page["Content-Language"] == "zh-hans"
     assert "收件箱" in page.content.decode() and "Inbox</a>" not in page.content.decode()
+    # The page says its language, for screen readers, fonts and the browser's translator.
+    assert '<html lang="zh-hans">' in page.content.decode()
+    assert '<html lang="en">' in signed_in(en).get("/", secure=True).content.decode()
 
     # Signing in from another browser brings the choice along; other users keep theirs.
     fresh = Client()
