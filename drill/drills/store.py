@@ -109,6 +109,13 @@ class Runtime:
         return "lost"
 
 
+def _problem_code(response: httpx.Response) -> str | None:
+    """The ``code`` of an error answer (application/problem+json), None for any other."""
+    if not response.headers.get("content-type", "").startswith("application/problem+json"):
+        return None
+    return response.json().get("code")
+
+
 def _create(ctx: DrillContext, key: str, cart: str) -> Any:
     """The tool: one order downstream, keyed."""
     response = httpx.post(
@@ -273,7 +280,10 @@ def records_locked(ctx: DrillContext, result: DrillResult) -> None:
     lock = threading.Lock()
 
     gave_up: list[str] = []  # carts whose caller's own timeout passed before an answer
-    refused_late: list[str] = []  # carts sent with a budget too short to reserve in
+    # Carts sent with a 1 ms budget that the ledger refused as past their deadline; on a quick
+    # machine some such calls are reserved within the millisecond, which is their due.
+    refused_late: list[str] = []
+    reserved_in_time: list[str] = []
 
     def hammer(n: int) -> None:
         own = Runtime(store, "web-faults", timeout=30)
@@ -288,7 +298,8 @@ def records_locked(ctx: DrillContext, result: DrillResult) -> None:
             took = time.monotonic() - began
             with lock:
                 if budget == 1:
-                    refused_late.append(target)
+                    late = answer is not None and _problem_code(answer) == "DEADLINE_EXCEEDED"
+                    (refused_late if late else reserved_in_time).append(target)
                     continue
                 if budget and answer is None:
                     gave_up.append(target)
@@ -312,7 +323,8 @@ def records_locked(ctx: DrillContext, result: DrillResult) -> None:
         other_statuses=dict(Counter(s for _t, s in on_others)),
         others_within_5s=f"{others_fast}/{len(on_others)}",
         callers_gave_up=len(gave_up),
-        sent_with_a_1ms_budget=len(refused_late),
+        refused_past_a_1ms_budget=len(refused_late),
+        reserved_within_a_1ms_budget=len(reserved_in_time),
         records_for_callers_past_their_deadline=late_records[0] if late_records else None,
     )
     result.check(
