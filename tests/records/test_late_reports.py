@@ -5,7 +5,6 @@ what it leaves alone (docs/testing.md names the details ``make mutate`` showed u
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,7 +24,6 @@ from ledger.services.records import (
     lock_record,
     resolve_unknown,
 )
-from ledger.signals import records_became_unknown
 from tests.factories import make_entry, refresh, reserve
 
 pytestmark = pytest.mark.django_db
@@ -46,21 +44,6 @@ def _started_entry(tenant: Tenant, tool: Tool, record: IdempotencyRecord) -> Led
     entry = make_entry(tenant, tool, status="started")
     LedgerEntry.objects.filter(pk=entry.pk).update(record=record, fencing_token=1)
     return LedgerEntry.objects.get(pk=entry.pk)
-
-
-@pytest.fixture
-def announced() -> Iterator[list[list[int]]]:
-    """The record ids announced for an automatic look-up while the test runs."""
-    seen: list[list[int]] = []
-
-    def receiver(sender: object, record_ids: list[int], **kwargs: Any) -> None:
-        seen.append(list(record_ids))
-
-    records_became_unknown.connect(receiver, weak=False)
-    try:
-        yield seen
-    finally:
-        records_became_unknown.disconnect(receiver)
 
 
 def test_the_same_failure_reported_again_settles_the_reporting_entry_with_its_evidence(

@@ -7,16 +7,13 @@ Each test stands behind a detail that ``make mutate`` showed no other test notic
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from django.utils import timezone
 
 from ledger.models import AuditEvent, IdempotencyRecord
 from ledger.services.records import Outcome, complete_execution
-from ledger.signals import records_became_unknown
 from tests.factories import make_tenant, make_tool, refresh, reserve
 
 pytestmark = pytest.mark.django_db
@@ -26,21 +23,6 @@ def _last_event(record: IdempotencyRecord) -> AuditEvent:
     return AuditEvent.objects.filter(
         target_type="idempotencyrecord", target_id=str(record.pk)
     ).latest("id")
-
-
-@pytest.fixture
-def announced() -> Iterator[list[list[int]]]:
-    """The record ids announced for an automatic look-up while the test runs."""
-    seen: list[list[int]] = []
-
-    def receiver(sender: object, record_ids: list[int], **kwargs: Any) -> None:
-        seen.append(list(record_ids))
-
-    records_became_unknown.connect(receiver, weak=False)
-    try:
-        yield seen
-    finally:
-        records_became_unknown.disconnect(receiver)
 
 
 @pytest.mark.parametrize(
