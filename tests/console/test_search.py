@@ -139,6 +139,11 @@ def test_the_pages_links_keep_the_filters_but_not_the_format(operator, orders):
 )
 def test_the_search_can_use_its_index(orders, lookup, value, index):
     with connection.cursor() as cursor:
+        if index.endswith("_trgm_idx"):
+            cursor.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'")
+            if cursor.fetchone() is None:
+                # The migration builds the trigram index only where the server has pg_trgm.
+                pytest.skip("this PostgreSQL has no pg_trgm (the embedded server's build)")
         cursor.execute("SET LOCAL enable_seqscan = off")
     plan = LedgerEntry.objects.filter(**{lookup: value}).explain()
     assert index in plan, plan

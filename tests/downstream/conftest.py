@@ -21,14 +21,14 @@ from sandbox.process import (
     fresh_database,
     invoices_service,
 )
+from tests.processes import server_url
 
 TOKEN = "lookup-token-for-tests"
 KINDS = ("django", "fastapi")
 
 
 def _server_url() -> str:
-    db = settings.DATABASES["default"]
-    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}"
+    return server_url(settings.DATABASES["default"])
 
 
 def _database_name(kind: str) -> str:

@@ -23,6 +23,7 @@ from reconcile.services import reconcile_record
 from sandbox.invoices import async_url
 from sandbox.process import ServiceProcess, drop_database, free_port, fresh_database
 from tests.factories import refresh, reserve
+from tests.processes import server_url
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,8 +88,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _server() -> str:
-    db = settings.DATABASES["default"]
-    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}"
+    return server_url(settings.DATABASES["default"])
 
 
 @pytest.fixture

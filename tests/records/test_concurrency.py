@@ -22,6 +22,7 @@ from ledger.keys import fingerprint
 from ledger.models import AuditEvent, IdempotencyRecord
 from ledger.services.records import Reservation
 from tests.factories import make_tenant, make_tool, reserve
+from tests.processes import server_url
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,7 +79,7 @@ def test_concurrent_processes_one_key_exactly_one_executes() -> None:
     settings_dict = connection.settings_dict
     env = {
         **os.environ,
-        "DATABASE_URL": "postgres://{USER}@{HOST}:{PORT}/{NAME}".format(**settings_dict),
+        "DATABASE_URL": f"{server_url(settings_dict)}/{settings_dict['NAME']}",
         "PYTHONPATH": str(ROOT),
     }
     start_at = str(time.time() + 4)  # time for every interpreter to start and set up Django

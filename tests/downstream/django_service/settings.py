@@ -2,6 +2,7 @@
 It answers the same routes as the sandbox billing service, so one set of tests covers both."""
 
 import os
+from urllib.parse import unquote
 
 import environ
 
@@ -16,5 +17,7 @@ INSTALLED_APPS = [
 MIDDLEWARE: list[str] = []
 ROOT_URLCONF = "tests.downstream.django_service.urls"
 DATABASES = {"default": environ.Env.db_url_config(os.environ["SERVICE_DATABASE_URL"])}
+# A Unix socket's folder comes percent-encoded as the URL's host (the embedded PostgreSQL).
+DATABASES["default"]["HOST"] = unquote(DATABASES["default"].get("HOST") or "")
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
