@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.apps import apps
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.test import Client
@@ -26,14 +27,13 @@ def staff_client(tenant, create_order) -> Client:
 
 def test_every_ledger_model_is_registered() -> None:
     ledger_models = {m for m in admin.site._registry if m._meta.app_label == "ledger"}
-    assert ledger_models == set(
-        m
-        for m in models.__dict__.values()
-        if isinstance(m, type)
-        and issubclass(m, models.models.Model)
-        and m._meta.app_label == "ledger"
-        and not m._meta.abstract
-    )
+    assert ledger_models == set(apps.get_app_config("ledger").get_models())
+
+
+def test_every_ledger_model_is_importable_from_ledger_models() -> None:
+    defined = {m.__name__: m for m in apps.get_app_config("ledger").get_models()}
+    assert {name: getattr(models, name, None) for name in defined} == defined
+    assert sorted(models.__all__) == sorted(defined)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,78 @@
+"""Approval requests: a human decision on one action."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from ledger.models.constraints import SHA256_HEX
+from ledger.models.entries import LedgerEntry
+from ledger.models.records import IdempotencyRecord
+from ledger.models.tenancy import Tenant
+
+
+class ApprovalRequest(models.Model):
+    """A human decision on one action, bound to its action hash and usable once."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        CONSUMED = "consumed"
+        INVALIDATED = "invalidated"
+        EXPIRED = "expired"
+
+    OPEN_STATES: ClassVar = [State.PENDING, State.APPROVED]
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="approvals")
+    record = models.ForeignKey(
+        IdempotencyRecord, on_delete=models.CASCADE, related_name="approvals"
+    )
+    entry = models.ForeignKey(LedgerEntry, on_delete=models.CASCADE, related_name="approvals")
+    action_hash = models.CharField(max_length=64)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    requested_by = models.CharField(max_length=200)
+    # The user behind the request (its token's owner), who can never decide it; none for a
+    # request the system made.
+    requested_by_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT
+    )
+    decision_reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["record"],
+                condition=Q(state__in=["pending", "approved"]),
+                name="one_open_approval_per_record",
+            ),
+            models.CheckConstraint(
+                condition=~Q(state="rejected") | ~Q(decision_reason=""),
+                name="approval_rejection_has_reason",
+            ),
+            models.CheckConstraint(
+                condition=Q(action_hash__regex=SHA256_HEX), name="approval_action_hash_sha256"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"approval {self.pk} ({self.state})"
+
+    @property
+    def age_seconds(self) -> int:
+        from django.utils import timezone
+
+        return int((timezone.now() - self.created_at).total_seconds())

@@ -1,0 +1,115 @@
+"""Ledger entries: one tool-call attempt each, written before the call runs."""
+
+from __future__ import annotations
+
+import uuid
+from typing import ClassVar
+
+from django.db import models
+from django.db.models import Q
+
+from ledger.domain import (
+    DataClassification,
+    Decision,
+    EntryStatus,
+    Idempotency,
+    InputSource,
+    ReplayPolicy,
+    choices,
+)
+from ledger.models.combinations import Run, VersionCombination
+from ledger.models.constraints import POLICY_MATCHES, SHA256_HEX, one_of
+from ledger.models.records import IdempotencyRecord
+from ledger.models.registry import Tool
+from ledger.models.tenancy import ApiToken, Tenant
+
+
+class LedgerEntry(models.Model):
+    """One tool-call attempt, written before the call runs (seed 000's ``ToolLedgerEntry``)."""
+
+    TRANSITIONS: ClassVar[dict[EntryStatus, frozenset[EntryStatus]]] = {
+        EntryStatus.PLANNED: frozenset(
+            {EntryStatus.APPROVED, EntryStatus.STARTED, EntryStatus.FAILED}
+        ),
+        EntryStatus.APPROVED: frozenset({EntryStatus.STARTED, EntryStatus.FAILED}),
+        EntryStatus.STARTED: frozenset(
+            {EntryStatus.SUCCEEDED, EntryStatus.FAILED, EntryStatus.UNCERTAIN}
+        ),
+        EntryStatus.UNCERTAIN: frozenset({EntryStatus.SUCCEEDED, EntryStatus.FAILED}),
+        EntryStatus.SUCCEEDED: frozenset(),
+        # Settled as not executed, then its executor reported it ran: uncertain again.
+        EntryStatus.FAILED: frozenset({EntryStatus.UNCERTAIN}),
+    }
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="entries")
+    call_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    step_id = models.CharField(max_length=200)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="entries")
+    tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="entries")
+    input_hash = models.CharField(max_length=64)
+    input = models.JSONField(help_text="Redacted according to the data classification.")
+    status = models.CharField(max_length=16, choices=choices(EntryStatus))
+    idempotency = models.CharField(max_length=16, choices=choices(Idempotency))
+    replay_policy = models.CharField(max_length=8, choices=choices(ReplayPolicy))
+    destructive = models.BooleanField(default=False)
+    classification_reason = models.TextField()
+    classification_rule = models.CharField(max_length=120)
+    idempotency_key = models.CharField(max_length=1024, blank=True)
+    record = models.ForeignKey(
+        IdempotencyRecord,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="entries",
+    )
+    decision = models.CharField(max_length=24, choices=choices(Decision))
+    observation_code = models.CharField(max_length=40, blank=True)
+    side_effects = models.JSONField(default=list, blank=True)
+    input_source = models.CharField(max_length=16, choices=choices(InputSource))
+    caller_token = models.ForeignKey(ApiToken, null=True, blank=True, on_delete=models.SET_NULL)
+    agent_id = models.CharField(max_length=200, blank=True)
+    end_user_id = models.CharField(max_length=200, blank=True)
+    data_classification = models.CharField(max_length=16, choices=choices(DataClassification))
+    combination = models.ForeignKey(
+        VersionCombination, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    fencing_token = models.BigIntegerField(null=True, blank=True)
+    # True when the key already had a record: a retry or a duplicate (dedup metrics).
+    reused_record = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.CheckConstraint(
+                condition=one_of("status", EntryStatus), name="entry_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=one_of("decision", Decision), name="entry_decision_valid"
+            ),
+            models.CheckConstraint(condition=POLICY_MATCHES, name="entry_policy_matches"),
+            models.CheckConstraint(
+                condition=Q(input_hash__regex=SHA256_HEX), name="entry_input_hash_sha256"
+            ),
+            models.CheckConstraint(
+                condition=~Q(decision=Decision.SHADOW_DRY_RUN) | Q(record__isnull=True),
+                name="entry_shadow_dry_run_reserves_nothing",
+            ),
+        ]
+        indexes: ClassVar = [
+            # A run's timeline in order (created_at, id): the id makes the order total, so a
+            # LIMIT stops at the first rows instead of sorting the whole run (make bench).
+            models.Index(fields=["run", "created_at", "id"], name="entry_run_time_idx"),
+            # The console's list of calls, newest first by (created_at, id), a time window
+            # read from the index in order (console/explorer.py; make bench).
+            models.Index(fields=["tenant", "created_at", "id"], name="entry_tenant_time_id_idx"),
+            models.Index(fields=["tenant", "idempotency_key"], name="entry_key_idx"),
+            # The console's search (console/explorer.py) also uses two indexes made in SQL by
+            # migration 0011: entry_key_trgm_idx (a key by any fragment of it, the business
+            # object it ends with, say; pg_trgm, where the server has it) and
+            # entry_call_prefix_idx (a call by the start of its id).
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.call_id} {self.status}"

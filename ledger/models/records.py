@@ -1,0 +1,177 @@
+"""Idempotency records: one business action each, and its write plan."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import ClassVar
+
+from django.db import models
+from django.db.models import Q
+
+from ledger.domain import EscalationKind, Idempotency, RecordState, choices
+from ledger.models.combinations import Run, VersionCombination
+from ledger.models.constraints import SHA256_HEX, one_of
+from ledger.models.registry import Tool
+from ledger.models.tenancy import Tenant
+
+TERMINAL = [RecordState.SUCCEEDED.value, RecordState.FAILED_FINAL.value]
+
+
+class IdempotencyRecord(models.Model):
+    """One business action, keyed by the runtime. See DESIGN section 3 for the state table."""
+
+    #: The one table of allowed state changes; ``services.records`` enforces it.
+    TRANSITIONS: ClassVar[dict[RecordState, frozenset[RecordState]]] = {
+        RecordState.RESERVED: frozenset({RecordState.EXECUTING}),
+        RecordState.EXECUTING: frozenset(
+            {RecordState.SUCCEEDED, RecordState.FAILED_FINAL, RecordState.UNKNOWN}
+        ),
+        # Back to executing only by a replay decision (auto tool, or a consumed approval).
+        RecordState.UNKNOWN: frozenset(
+            {RecordState.SUCCEEDED, RecordState.FAILED_FINAL, RecordState.EXECUTING}
+        ),
+        # A retryable failure may be replayed under the same key; a final one never. A report
+        # from the current holder that it ran after all makes the outcome unknown again.
+        RecordState.FAILED_FINAL: frozenset({RecordState.EXECUTING, RecordState.UNKNOWN}),
+        RecordState.SUCCEEDED: frozenset(),
+    }
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="records")
+    key = models.CharField(max_length=1024)
+    tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="records")
+    fingerprint = models.CharField(max_length=64)
+    state = models.CharField(max_length=16, choices=choices(RecordState))
+    requires_approval = models.BooleanField(default=False)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    error_retryable = models.BooleanField(default=False)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    fencing_token = models.BigIntegerField(default=0)
+    ttl_seconds = models.PositiveIntegerField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    duplicate_hits = models.PositiveIntegerField(default=0)
+    executions = models.PositiveIntegerField(default=0)
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL)
+    combination = models.ForeignKey(
+        VersionCombination, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    # The class the action had when it was first reserved (duplicate side-effect metric).
+    classified_as = models.CharField(
+        max_length=16, choices=choices(Idempotency), default=Idempotency.NON_IDEMPOTENT
+    )
+    # Reserved by a shadow run: only a read may ever hold such a record (``ledger.shadow``).
+    shadow = models.BooleanField(default=False)
+    # Executions known to have failed without effect (failed_final from a run or a look-up).
+    failed_executions = models.PositiveIntegerField(default=0)
+    # Reconciliation of unknown outcomes (see reconcile.services).
+    uncertain_since = models.DateTimeField(null=True, blank=True)
+    reconcile_attempts = models.PositiveIntegerField(default=0)
+    next_reconcile_at = models.DateTimeField(null=True, blank=True)
+    reconcile_claimed_until = models.DateTimeField(null=True, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    escalation_reason = models.TextField(blank=True)
+    # Why it was escalated; meaningful while ``escalated_at`` is set
+    # (``ledger.services.escalation.escalated_as``).
+    escalation_kind = models.CharField(
+        max_length=24, blank=True, default="", db_default="", choices=choices(EscalationKind)
+    )
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["tenant", "key"], name="record_unique_key"),
+            models.CheckConstraint(
+                condition=one_of("state", RecordState), name="record_state_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(escalation_kind="") | one_of("escalation_kind", EscalationKind),
+                name="record_escalation_kind_valid",
+            ),
+            models.CheckConstraint(
+                condition=~Q(state=RecordState.EXECUTING)
+                | (Q(lease_expires_at__isnull=False) & ~Q(lease_owner="")),
+                name="record_executing_has_lease",
+            ),
+            # Only terminal records expire, so cleanup can never reach one still in flight.
+            models.CheckConstraint(
+                condition=Q(state__in=TERMINAL, expires_at__isnull=False)
+                | (~Q(state__in=TERMINAL) & Q(expires_at__isnull=True)),
+                name="record_only_terminal_expires",
+            ),
+            models.CheckConstraint(
+                condition=Q(fingerprint__regex=SHA256_HEX), name="record_fingerprint_sha256"
+            ),
+            models.CheckConstraint(
+                condition=Q(fencing_token__gte=0), name="record_fencing_token_positive"
+            ),
+            # The ledger's guarantee for shadow runs, in the database: whatever path a request
+            # takes, a shadow run never reserves, let alone executes, a side-effecting action.
+            models.CheckConstraint(
+                condition=Q(shadow=False) | Q(classified_as=Idempotency.IDEMPOTENT),
+                name="record_shadow_only_reads",
+            ),
+        ]
+        indexes: ClassVar = [
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(state="executing"),
+                name="record_executing_lease_idx",
+            ),
+            models.Index(
+                fields=["expires_at"], condition=Q(state__in=TERMINAL), name="record_expiry_idx"
+            ),
+            models.Index(
+                fields=["tenant", "updated_at"],
+                condition=Q(state="unknown"),
+                name="record_unknown_idx",
+            ),
+            # The unknown-outcomes queue, oldest first, without sorting every unknown record.
+            models.Index(
+                fields=["tenant", "uncertain_since", "id"],
+                condition=Q(state="unknown"),
+                name="record_unknown_age_idx",
+            ),
+            models.Index(
+                fields=["next_reconcile_at"],
+                condition=Q(state="unknown", escalated_at__isnull=True),
+                name="record_reconcile_due_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.state})"
+
+    @cached_property
+    def write_plan(self) -> WritePlan | None:
+        """The action's write plan, wherever it was recorded: retries and duplicates are new
+        entries of the same record without a plan of their own. Written with the record's
+        first entry or never, so it is read once per instance."""
+        return WritePlan.objects.filter(entry__record_id=self.pk).order_by("pk").first()
+
+
+class WritePlan(models.Model):
+    """A conditional write's plan: replay is decided by the file's hash (DESIGN section 5)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="write_plans")
+    entry = models.OneToOneField("LedgerEntry", on_delete=models.CASCADE, related_name="write_plan")
+    workspace = models.CharField(max_length=200)
+    path = models.CharField(max_length=1024)
+    before_hash = models.CharField(max_length=64)
+    after_hash = models.CharField(max_length=64)
+    diff = models.TextField(blank=True)
+    patch_ref = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.CheckConstraint(
+                condition=Q(before_hash__regex=SHA256_HEX) & Q(after_hash__regex=SHA256_HEX),
+                name="writeplan_hashes_sha256",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workspace}:{self.path}"
