@@ -11,11 +11,11 @@ from django.utils import timezone
 from ledger.domain import RecordState
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, Run, Tool
 from ledger.services.audit import audit
+from ledger.services.raw_cursor import numbered
 from ledger.services.statements import (
     execute_update,
     fetch_joined,
     insert_all,
-    numbered,
     select_columns,
     update_parts,
 )

@@ -10,18 +10,16 @@ on every tool call (docs/performance.md).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
-from typing import Any, cast
+from functools import cache
+from typing import Any
 
-import psycopg
 from django.db import DEFAULT_DB_ALIAS, NotSupportedError, connection, connections, models
-from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.db.models.sql import UpdateQuery
-from psycopg.pq import Format
+
+from ledger.services.raw_cursor import precompiled_cursor
 
 quote = connection.ops.quote_name
 
@@ -29,7 +27,6 @@ quote = connection.ops.quote_name
 # PostgreSQL's error for a prepared statement whose result columns changed type under it (a
 # migration altered a column): the statement must be prepared again.
 _CACHED_PLAN_CHANGED = "cached plan must not change result type"
-_TIMESTAMPTZ_OID = psycopg.postgres.types["timestamptz"].oid
 
 
 def run_precompiled(sql: str, params: Sequence[Any]) -> tuple[tuple[Any, ...] | None, int]:
@@ -48,14 +45,14 @@ def run_precompiled(sql: str, params: Sequence[Any]) -> tuple[tuple[Any, ...] | 
     They are sent with PostgreSQL's own numbered placeholders through a psycopg ``RawCursor``,
     so psycopg does not parse the text for ``%s`` on every call: it caches that parsing only
     for statements under 4 KB and 50 parameters, and the reservation has 67 (0.37 ms a call).
-    Not when Django would do more with the text or the cursor (``_precompiled_cursor``).
+    Not when Django would do more with the text or the cursor (``raw_cursor.precompiled_cursor``).
     """
     db = connections[DEFAULT_DB_ALIAS]  # the wrapper itself: no proxy look-up per attribute
     if not db.settings_dict["OPTIONS"].get("server_side_binding"):
         with db.cursor() as cursor:
             cursor.execute(sql, params)
             return _first_row(cursor), cursor.rowcount
-    cursor, sql = _precompiled_cursor(db, sql)
+    cursor, sql = precompiled_cursor(db, sql)
     with cursor:
         raw = db.connection
         previous = raw.prepare_threshold
@@ -71,49 +68,6 @@ def run_precompiled(sql: str, params: Sequence[Any]) -> tuple[tuple[Any, ...] | 
             return _first_row(cursor), cursor.rowcount
         finally:
             raw.prepare_threshold = previous
-
-
-_PLACEHOLDER = re.compile(r"%(.|$)", re.DOTALL)
-
-
-@lru_cache(maxsize=1024)
-def numbered(sql: str) -> str:
-    """``sql`` with psycopg's placeholders (``%s``, and ``%%`` for a percent sign) written as
-    PostgreSQL's own (``$1``, ``$2``, ...), as psycopg would send them, for a ``RawCursor``."""
-    count = 0
-
-    def number(match: re.Match[str]) -> str:
-        nonlocal count
-        if match.group(1) == "%":
-            return "%"
-        if match.group(1) != "s":
-            raise ValueError(f"only %s placeholders are supported: {match.group(0)!r} in {sql}")
-        count += 1
-        return f"${count}"
-
-    return _PLACEHOLDER.sub(number, sql)
-
-
-def _precompiled_cursor(db: BaseDatabaseWrapper, sql: str) -> tuple[CursorWrapper, str]:
-    """A cursor as ``connection.cursor()`` gives (health check, Django's error wrapping and
-    execute wrappers) over a psycopg ``RawCursor``, and ``sql`` numbered for it. Django's own
-    cursor and ``sql`` as it is where Django would do more with the text or the cursor: when
-    it logs queries (``DEBUG``, tests counting them), it fills the values into the ``%s`` text
-    for the log; when the time zone of loaded timestamps differs from the connection's (a
-    changed ``TIME_ZONE``), it sets the zone on the cursor."""
-    if db.queries_logged:
-        return db.cursor(), sql
-    db.close_if_health_check_failed()
-    db.ensure_connection()
-    db.validate_thread_sharing()
-    raw = db.connection
-    loader = raw.adapters.get_loader(_TIMESTAMPTZ_OID, Format.TEXT)
-    if getattr(loader, "timezone", None) != db.timezone:
-        return db.cursor(), sql
-    with db.wrap_database_errors:
-        cursor = psycopg.RawCursor(raw)
-    # Wrapped as Django wraps its own (django-stubs types the argument as the wrapper).
-    return db.make_cursor(cast(Any, cursor)), numbered(sql)
 
 
 def _first_row(cursor: CursorWrapper) -> tuple[Any, ...] | None:
@@ -394,6 +348,19 @@ def from_row(model: type[models.Model], values: tuple[Any, ...]) -> models.Model
 
 
 @cache
+def table(model: type[models.Model]) -> str:
+    """``model``'s table, quoted."""
+    return quote(model._meta.db_table)
+
+
+def column(model: type[models.Model], name: str, alias: str = "") -> str:
+    """The column of ``model``'s field ``name`` (``pk`` for the primary key), quoted, under
+    table ``alias`` if given: hand-written SQL names columns only through this, so it follows
+    the schema."""
+    quoted = quote(str(model_field(model, name).column))
+    return f"{alias}.{quoted}" if alias else quoted
+
+
 def select_columns(model: type[models.Model], alias: str) -> str:
     """Every concrete column of ``model`` under table ``alias``, in field order (the order
     ``from_row`` reads them in)."""
