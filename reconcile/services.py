@@ -18,12 +18,12 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import models, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
@@ -38,11 +38,12 @@ from ledger.services.escalation import escalate
 from ledger.services.records import Outcome, lock_record, resolve_locked
 from ledger.services.statements import (
     DB_NOW,
+    column,
     execute_update,
     fetch_joined,
     insert_all,
-    quote,
     select_columns,
+    table,
 )
 from reconcile.adapters import LookupOutcome, LookupResult, lookup_for
 from reconcile.filehash import PathRefused, file_sha256
@@ -109,23 +110,27 @@ def _claim(record_id: int) -> Claimed | None:
 
 @cache
 def _claim_sql() -> str:
-    def table(model: type[models.Model]) -> str:
-        return quote(model._meta.db_table)
-
+    record = IdempotencyRecord
+    claimed_until = column(record, "reconcile_claimed_until")
     return (
-        f"WITH claimed AS (UPDATE {table(IdempotencyRecord)} "  # noqa: S608 - from metadata
-        f"SET reconcile_claimed_until = {DB_NOW} + make_interval(secs => %s::float8) "
-        "WHERE id = %s AND state = %s AND escalated_at IS NULL "
-        f"AND (reconcile_claimed_until IS NULL OR reconcile_claimed_until < {DB_NOW}) "
+        f"WITH claimed AS (UPDATE {table(record)} "  # noqa: S608 - from metadata
+        f"SET {claimed_until} = {DB_NOW} + make_interval(secs => %s::float8) "
+        f"WHERE {column(record, 'pk')} = %s AND {column(record, 'state')} = %s "
+        f"AND {column(record, 'escalated_at')} IS NULL "
+        f"AND ({claimed_until} IS NULL OR {claimed_until} < {DB_NOW}) "
         "RETURNING *) "
-        f"SELECT {select_columns(IdempotencyRecord, 'r')}, {select_columns(Tool, 't')}, "
+        f"SELECT {select_columns(record, 'r')}, {select_columns(Tool, 't')}, "
         f"{select_columns(DownstreamAdapter, 'a')}, {select_columns(WritePlan, 'p')} "
-        f"FROM claimed r JOIN {table(Tool)} t ON t.id = r.tool_id "
-        f"LEFT JOIN LATERAL (SELECT * FROM {table(DownstreamAdapter)} "
-        "WHERE tool_id = r.tool_id ORDER BY id LIMIT 1) a ON TRUE "
+        f"FROM claimed r JOIN {table(Tool)} t "
+        f"ON {column(Tool, 'pk', 't')} = {column(record, 'tool', 'r')} "
+        f"LEFT JOIN LATERAL (SELECT d.* FROM {table(DownstreamAdapter)} d "
+        f"WHERE {column(DownstreamAdapter, 'tool', 'd')} = {column(record, 'tool', 'r')} "
+        f"ORDER BY {column(DownstreamAdapter, 'pk', 'd')} LIMIT 1) a ON TRUE "
         f"LEFT JOIN LATERAL (SELECT w.* FROM {table(WritePlan)} w "
-        f"JOIN {table(LedgerEntry)} e ON e.id = w.entry_id "
-        "WHERE e.record_id = r.id ORDER BY w.id LIMIT 1) p ON TRUE"
+        f"JOIN {table(LedgerEntry)} e "
+        f"ON {column(LedgerEntry, 'pk', 'e')} = {column(WritePlan, 'entry', 'w')} "
+        f"WHERE {column(LedgerEntry, 'record', 'e')} = {column(record, 'pk', 'r')} "
+        f"ORDER BY {column(WritePlan, 'pk', 'w')} LIMIT 1) p ON TRUE"
     )
 
 
@@ -281,16 +286,19 @@ def _settle(
     """Apply a finding to a locked unknown record: resolve it, writing ``changes`` with it, or
     fill ``changes`` in for a record that stays unknown."""
     outcome = finding.outcome
+    resolve = partial(
+        resolve_locked,
+        record,
+        now=now,
+        actor=actor,
+        source=AuditEvent.Source.WORKER,
+        detail=finding.detail,
+        record_changes=changes,
+    )
     if outcome in (Attempt.FOUND, Attempt.ALREADY_APPLIED):
-        resolve_locked(
-            record,
-            now=now,
+        resolve(
             outcome=Outcome.SUCCEEDED,
-            actor=actor,
-            source=AuditEvent.Source.WORKER,
-            detail=finding.detail,
             result={"evidence": finding.evidence, "reconciled": outcome},
-            record_changes=changes,
         )
         return "succeeded"
     if outcome == Attempt.NOT_FOUND_IN_GRACE and adapter is not None:
@@ -300,19 +308,13 @@ def _settle(
         )
         return "not-found-in-grace"
     if outcome == Attempt.NOT_FOUND:
-        resolve_locked(
-            record,
-            now=now,
+        resolve(
             outcome=Outcome.FAILED,
-            actor=actor,
-            source=AuditEvent.Source.WORKER,
-            detail=finding.detail,
             error={
                 "code": "NOT_EXECUTED",
                 "message": "The downstream has no action with this key; "
                 "it is safe to retry with the same key.",
             },
-            record_changes=changes,
         )
         return "failed_final"
     if outcome == Attempt.APPLY_AGAIN and plan is not None:

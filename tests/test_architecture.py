@@ -5,6 +5,7 @@ and file docs/architecture.md names exists, so the page follows the code when it
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 import shutil
@@ -123,3 +124,48 @@ def test_every_module_function_and_file_docs_architecture_names_exists() -> None
             missing.append(quoted)
     assert missing == []
     assert not _resolves("records.reserve_no_key") and _resolves("records.reserve_key")
+
+
+# The module that builds SQL from the models' metadata; and the record transitions, which name
+# columns literally until issue 21's ``ledger/records/`` package takes their statements.
+WRITES_SQL_FROM_METADATA = {"ledger/services/statements.py", "ledger/services/records.py"}
+_SQL = re.compile(r"\b(SELECT|UPDATE|DELETE FROM|INSERT INTO|JOIN|WHERE|RETURNING)\b")
+_QUALIFIED = re.compile(r"(?<![\w.])[a-z]{1,2}\.([a-z_][a-z0-9_]*)\b")
+_DEFINED = re.compile(r"\bAS\s+([a-z_][a-z0-9_]*)\b", re.IGNORECASE)
+
+
+def _literal_columns(source: str) -> list[tuple[int, str]]:
+    """Columns named literally (``alias.column``) in the SQL text of ``source``'s strings, the
+    holes of an f-string left out; a name the statement defines itself (``AS name``) is not a
+    column."""
+    tree = ast.parse(source)
+    pieces = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in pieces:
+            continue  # read with its f-string
+        if isinstance(node, ast.JoinedStr):
+            parts = [v.value if isinstance(v, ast.Constant) else "{}" for v in node.values]
+            text = "".join(str(part) for part in parts)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        else:
+            continue
+        if _SQL.search(text):
+            defined = set(_DEFINED.findall(text))
+            found |= {(node.lineno, c) for c in _QUALIFIED.findall(text) if c not in defined}
+    return sorted(found)
+
+
+def test_hand_written_sql_takes_its_column_names_from_the_models() -> None:
+    assert _literal_columns('f"SELECT {x} FROM {t} r WHERE r.tenant_id = %s"') == [(1, "tenant_id")]
+    assert _literal_columns('f"SELECT e.id AS entry_id FROM {t} e) r ON r.entry_id"') == [(1, "id")]
+    literal = {}
+    for app in APPS:
+        for path in sorted((ROOT / app).rglob("*.py")):
+            name = str(path.relative_to(ROOT))
+            if "migrations" in path.parts or name in WRITES_SQL_FROM_METADATA:
+                continue
+            if found := _literal_columns(path.read_text()):
+                literal[name] = found
+    assert literal == {}

@@ -6,14 +6,13 @@ import re
 from functools import cache
 
 from django.contrib.auth import get_user_model
-from django.db.models import Model
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
 from ledger.calls import Caller
 from ledger.errors import InvalidInput
 from ledger.models import ApiToken, Tenant
-from ledger.services.statements import fetch_joined, model_field, quote, select_columns
+from ledger.services.statements import column, fetch_joined, select_columns, table
 
 AGENT_HEADER = "HTTP_X_AGENT_ID"
 AGENT_ID = re.compile(r"^[A-Za-z0-9_.:@/+-]{1,100}$")
@@ -50,17 +49,13 @@ def _token_with_tenant(token_hash: str) -> ApiToken | None:
 @cache
 def _token_sql() -> str:
     user = get_user_model()
-
-    def column(model: type[Model], name: str) -> str:
-        return quote(str(model_field(model, name).column))
-
     return (
         f"SELECT {select_columns(ApiToken, 'k')}, {select_columns(Tenant, 't')} "  # noqa: S608
-        f"FROM {quote(ApiToken._meta.db_table)} k "
-        f"JOIN {quote(Tenant._meta.db_table)} t ON t.id = k.tenant_id "
-        f"JOIN {quote(user._meta.db_table)} u "
-        f"ON u.{column(user, 'pk')} = k.{column(ApiToken, 'user')} "
-        f"WHERE k.token_hash = %s AND k.revoked_at IS NULL AND u.{column(user, 'is_active')}"
+        f"FROM {table(ApiToken)} k JOIN {table(Tenant)} t "
+        f"ON {column(Tenant, 'pk', 't')} = {column(ApiToken, 'tenant', 'k')} "
+        f"JOIN {table(user)} u ON {column(user, 'pk', 'u')} = {column(ApiToken, 'user', 'k')} "
+        f"WHERE {column(ApiToken, 'token_hash', 'k')} = %s "
+        f"AND {column(ApiToken, 'revoked_at', 'k')} IS NULL AND {column(user, 'is_active', 'u')}"
     )
 
 

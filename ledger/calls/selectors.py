@@ -20,7 +20,7 @@ from ledger.models import (
     Tool,
     VersionCombination,
 )
-from ledger.services.statements import fetch_joined, quote, select_columns
+from ledger.services.statements import column, fetch_joined, select_columns, table
 
 
 def run_and_tool(tenant: Tenant, run_id: str, tool_name: str) -> tuple[Run, Tool | None]:
@@ -40,13 +40,15 @@ def run_and_tool(tenant: Tenant, run_id: str, tool_name: str) -> tuple[Run, Tool
 
 @cache
 def _run_and_tool_sql() -> str:
+    run_tenant = column(Run, "tenant", "r")
     return (
         f"SELECT {select_columns(Run, 'r')}, {select_columns(VersionCombination, 'c')}, "  # noqa: S608
-        f"{select_columns(Tool, 't')} "
-        f"FROM {quote(Run._meta.db_table)} r "
-        f"LEFT JOIN {quote(VersionCombination._meta.db_table)} c ON c.id = r.combination_id "
-        f"LEFT JOIN {quote(Tool._meta.db_table)} t ON t.tenant_id = r.tenant_id AND t.name = %s "
-        "WHERE r.tenant_id = %s AND r.run_id = %s"
+        f"{select_columns(Tool, 't')} FROM {table(Run)} r "
+        f"LEFT JOIN {table(VersionCombination)} c "
+        f"ON {column(VersionCombination, 'pk', 'c')} = {column(Run, 'combination', 'r')} "
+        f"LEFT JOIN {table(Tool)} t "
+        f"ON {column(Tool, 'tenant', 't')} = {run_tenant} AND {column(Tool, 'name', 't')} = %s "
+        f"WHERE {run_tenant} = %s AND {column(Run, 'run_id', 'r')} = %s"
     )
 
 
@@ -89,15 +91,18 @@ def _entry_with_locked_record_sql() -> str:
     # Written out: it runs on every completion, and the ORM spent more time compiling the
     # four-table select_related than PostgreSQL spent answering it (docs/performance.md). The
     # clock is read by the outer query, once the inner one holds the lock.
+    entry = column(LedgerEntry, "pk", "e")
     return (
         f"SELECT {select_columns(LedgerEntry, 'e')}, {select_columns(IdempotencyRecord, 'r')}, "  # noqa: S608
         f"{select_columns(Tool, 't')}, {select_columns(Run, 'u')}, clock_timestamp() FROM ("
-        f"SELECT e.id AS entry_id, r.* FROM {quote(LedgerEntry._meta.db_table)} e "
-        f"JOIN {quote(IdempotencyRecord._meta.db_table)} r ON r.id = e.record_id "
-        "WHERE e.tenant_id = %s AND e.call_id = %s FOR UPDATE OF r) r "
-        f"JOIN {quote(LedgerEntry._meta.db_table)} e ON e.id = r.entry_id "
-        f"JOIN {quote(Tool._meta.db_table)} t ON t.id = e.tool_id "
-        f"JOIN {quote(Run._meta.db_table)} u ON u.id = e.run_id"
+        f"SELECT {entry} AS entry_id, r.* FROM {table(LedgerEntry)} e "
+        f"JOIN {table(IdempotencyRecord)} r "
+        f"ON {column(IdempotencyRecord, 'pk', 'r')} = {column(LedgerEntry, 'record', 'e')} "
+        f"WHERE {column(LedgerEntry, 'tenant', 'e')} = %s "
+        f"AND {column(LedgerEntry, 'call_id', 'e')} = %s FOR UPDATE OF r) r "
+        f"JOIN {table(LedgerEntry)} e ON {entry} = r.entry_id "
+        f"JOIN {table(Tool)} t ON {column(Tool, 'pk', 't')} = {column(LedgerEntry, 'tool', 'e')} "
+        f"JOIN {table(Run)} u ON {column(Run, 'pk', 'u')} = {column(LedgerEntry, 'run', 'e')}"
     )
 
 
