@@ -142,23 +142,28 @@ def run_saga(run_pk: int, *, worker: str) -> dict[str, Any]:
         state = record.state if record is not None else "missing"
         if state != RecordState.SUCCEEDED:
             left = [c.key for c in steps[position + 1 :]]
-            audit(
-                tenant=run.tenant_id,
-                actor=f"worker:{worker}",
-                action="compensation.saga_stopped",
-                target=run,
-                source=AuditEvent.Source.WORKER,
+            _audit_saga(
+                run,
+                worker,
+                "compensation.saga_stopped",
                 after={"stopped_at": compensation.key, "state": state, "not_run": left},
                 detail=f"{compensation.key} is {state}; {len(left)} not run",
             )
             return {"done": done, "stopped_at": compensation.key, "state": state, "not_run": left}
         done.append(compensation.key)
+    _audit_saga(run, worker, "compensation.saga_done", after={"done": done})
+    return {"done": done, "stopped_at": None, "state": "compensated", "not_run": []}
+
+
+def _audit_saga(
+    run: Run, worker: str, action: str, *, after: dict[str, Any], detail: str = ""
+) -> None:
     audit(
         tenant=run.tenant_id,
         actor=f"worker:{worker}",
-        action="compensation.saga_done",
+        action=action,
         target=run,
         source=AuditEvent.Source.WORKER,
-        after={"done": done},
+        after=after,
+        detail=detail,
     )
-    return {"done": done, "stopped_at": None, "state": "compensated", "not_run": []}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema
@@ -76,7 +77,7 @@ def call_out(
 def _respond(result: calls.CallResult) -> HttpResponse:
     """The answer to a call, built as a validated ``CallOut`` and serialised by pydantic itself
     (compiled), rather than dumped to Python values by django-ninja and encoded by the
-    standard library's ``json``: on the hot path that was about 5% of a request's CPU. The
+    standard library's ``json``: on the hot path that costs about 5% of a request's CPU. The
     routes still declare ``CallOut`` (the OpenAPI document); ``schemas.ApiDateTime`` keeps
     times in the format the rest of the API writes."""
     body = call_out(
@@ -98,6 +99,16 @@ def _respond(result: calls.CallResult) -> HttpResponse:
     return response
 
 
+def _decided(
+    request: HttpRequest, step: str, decide: Callable[[], calls.CallResult]
+) -> HttpResponse:
+    """The answer to one step of the protocol, decided inside its trace span."""
+    with tracing.decision_span(request.headers, step) as span:
+        result = decide()
+        tracing.describe_decision(span, result)
+    return _respond(result)
+
+
 @router.post(
     "",
     response={200: CallOut, 409: CallOut, 422: CallOut | Problem, **COMMON},
@@ -110,25 +121,20 @@ def record_call(request: HttpRequest, payload: CallIn) -> HttpResponse:
     ``wait`` (409, Retry-After), ``approval_required``, ``forbidden`` or ``conflict`` (422),
     with the observation to hand to the model.
     """
-    caller = caller_of(request)
     plan = payload.write_plan
-    with tracing.decision_span(request.headers, "record") as span:
-        result = calls.record_call(
-            caller=caller,
-            request=calls.CallInput(
-                run_id=payload.run_id,
-                step_id=payload.step_id,
-                tool=payload.tool,
-                input=payload.input,
-                business_object_id=payload.business_object_id,
-                input_source=payload.input_source,
-                data_classification=payload.data_classification,
-                end_user_id=payload.end_user_id,
-                write_plan=calls.WritePlanInput(**plan.model_dump()) if plan else None,
-            ),
-        )
-        tracing.describe_decision(span, result)
-    return _respond(result)
+    request_in = calls.CallInput(
+        run_id=payload.run_id,
+        step_id=payload.step_id,
+        tool=payload.tool,
+        input=payload.input,
+        business_object_id=payload.business_object_id,
+        input_source=payload.input_source,
+        data_classification=payload.data_classification,
+        end_user_id=payload.end_user_id,
+        write_plan=calls.WritePlanInput(**plan.model_dump()) if plan else None,
+    )
+    caller = caller_of(request)
+    return _decided(request, "record", lambda: calls.record_call(caller=caller, request=request_in))
 
 
 @router.get("/{call_id}", response={200: CallOut, **COMMON}, summary="Get a call")
@@ -144,10 +150,11 @@ def get_call(request: HttpRequest, call_id: str) -> CallOut:
 )
 def start(request: HttpRequest, call_id: str) -> HttpResponse:
     """Uses the granted approval once; the approval must be for this exact action."""
-    with tracing.decision_span(request.headers, "start") as span:
-        result = calls.start_call(caller=caller_of(request), call_id=_uuid(call_id))
-        tracing.describe_decision(span, result)
-    return _respond(result)
+    return _decided(
+        request,
+        "start",
+        lambda: calls.start_call(caller=caller_of(request), call_id=_uuid(call_id)),
+    )
 
 
 @router.post(
@@ -171,8 +178,10 @@ def complete(request: HttpRequest, call_id: str, payload: CompleteIn) -> HttpRes
     """``succeeded`` with the result (checked against the tool's output schema), ``failed``
     with an error (``retryable`` when no side effect happened), or ``uncertain`` after a timeout
     or lost connection. A stale fencing token is refused with 409."""
-    with tracing.decision_span(request.headers, "complete") as span:
-        result = calls.complete_call(
+    return _decided(
+        request,
+        "complete",
+        lambda: calls.complete_call(
             caller=caller_of(request),
             call_id=_uuid(call_id),
             fencing_token=payload.fencing_token,
@@ -181,9 +190,8 @@ def complete(request: HttpRequest, call_id: str, payload: CompleteIn) -> HttpRes
             error=payload.error.model_dump() if payload.error else None,
             retryable=payload.retryable,
             evidence=payload.evidence,
-        )
-        tracing.describe_decision(span, result)
-    return _respond(result)
+        ),
+    )
 
 
 @router.post(
@@ -195,12 +203,13 @@ def replay(request: HttpRequest, call_id: str, payload: ReplayIn) -> HttpRespons
     """Applies the recovery table: idempotent tools replay (a new lease), conditional ones are
     checked (``current_hash``) and approved by a human, non-idempotent ones are looked up
     downstream, final failures are never replayed."""
-    with tracing.decision_span(request.headers, "replay") as span:
-        result = calls.replay_call(
+    return _decided(
+        request,
+        "replay",
+        lambda: calls.replay_call(
             caller=caller_of(request), call_id=_uuid(call_id), current_hash=payload.current_hash
-        )
-        tracing.describe_decision(span, result)
-    return _respond(result)
+        ),
+    )
 
 
 class KeyQuery(Schema):

@@ -13,7 +13,7 @@ from ledger.api.auth import caller_of
 from ledger.api.parser import reject_unknown_query
 from ledger.api.schemas import JsonInt, JsonNumber, PositiveInt, Problem, Strict
 from ledger.errors import NotFound
-from ledger.models import Threshold, VersionCombination
+from ledger.models import Tenant, Threshold, VersionCombination
 from ledger.services import combinations, metrics, senders, thresholds
 
 router = Router(tags=["combinations"])
@@ -278,6 +278,12 @@ class WindowQuery(Schema):
     tool: str | None = Field(default=None, min_length=1, max_length=200)
 
 
+def _window_of(request: HttpRequest, query: WindowQuery) -> tuple[Tenant, datetime]:
+    """The caller's tenant and the start of the query's window; unknown parameters are refused."""
+    reject_unknown_query(request, WindowQuery)
+    return caller_of(request).tenant, metrics.window_start(query.window_minutes)
+
+
 @metrics_router.get(
     "/combinations",
     response={200: list[CombinationMetricsOut], 400: Problem, 401: Problem},
@@ -286,9 +292,8 @@ class WindowQuery(Schema):
 def metrics_by_combination(
     request: HttpRequest, query: Query[WindowQuery]
 ) -> list[CombinationMetricsOut]:
-    reject_unknown_query(request, WindowQuery)
-    tenant = caller_of(request).tenant
-    summaries = metrics.by_combination(tenant, since=metrics.window_start(query.window_minutes))
+    tenant, since = _window_of(request, query)
+    summaries = metrics.by_combination(tenant, since=since)
     known = {c.pk: c for c in VersionCombination.objects.filter(tenant=tenant)}
     out = []
     for combination_id, summary in sorted(summaries.items(), key=lambda i: i[0] or 0):
@@ -310,13 +315,8 @@ def metrics_by_combination(
     summary="Metrics per tool over a window",
 )
 def metrics_by_tool(request: HttpRequest, query: Query[WindowQuery]) -> list[ToolMetricsOut]:
-    reject_unknown_query(request, WindowQuery)
-    tenant = caller_of(request).tenant
-    rows = metrics.by_tool(
-        tenant,
-        since=metrics.window_start(query.window_minutes),
-        combination_id=query.combination_id,
-    )
+    tenant, since = _window_of(request, query)
+    rows = metrics.by_tool(tenant, since=since, combination_id=query.combination_id)
     return [
         ToolMetricsOut(tool=tool, metrics=SummaryOut(**s.as_dict()))
         for tool, s in sorted(rows.items())
@@ -329,13 +329,9 @@ def metrics_by_tool(request: HttpRequest, query: Query[WindowQuery]) -> list[Too
     summary="A time series in 5-minute buckets",
 )
 def metrics_series(request: HttpRequest, query: Query[WindowQuery]) -> list[PointOut]:
-    reject_unknown_query(request, WindowQuery)
-    tenant = caller_of(request).tenant
+    tenant, since = _window_of(request, query)
     points = metrics.series(
-        tenant,
-        since=metrics.window_start(query.window_minutes),
-        combination_id=query.combination_id,
-        tool=query.tool,
+        tenant, since=since, combination_id=query.combination_id, tool=query.tool
     )
     return [PointOut(**point) for point in points]
 

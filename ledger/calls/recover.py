@@ -131,14 +131,8 @@ def _recover(
                     once=True,
                 )
                 return Decision.FORBIDDEN, ObservationCode.WRITE_CONFLICT, "ask_human", None, None
-        return (
-            Decision.APPROVAL_REQUIRED,
-            ObservationCode.APPROVAL_REQUIRED,
-            "await_approval",
-            approval,
-            None,
-        )
-    if recovery.action is RecoveryAction.ASK_HUMAN:
+    # A condition not yet decided by the file's hash waits for a human, as an ask does.
+    if recovery.action in (RecoveryAction.CHECK_CONDITION, RecoveryAction.ASK_HUMAN):
         return (
             Decision.APPROVAL_REQUIRED,
             ObservationCode.APPROVAL_REQUIRED,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 from django.db import models
 
@@ -10,61 +10,44 @@ from ledger.models import AuditEvent, Tenant
 from ledger.services.statements import insert_returning_id
 
 
-def audit(
-    *,
-    tenant: Tenant | int | None,
-    actor: str,
-    action: str,
-    target: models.Model | tuple[str, str],
-    source: str,
-    before: dict[str, Any] | None = None,
-    after: dict[str, Any] | None = None,
-    outcome: str = AuditEvent.Outcome.SUCCESS,
-    detail: str = "",
-) -> AuditEvent:
-    """Append one audit event about ``target`` (a model instance, or a (type, id) pair)."""
-    event = audit_event(
-        tenant=tenant,
-        actor=actor,
-        action=action,
-        target=target,
-        source=source,
-        before=before,
-        after=after,
-        outcome=outcome,
-        detail=detail,
-    )
+class AuditFields(TypedDict):
+    """What an audit event says: who did what to which ``target`` (a model instance, or a
+    (type, id) pair), from where, and what it changed."""
+
+    tenant: Tenant | int | None
+    actor: str
+    action: str
+    target: models.Model | tuple[str, str]
+    source: str
+    before: NotRequired[dict[str, Any] | None]
+    after: NotRequired[dict[str, Any] | None]
+    outcome: NotRequired[str]
+    detail: NotRequired[str]
+
+
+def audit(**fields: Unpack[AuditFields]) -> AuditEvent:
+    """Append one audit event."""
+    event = audit_event(**fields)
     insert_returning_id(event)
     return event
 
 
-def audit_event(
-    *,
-    tenant: Tenant | int | None,
-    actor: str,
-    action: str,
-    target: models.Model | tuple[str, str],
-    source: str,
-    before: dict[str, Any] | None = None,
-    after: dict[str, Any] | None = None,
-    outcome: str = AuditEvent.Outcome.SUCCESS,
-    detail: str = "",
-) -> AuditEvent:
+def audit_event(**fields: Unpack[AuditFields]) -> AuditEvent:
     """An unsaved audit event, for a caller that writes it in the statement of its change."""
-    tenant_id = tenant.pk if isinstance(tenant, Tenant) else tenant
+    tenant, target = fields["tenant"], fields["target"]
     if isinstance(target, tuple):
         target_type, target_id = target
     else:
         target_type, target_id = target._meta.model_name or "", str(target.pk)
     return AuditEvent(
-        tenant_id=tenant_id,
-        actor=actor,
-        action=action,
+        tenant_id=tenant.pk if isinstance(tenant, Tenant) else tenant,
+        actor=fields["actor"],
+        action=fields["action"],
         target_type=target_type,
         target_id=target_id,
-        before=before,
-        after=after,
-        source=source,
-        outcome=outcome,
-        detail=detail,
+        before=fields.get("before"),
+        after=fields.get("after"),
+        source=fields["source"],
+        outcome=fields.get("outcome", AuditEvent.Outcome.SUCCESS),
+        detail=fields.get("detail", ""),
     )

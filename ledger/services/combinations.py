@@ -138,24 +138,19 @@ def set_canary(
         target = _locked(tenant, combination_id)
         if target.state in (State.ACTIVE, State.HALTED):
             raise Conflict(f"an {target.state} combination cannot be a canary")
-        before = {"state": target.state, "canary_share_bp": target.canary_share_bp}
         others = VersionCombination.objects.filter(tenant=tenant, state=State.CANARY).exclude(
             pk=target.pk
         )
         if sum(c.canary_share_bp for c in others) + share_bp > 10_000:
             raise Conflict("canary shares would add up to more than 100%")
-        target.state = State.CANARY if share_bp else State.RETIRED
-        target.canary_share_bp = share_bp
-        target.save(update_fields=["state", "canary_share_bp"])
-        audit(
-            tenant=tenant,
-            actor=actor,
+        _set_share(
+            target,
+            state=State.CANARY if share_bp else State.RETIRED,
+            share_bp=share_bp,
             action="combination.canary",
-            target=target,
+            actor=actor,
             source=source,
-            before=before,
-            after={"state": target.state, "canary_share_bp": share_bp},
-            detail=reason,
+            reason=reason,
         )
     return target
 
@@ -183,21 +178,43 @@ def set_shadow(
             return target
         if target.state in (State.ACTIVE, State.HALTED):
             raise Conflict(f"an {target.state} combination cannot be put in shadow")
-        before = {"state": target.state, "canary_share_bp": target.canary_share_bp}
-        target.state = State.SHADOW
-        target.canary_share_bp = share_bp
-        target.save(update_fields=["state", "canary_share_bp"])
-        audit(
-            tenant=tenant,
-            actor=actor,
+        _set_share(
+            target,
+            state=State.SHADOW,
+            share_bp=share_bp,
             action="combination.shadow",
-            target=target,
+            actor=actor,
             source=source,
-            before=before,
-            after={"state": State.SHADOW, "canary_share_bp": share_bp},
-            detail=reason,
+            reason=reason,
         )
     return target
+
+
+def _set_share(
+    target: VersionCombination,
+    *,
+    state: str,
+    share_bp: int,
+    action: str,
+    actor: str,
+    source: str,
+    reason: str,
+) -> None:
+    """Give a locked combination its new state and share, audited."""
+    before = {"state": target.state, "canary_share_bp": target.canary_share_bp}
+    target.state = state
+    target.canary_share_bp = share_bp
+    target.save(update_fields=["state", "canary_share_bp"])
+    audit(
+        tenant=target.tenant_id,
+        actor=actor,
+        action=action,
+        target=target,
+        source=source,
+        before=before,
+        after={"state": state, "canary_share_bp": share_bp},
+        detail=reason,
+    )
 
 
 def halt(
@@ -304,6 +321,18 @@ def rollback(
             f"would invalidate {len(report.invalidated_approvals)} open approvals",
         ]
         return report
+
+    def audit_step(action: str, after: dict[str, Any], *, detail: str = "") -> None:
+        audit(
+            tenant=tenant,
+            actor=actor,
+            action=action,
+            target=bad,
+            source=source,
+            after=after,
+            detail=detail,
+        )
+
     with transaction.atomic():
         _combo, newly = halt(
             tenant=tenant,
@@ -317,23 +346,11 @@ def rollback(
         halted_runs = running.update(
             status=Run.Status.HALTED, finished_at=now, termination_reason="combination rolled back"
         )
-        audit(
-            tenant=tenant,
-            actor=actor,
-            action="rollback.runs_halted",
-            target=bad,
-            source=source,
-            after={"runs": report.halted_runs},
-            detail=reason,
-        )
+        audit_step("rollback.runs_halted", {"runs": report.halted_runs}, detail=reason)
         report.steps.append(f"halted {halted_runs} running runs")
-        audit(
-            tenant=tenant,
-            actor=actor,
-            action="rollback.pending_listed",
-            target=bad,
-            source=source,
-            after={"executing": report.executing, "unknown": report.unknown},
+        audit_step(
+            "rollback.pending_listed",
+            {"executing": report.executing, "unknown": report.unknown},
         )
         if restore is not None:
             activate(
@@ -351,15 +368,7 @@ def rollback(
         records_became_unknown.send(sender=IdempotencyRecord, record_ids=unknown_ids)
         report.queued_for_lookup = report.unknown
         report.needs_human = _needs_human(tenant, bad, voided=[])
-        audit(
-            tenant=tenant,
-            actor=actor,
-            action="rollback.completed",
-            target=bad,
-            source=source,
-            after=report.as_dict(),
-            detail=reason,
-        )
+        audit_step("rollback.completed", report.as_dict(), detail=reason)
         report.steps.append(f"queued {len(unknown_ids)} unknown side effects for look-up")
     return report
 

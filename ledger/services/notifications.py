@@ -414,43 +414,35 @@ def compose(notification: Notification) -> Message | None:
         "subject": {"type": subject_type, "id": subject_id},
     }
     if subject_type == Subject.RECORD:
-        record = (
-            _unknown_records(notification.tenant)
-            .select_related("tool")
-            .filter(pk=subject_id)
-            .first()
-        )
+        records = _unknown_records(notification.tenant).select_related("tool")
+        record = records.filter(pk=subject_id).first()
         if record is None:
             return None
         since = record.uncertain_since or record.updated_at
-        facts.update(
-            tool=record.tool.name,
-            state=record.state,
-            waiting_since=since.isoformat(),
-            waiting_minutes=_minutes(now, since),
-            console_path=reverse("console:unknown_call", args=[record.pk]),
+        facts |= _waiting(
+            record.tool.name,
+            record.state,
+            since,
+            now,
+            reverse("console:unknown_call", args=[record.pk]),
         )
         what = f"{record.tool.name}: outcome unknown for {_minutes(now, since)} min"
         if notification.event == Event.UNKNOWN_ESCALATED:
             what += f", escalated to a human ({record.escalation_reason[:200]})"
     elif subject_type == Subject.APPROVAL:
-        approval = (
-            _pending_approvals(notification.tenant)
-            .select_related("record__tool")
-            .filter(pk=subject_id)
-            .first()
-        )
+        approvals = _pending_approvals(notification.tenant).select_related("record__tool")
+        approval = approvals.filter(pk=subject_id).first()
         if approval is None:
             return None
         tool = approval.record.tool.name
-        facts.update(
-            tool=tool,
-            state=approval.state,
-            waiting_since=approval.created_at.isoformat(),
-            waiting_minutes=_minutes(now, approval.created_at),
-            expires_at=approval.expires_at.isoformat(),
-            console_path=reverse("console:approval", args=[approval.pk]),
+        facts |= _waiting(
+            tool,
+            approval.state,
+            approval.created_at,
+            now,
+            reverse("console:approval", args=[approval.pk]),
         )
+        facts["expires_at"] = approval.expires_at.isoformat()
         what = f"{tool}: approval waiting for {_minutes(now, approval.created_at)} min"
         if notification.event == Event.APPROVAL_EXPIRING:
             what = f"{tool}: approval expires in {max(0, -_minutes(now, approval.expires_at))} min"
@@ -496,6 +488,19 @@ def compose(notification: Notification) -> Message | None:
     }[Event(notification.event)]
     text = f"Agent Ledger ({notification.tenant.slug}), {headline}: {what}. {facts['console_path']}"
     return Message(subject=f"Agent Ledger: {headline}", text=text, payload={**facts, "text": text})
+
+
+def _waiting(
+    tool: str, state: str, since: datetime, now: datetime, console_path: str
+) -> dict[str, Any]:
+    """The facts of an item that waits for a human: whose, in what state, since when."""
+    return {
+        "tool": tool,
+        "state": state,
+        "waiting_since": since.isoformat(),
+        "waiting_minutes": _minutes(now, since),
+        "console_path": console_path,
+    }
 
 
 def _minutes(now: datetime, then: datetime) -> int:
