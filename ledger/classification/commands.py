@@ -817,22 +817,23 @@ def _tee(program: str, args: list[str], text: str, depth: int) -> Classification
     return _result(CONDITIONAL, text, "overwrites files.", "tee")
 
 
-def _date(program: str, args: list[str], text: str, depth: int) -> Classification:
-    if "s" in _short_flags(args) or _has_long(args, "--set"):
-        return _result(NON_IDEMPOTENT, text, "sets the system clock.", "date.set")
-    return _result(IDEMPOTENT, text, "a read-only command.", "read_only.date")
+def _read_only_unless(
+    name: str, flag: str, long_flag: str, effect: str, rule: str
+) -> ArgvClassifier:
+    """A read-only command that ``-flag`` or ``long_flag`` turns into a side effect."""
+
+    def classify(program: str, args: list[str], text: str, depth: int) -> Classification:
+        if flag in _short_flags(args) or _has_long(args, long_flag):
+            return _result(NON_IDEMPOTENT, text, effect, rule)
+        return _result(IDEMPOTENT, text, "a read-only command.", f"read_only.{name}")
+
+    return classify
 
 
 def _hostname(program: str, args: list[str], text: str, depth: int) -> Classification:
     if _positionals(args):
         return _result(NON_IDEMPOTENT, text, "sets the host name.", "hostname.set")
     return _result(IDEMPOTENT, text, "a read-only command.", "read_only.hostname")
-
-
-def _yq(program: str, args: list[str], text: str, depth: int) -> Classification:
-    if "i" in _short_flags(args) or _has_long(args, "--inplace"):
-        return _result(NON_IDEMPOTENT, text, "edits files in place.", "yq.in_place")
-    return _result(IDEMPOTENT, text, "a read-only command.", "read_only.yq")
 
 
 # git ---------------------------------------------------------------------------------------
@@ -1274,9 +1275,9 @@ _PROGRAMS: dict[str, ArgvClassifier] = {
     "rg": _rg,
     "uniq": _uniq,
     "tee": _tee,
-    "date": _date,
+    "date": _read_only_unless("date", "s", "--set", "sets the system clock.", "date.set"),
     "hostname": _hostname,
-    "yq": _yq,
+    "yq": _read_only_unless("yq", "i", "--inplace", "edits files in place.", "yq.in_place"),
     "git": _git,
     "npm": _npm,
     "pnpm": _npm,

@@ -149,6 +149,27 @@ def test_writing_commands_are_never_auto(
     assert result.destructive is destructive
 
 
+@pytest.mark.parametrize(
+    ("command", "idempotency", "rule"),
+    [
+        ("date", Idempotency.IDEMPOTENT, "command.read_only.date"),
+        ("date +%s", Idempotency.IDEMPOTENT, "command.read_only.date"),
+        ("date -s 2030-01-01", Idempotency.NON_IDEMPOTENT, "command.date.set"),
+        ("date --set=2030-01-01", Idempotency.NON_IDEMPOTENT, "command.date.set"),
+        ("yq .name a.yaml", Idempotency.IDEMPOTENT, "command.read_only.yq"),
+        ("yq -i '.a = 1' a.yaml", Idempotency.NON_IDEMPOTENT, "command.yq.in_place"),
+        ("yq --inplace '.a = 1' a.yaml", Idempotency.NON_IDEMPOTENT, "command.yq.in_place"),
+        ("hostname", Idempotency.IDEMPOTENT, "command.read_only.hostname"),
+        ("hostname box", Idempotency.NON_IDEMPOTENT, "command.hostname.set"),
+    ],
+)
+def test_a_flag_or_an_argument_turns_a_read_only_command_into_a_write(
+    command: str, idempotency: Idempotency, rule: str
+) -> None:
+    result = classify_command(command)
+    assert (result.idempotency, result.rule) == (idempotency, rule), result.reason
+
+
 def test_seed_examples() -> None:
     assert classify_command("ls src").replay_policy is ReplayPolicy.AUTO
     assert classify_command("npm test").replay_policy is ReplayPolicy.ASK
