@@ -24,7 +24,8 @@ from ledger.api.schemas import (
     RecordOut,
     ReplayIn,
 )
-from ledger.domain import Decision, Idempotency
+from ledger.calls.values import entry_classification
+from ledger.domain import Decision
 from ledger.errors import NotFound
 from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry
 from ledger.services.compensations import compensation_view
@@ -52,13 +53,7 @@ def call_out(
         status=entry.status,
         decision=Decision(entry.decision),
         idempotency_key=entry.idempotency_key,
-        classification=ClassificationOut(
-            idempotency=Idempotency(entry.idempotency),
-            replay_policy=entry.replay_policy,
-            destructive=entry.destructive,
-            reason=entry.classification_reason,
-            rule=entry.classification_rule,
-        ),
+        classification=ClassificationOut.of(entry_classification(entry)),
         observation=observation,
         lease=LeaseOut(
             fencing_token=lease.fencing_token,

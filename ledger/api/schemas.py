@@ -17,6 +17,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from ledger.classification import Classification
 from ledger.domain import DataClassification, Decision, Idempotency, InputSource, KeyScope
 from ledger.keys import KEY_FIELD_SYNTAX, MAX_COMPONENT_LENGTH, MAX_KEY_FIELDS
 from ledger.services.registry import SERVER_NAME, TOOL_NAME
@@ -86,6 +87,16 @@ class ClassificationOut(Schema):
     destructive: bool
     reason: str
     rule: str
+
+    @classmethod
+    def of(cls, classification: Classification) -> ClassificationOut:
+        return cls(
+            idempotency=classification.idempotency,
+            replay_policy=classification.replay_policy.value,
+            destructive=classification.destructive,
+            reason=classification.reason,
+            rule=classification.rule,
+        )
 
 
 KeyField = Annotated[str, Field(pattern=KEY_FIELD_SYNTAX, max_length=MAX_COMPONENT_LENGTH)]

@@ -7,8 +7,8 @@ from ninja import Router
 
 from ledger.api.auth import caller_of
 from ledger.api.schemas import ClassificationOut, ClassifyIn, McpImportIn, Problem, ToolIn, ToolOut
-from ledger.classification.calls import classify_tool_call
-from ledger.domain import Idempotency, ServerTrust
+from ledger.classification.calls import classify_tool_call, stored_classification
+from ledger.domain import ServerTrust
 from ledger.errors import NotFound
 from ledger.models import Tool
 from ledger.services.registry import import_mcp_tools, register_tool, unsaved_builtin_tool
@@ -26,13 +26,7 @@ def tool_out(tool: Tool) -> ToolOut:
         key_scope=tool.key_scope,
         key_fields=list(tool.key_fields or []),
         output_schema=tool.output_schema,
-        classification=ClassificationOut(
-            idempotency=Idempotency(tool.idempotency),
-            replay_policy=tool.replay_policy,
-            destructive=tool.destructive,
-            reason=tool.reason,
-            rule=tool.rule,
-        ),
+        classification=ClassificationOut.of(stored_classification(tool)),
         overridden=bool(tool.override_idempotency),
     )
 
@@ -93,8 +87,7 @@ def classify(request: HttpRequest, payload: ClassifyIn) -> ClassificationOut:
     tool = Tool.objects.filter(tenant=caller.tenant, name=payload.tool).first()
     if tool is None:
         tool = unsaved_builtin_tool(tenant=caller.tenant, name=payload.tool)
-    result = classify_tool_call(tool, payload.input)
-    return ClassificationOut(**result.as_dict())  # type: ignore[arg-type]
+    return ClassificationOut.of(classify_tool_call(tool, payload.input))
 
 
 @router.get(
