@@ -119,6 +119,8 @@ def main() -> None:
         "ALLOWED_HOSTS": "testserver,localhost,127.0.0.1",
         "STATIC_MANIFEST": "false",
         "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
+        # The sandbox the look-ups ask listens on 127.0.0.1 (ledger/outbound.py).
+        "LEDGER_OUTBOUND_ALLOW_PRIVATE": "true",
     }
     env.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-production-0123456789abcdef")
     os.environ.update(env)

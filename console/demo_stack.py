@@ -114,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=6, help="demo runs per combination")
     args = parser.parse_args(argv)
     python = sys.executable
-    os.environ.update(DEBUG="true", PYTHONUNBUFFERED="1")
+    # The sandbox downstreams the demo looks up listen on 127.0.0.1, which outbound requests
+    # may reach only when private networks are allowed (ledger/outbound.py).
+    os.environ.update(DEBUG="true", PYTHONUNBUFFERED="1", LEDGER_OUTBOUND_ALLOW_PRIVATE="true")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     django.setup()  # the settings every process of the stack reads, the workspace among them
     from console.management.commands.seed_demo import demo_workspace

@@ -289,9 +289,9 @@ EMAIL_PORT = positive_int(env, "EMAIL_PORT", default=25)
 # Django waits on a mail server forever by default; a delivery task must give up and retry.
 EMAIL_TIMEOUT = positive_int(env, "EMAIL_TIMEOUT", default=10)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="agent-ledger@localhost")
-# Alert webhooks go only to these hosts (and their subdomains; empty: any public host), and
-# never to loopback, private or link-local addresses unless LEDGER_OUTBOUND_ALLOW_PRIVATE is on
-# (a webhook URL is a user's input: ledger/outbound.py).
+# Webhooks, compensations and downstream look-ups go only to these hosts (and their subdomains;
+# empty: any public host), and never to loopback, private or link-local addresses unless
+# LEDGER_OUTBOUND_ALLOW_PRIVATE is on (their URLs are users' input: ledger/outbound.py).
 LEDGER_OUTBOUND_ALLOWED_HOSTS: list[str] = env.list("LEDGER_OUTBOUND_ALLOWED_HOSTS", default=[])
 LEDGER_OUTBOUND_ALLOW_PRIVATE = strict_bool(env, "LEDGER_OUTBOUND_ALLOW_PRIVATE", default=False)
 # On-call notifications (ledger/services/notifications.py): items per rule and channel (and

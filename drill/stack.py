@@ -237,6 +237,8 @@ class Stack:
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "STATIC_MANIFEST": "false",
             "LOG_LEVEL": "WARNING",
+            # The sandbox and the billing service listen on 127.0.0.1 (ledger/outbound.py).
+            "LEDGER_OUTBOUND_ALLOW_PRIVATE": "true",
             "PYTHONUNBUFFERED": "1",
             **extra,
         }

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import importlib
-import os
-import threading
 from dataclasses import dataclass
 from enum import StrEnum
-from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, Protocol
-from urllib.parse import quote
 
 import httpx
 from django.conf import settings
 
-from ledger import tracing
+from ledger import outbound, tracing
 from reconcile.models import DownstreamAdapter
 
 
@@ -24,6 +20,7 @@ class LookupOutcome(StrEnum):
     UNREACHABLE = "unreachable"
     TIMEOUT = "timeout"
     MALFORMED = "malformed"
+    REFUSED = "refused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,45 +36,20 @@ class DownstreamLookup(Protocol):
     def lookup(self, *, idempotency_key: str, tool: str) -> LookupResult: ...
 
 
-_clients: dict[int, httpx.Client] = {}
-_clients_lock = threading.Lock()
-
-
-class _NoCookies(CookieJar):
-    """A jar that keeps nothing: adapters belong to tenants, and a cookie one tenant's
-    downstream set must never be sent with another tenant's look-up."""
-
-    def __init__(self) -> None:
-        super().__init__(policy=DefaultCookiePolicy(allowed_domains=[]))
-
-
-def http_client() -> httpx.Client:
-    """One pooled client per process, shared by its threads. ``httpx.get`` would build a new
-    client, and with it an SSL context, for every look-up: about 35 ms of CPU each, which
-    caps a worker near two thousand look-ups a minute (docs/performance.md). Per process, so
-    a forked worker never shares its parent's sockets."""
-    pid = os.getpid()
-    client = _clients.get(pid)
-    if client is None:
-        with _clients_lock:
-            client = _clients.get(pid) or _clients.setdefault(
-                pid, httpx.Client(cookies=_NoCookies())
-            )
-    return client
-
-
 class HttpLookup:
     def __init__(self, adapter: DownstreamAdapter) -> None:
         self.adapter = adapter
 
     def lookup(self, *, idempotency_key: str, tool: str) -> LookupResult:
         adapter = self.adapter
-        url = adapter.url_template.replace("{key}", quote(idempotency_key, safe=""))
+        url = adapter.lookup_url(idempotency_key)
         try:
             # The look-up's trace context goes with it, so the downstream's spans join it.
-            response = http_client().get(
+            response = outbound.get(
                 url, timeout=adapter.timeout_seconds, headers=tracing.outgoing_headers()
             )
+        except outbound.OutboundRefused as exc:
+            return LookupResult(LookupOutcome.REFUSED, f"look-up URL refused: {exc}")
         except httpx.TimeoutException as exc:
             return LookupResult(LookupOutcome.TIMEOUT, f"no answer in time: {exc}")
         except httpx.TransportError as exc:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from typing import ClassVar
+from urllib.parse import quote
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
+from ledger import outbound
 from ledger.models import IdempotencyRecord, Tenant, Tool
 
 
@@ -80,6 +83,19 @@ class DownstreamAdapter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool.name} ({self.kind})"
+
+    def lookup_url(self, idempotency_key: str) -> str:
+        """The URL that looks ``idempotency_key`` up (quoted: a key cannot change the path)."""
+        return self.url_template.replace("{key}", quote(idempotency_key, safe=""))
+
+    def clean(self) -> None:
+        """An HTTP adapter's URL must pass the outbound allow-list when it is registered, as
+        every look-up does again when it is sent."""
+        if self.kind == self.Kind.HTTP and self.url_template:
+            try:
+                outbound.check_url(self.lookup_url("key"))
+            except outbound.OutboundRefused as exc:
+                raise ValidationError({"url_template": str(exc)}) from None
 
 
 class ReconcileAttempt(models.Model):

@@ -87,6 +87,13 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
 
 
 @pytest.fixture
+def private_downstreams(settings) -> None:
+    """Outbound requests may go to private addresses: the sandbox and the tests' own
+    downstreams listen on 127.0.0.1, which ``ledger.outbound`` refuses by default."""
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
+
+
+@pytest.fixture
 def tenant(db):
     return make_tenant("acme")
 

@@ -127,7 +127,8 @@ def celery_worker(
     queues: str = "reconcile",
     env: dict[str, str] | None = None,
 ) -> Iterator[Worker]:
-    """A real ``celery worker`` process on the test database, ready when this yields."""
+    """A real ``celery worker`` process on the test database, ready when this yields. Its
+    outbound requests may go to private addresses: the tests' downstreams listen on 127.0.0.1."""
     log = logdir / f"{name}.log"
     process = subprocess.Popen(
         [
@@ -154,6 +155,7 @@ def celery_worker(
             **os.environ,
             "DATABASE_URL": test_database_url(),
             "CELERY_BROKER_URL": broker_url,
+            "LEDGER_OUTBOUND_ALLOW_PRIVATE": "true",
             **(env or {}),
         },
     )

@@ -249,3 +249,57 @@ def test_a_channels_webhook_token_is_not_shown(staff_client: Client, tenant, set
         response = staff_client.get(url, secure=True)
         assert response.status_code == 200 and b"s3cr3t" not in response.content
         assert b"hooks.example.com" in response.content
+
+
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("http://169.254.169.254/latest/meta-data/{key}", "non-public address"),
+        ("http://127.0.0.1:8000/admin/{key}", "non-public address"),
+        ("file:///etc/passwd#{key}", "only http(s) URLs"),
+    ],
+)
+def test_an_adapter_whose_look_up_url_is_not_allowed_is_not_registered(
+    staff_client: Client, tenant, create_order, url: str, error: str
+) -> None:
+    response = staff_client.post(
+        "/admin/reconcile/downstreamadapter/add/",
+        {
+            "tenant": tenant.pk,
+            "tool": create_order.pk,
+            "kind": "http",
+            "url_template": url,
+            "found_statuses": "[200]",
+            "not_found_statuses": "[404]",
+            "timeout_seconds": "5",
+            "grace_seconds": "30",
+            "max_attempts": "5",
+        },
+        secure=True,
+    )
+    assert response.status_code == 200  # the form again, with the error
+    assert error in response.content.decode()
+    assert not DownstreamAdapter.objects.exists()
+
+
+def test_an_adapter_on_an_allowed_host_is_registered(
+    staff_client: Client, tenant, create_order, settings
+) -> None:
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True  # the only host that resolves here is local
+    response = staff_client.post(
+        "/admin/reconcile/downstreamadapter/add/",
+        {
+            "tenant": tenant.pk,
+            "tool": create_order.pk,
+            "kind": "http",
+            "url_template": "http://127.0.0.1:8026/idempotency/{key}",
+            "found_statuses": "[200]",
+            "not_found_statuses": "[404]",
+            "timeout_seconds": "5",
+            "grace_seconds": "30",
+            "max_attempts": "5",
+        },
+        secure=True,
+    )
+    assert response.status_code == 302
+    assert DownstreamAdapter.objects.get().url_template.endswith("/idempotency/{key}")

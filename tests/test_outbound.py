@@ -1,15 +1,15 @@
-"""Alert webhooks reach only allowed, public hosts (ledger/outbound.py): request forgery
-towards loopback, private or link-local addresses is refused at registration and at delivery,
-and redirects are not followed."""
+"""Webhooks, compensations and look-ups reach only allowed, public hosts (ledger/outbound.py):
+request forgery towards loopback, private or link-local addresses is refused at registration
+and when sent, redirects are not followed, no proxy is taken from the environment and no
+cookie is kept."""
 
 from __future__ import annotations
 
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 
-import httpx
 import pytest
 
 from ledger import outbound
@@ -115,9 +115,9 @@ def test_a_delivery_goes_to_the_address_it_checked_with_the_urls_host(settings, 
 def test_a_name_that_rebinds_to_a_private_address_after_the_check_is_not_reached(
     hook, monkeypatch
 ) -> None:
-    """DNS rebinding: the name answers a public address to the check, then loopback. The
-    delivery connects to the public address it checked (unreachable here) and never to the
-    local hook."""
+    """DNS rebinding: the name answers a public address to the request's check, then loopback
+    when the connection is opened: the connection's own check refuses it, and the local hook
+    is never reached."""
     port, hits = hook
     answers = iter(["192.0.43.10", "127.0.0.1", "127.0.0.1", "127.0.0.1"])
     real = socket.getaddrinfo
@@ -128,7 +128,7 @@ def test_a_name_that_rebinds_to_a_private_address_after_the_check_is_not_reached
         return real(host, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(socket, "getaddrinfo", rebinding)
-    with pytest.raises(httpx.TransportError):
+    with pytest.raises(outbound.OutboundRefused, match=r"resolves to 127\.0\.0\.1"):
         outbound.post_json(f"http://rebind.example:{port}/hook", {"x": 1}, timeout=1)
     assert hits == []
 
@@ -149,3 +149,44 @@ def test_a_url_python_cannot_split_is_refused_not_an_error(tenant, url: str) -> 
             webhook_url=url,
         )
     assert not Threshold.objects.exists()
+
+
+def test_requests_keep_no_cookies_between_them(settings) -> None:
+    """The pooled client is shared by every tenant's URLs: a cookie one downstream set is never
+    sent with another request."""
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
+    seen: list[str | None] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Cookie"))
+            self.send_response(200)
+            self.send_header("Set-Cookie", "session=tenant-a; Path=/")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_port}"
+        outbound.get(f"{base}/tenant-a/lookup/k1", timeout=5)
+        outbound.get(f"{base}/tenant-b/lookup/k2", timeout=5)
+    finally:
+        server.shutdown()
+    assert seen == [None, None]
+
+
+def test_a_proxy_in_the_environment_is_not_used(settings, hook, monkeypatch) -> None:
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
+    port, hits = hook
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("ALL_PROXY", "http://127.0.0.1:9")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.setattr(outbound, "_clients", {})  # a client built with this environment
+    assert outbound.get(f"http://127.0.0.1:{port}/x", timeout=5).status_code == 302
+    assert hits == [("/x", f"127.0.0.1:{port}")]

@@ -138,6 +138,7 @@ def downstream() -> Iterator[dict[str, Any]]:
         server.server_close()
 
 
+@pytest.mark.usefixtures("private_downstreams")
 def test_a_lookup_is_a_span_and_its_context_goes_downstream(tenant, spans, downstream) -> None:
     tool = make_tool(tenant, "create_order")
     DownstreamAdapter.objects.create(

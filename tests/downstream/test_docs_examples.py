@@ -25,7 +25,11 @@ from sandbox.process import ServiceProcess, drop_database, free_port, fresh_data
 from tests.factories import refresh, reserve
 from tests.processes import server_url
 
-pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.slow,
+    pytest.mark.usefixtures("private_downstreams"),
+]
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = (ROOT / "docs" / "downstream.md").read_text()
 TOKEN = "docs-example-token"

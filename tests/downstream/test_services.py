@@ -30,7 +30,11 @@ from sandbox.invoices import async_url
 from tests.downstream.conftest import TOKEN, Service
 from tests.factories import refresh, reserve
 
-pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.slow,
+    pytest.mark.usefixtures("private_downstreams"),
+]
 
 
 def _post(

@@ -23,7 +23,7 @@ from sandbox.server import SandboxServer
 from tests.factories import make_entry, refresh, reserve
 from tests.sandbox_fixtures import arm
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_downstreams")]
 
 
 def _sha(text: str) -> str:

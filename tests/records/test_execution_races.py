@@ -203,6 +203,7 @@ def _approved_replay_of_a_failed_order(api: ApiClient, sandbox: SandboxServer) -
     return replay
 
 
+@pytest.mark.usefixtures("private_downstreams")
 def test_an_approved_start_raced_starts_once_and_uses_the_approval_once(
     tenant, sandbox: SandboxServer
 ) -> None:
@@ -226,6 +227,7 @@ def test_an_approved_start_raced_starts_once_and_uses_the_approval_once(
     assert _effects(sandbox, key) == 1
 
 
+@pytest.mark.usefixtures("private_downstreams")
 def test_an_approved_start_raced_with_duplicates_starts_once(
     tenant, sandbox: SandboxServer
 ) -> None:
@@ -300,6 +302,7 @@ def _settled_once(record: IdempotencyRecord) -> IdempotencyRecord:
     return settled
 
 
+@pytest.mark.usefixtures("private_downstreams")
 def test_a_look_up_settling_races_a_late_failure_report(tenant, sandbox: SandboxServer) -> None:
     """The executor's late ``failed`` and a worker's look-up (the order exists downstream)
     reach the unknown record together, over several rounds: whichever settles it first wins,
