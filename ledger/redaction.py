@@ -14,8 +14,9 @@ from typing import Any
 from ledger.domain import DataClassification
 from ledger.keys import fingerprint
 
+# A fencing token is a counter ordering a record's executions, shown wherever the record is.
 SECRET_FIELD = re.compile(
-    r"pass(word|wd|phrase)?|secret|token|api[_-]?key|(^|_)auth($|_)|authorization|cookie|"
+    r"pass(word|wd|phrase)?|secret|(?<!fencing_)(?<!fencing)token|api[_-]?key|(^|_)auth($|_)|authorization|cookie|"
     r"session|credential|private[_-]?key|card[_-]?(number|no)?|^pan$|cvc|cvv|ssn|iban|^otp$|^pin$",
     re.IGNORECASE,
 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ledger.domain import DataClassification, Idempotency, ObservationCode, ReplayPolicy
 from ledger.observations import CallContext, refusal, success
 from ledger.redaction import redact, redact_for_storage
@@ -59,6 +61,34 @@ def test_secrets_and_personal_data_are_redacted() -> None:
     assert "sk_live" not in redacted["note"]
     assert redacted["order"] == "12345"  # not a card: too short
     assert redacted["items"][0]["Authorization"] == "[REDACTED]"
+
+
+@pytest.mark.parametrize("name", ["fencing_token", "fencingToken", "FENCING_TOKEN"])
+def test_a_fencing_token_is_not_a_secret(name: str) -> None:
+    """A record's fencing token is a counter that orders its executions: shown, not hidden."""
+    assert redact({name: 7, "nested": {name: 8}}) == {name: 7, "nested": {name: 8}}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "token",
+        "auth_token",
+        "access_token",
+        "refresh_token",
+        "fencing_token_secret",
+        "api_token",
+        "password",
+        "api_key",
+        "client_secret",
+        "Authorization",
+    ],
+)
+def test_tokens_of_auth_passwords_and_keys_stay_secret(name: str) -> None:
+    assert redact({name: "s3cr3t", "fencing_token": 3}) == {
+        name: "[REDACTED]",
+        "fencing_token": 3,
+    }
 
 
 def test_numbers_failing_luhn_are_kept() -> None:

@@ -131,8 +131,8 @@ def test_an_audit_events_page_links_its_target_and_redacts_what_it_recorded(
         action="combination.noted",
         target=bad,
         source="console",
-        before={"api_key": "plain-key-value"},
-        after={"note": f"token {SECRET} and mail ops@example.com"},
+        before={"api_key": "plain-key-value", "fencing_token": 41},
+        after={"note": f"token {SECRET} and mail ops@example.com", "fencing_token": 42},
         detail=f"saw {SECRET}",
     )
     manager = signed_in(make_user(django_user_model, "ma", tenant, "manager"))
@@ -143,5 +143,10 @@ def test_an_audit_events_page_links_its_target_and_redacts_what_it_recorded(
     assert f'href="/combinations/{bad.pk}/"' in html
     assert "plain-key-value" not in html and SECRET not in html and "ops@example.com" not in html
     assert "[REDACTED" in html
+    # A fencing token is not a secret.
+    assert "&quot;fencing_token&quot;: 41" in html and "&quot;fencing_token&quot;: 42" in html
     assert f'href="/audit/{event.pk}/"' in manager.get("/audit/", secure=True).content.decode()
-    assert AuditEvent.objects.get(pk=event.pk).before == {"api_key": "plain-key-value"}
+    assert AuditEvent.objects.get(pk=event.pk).before == {
+        "api_key": "plain-key-value",
+        "fencing_token": 41,
+    }
