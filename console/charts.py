@@ -14,13 +14,17 @@ class Chart:
     key: str  # names its elements: chart-<key>, chart-<key>-data
     title: str
     unit: str  # "%" or a count's unit, shown on the y axis and in the table
+    span: tuple[datetime, datetime]  # the range shown, whatever times have data
     times: list[datetime]
     series: list[tuple[str, list[float | None]]]  # (combination, a value per time or None)
 
     def data(self) -> dict[str, Any]:
-        """What charts.js draws: times in epoch seconds, one list of values per series."""
+        """What charts.js draws: the range and the times in epoch seconds, one list of values
+        per series."""
         return {
             "unit": self.unit,
+            "start": int(self.span[0].timestamp()),
+            "end": int(self.span[1].timestamp()),
             "times": [int(t.timestamp()) for t in self.times],
             "series": [{"label": label, "values": values} for label, values in self.series],
         }
@@ -45,8 +49,10 @@ def time_chart(
     key: str,
     title: str,
     unit: str,
+    span: tuple[datetime, datetime],
     times: list[datetime],
     values: dict[str, list[float | None]],
 ) -> Chart:
-    """A chart of ``values`` (one list per series, aligned with ``times``; None: no data)."""
-    return Chart(key, title, unit, times, list(values.items()))
+    """A chart of ``values`` over ``span`` (one list per series, aligned with ``times``; None:
+    no data)."""
+    return Chart(key, title, unit, span, times, list(values.items()))

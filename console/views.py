@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
 from django.contrib import messages
@@ -504,7 +505,9 @@ def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
         except LedgerError as exc:
             messages.error(request, exc.message)
         return redirect("console:metrics")
-    since = metrics.window_start(24 * 60)
+    minutes = 24 * 60
+    since = metrics.window_start(minutes)
+    span = (since, since + timedelta(minutes=minutes))
     tool = request.GET.get("tool", "").strip() or None
     by_combination = metrics.series_by_combination(tenant, since=since, tool=tool)
     labels_of = dict(
@@ -531,12 +534,13 @@ def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     calls = _("calls")
     charts = [
         charts_mod.time_chart(
-            "dedup", _("Dedup hit rate"), "%", buckets, values("dedup_hit_rate", 100)
+            "dedup", _("Dedup hit rate"), "%", span, buckets, values("dedup_hit_rate", 100)
         ),
         charts_mod.time_chart(
             "uncertain",
             _("Calls that became uncertain"),
             calls,
+            span,
             buckets,
             values("became_uncertain"),
         ),
@@ -544,6 +548,7 @@ def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             "duplicates",
             _("Duplicate side effects"),
             calls,
+            span,
             buckets,
             values("duplicate_side_effects"),
         ),

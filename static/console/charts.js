@@ -31,7 +31,8 @@
       height: 220,
       series: series,
       scales: {
-        x: { time: true },
+        // The dashboard's range, not the data's: one bucket of data would span years.
+        x: { time: true, range: function () { return [data.start, data.end]; } },
         y: { range: function (u, min, max) { return [0, percent ? 100 : Math.max(1, Math.ceil(max))]; } },
       },
       axes: [

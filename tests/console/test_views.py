@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -287,6 +289,23 @@ def test_importing_mcp_tools_from_the_console(django_user_model, tenant) -> None
     assert "not valid JSON" in bad.content.decode()
     assert Tool.objects.filter(tenant=tenant, name__startswith="git/").count() == 12  # unchanged
     assert Tool.objects.get(tenant=tenant, name="git/git_commit").replay_policy == "never"
+
+
+def test_every_chart_spans_the_last_24_hours_whatever_times_have_data(
+    django_user_model, tenant, combos, unknown
+) -> None:
+    from ledger.services import metrics
+
+    metrics.roll_up()  # the fixtures' calls fall in one or two 5-minute buckets
+    manager = signed_in(make_user(django_user_model, "mgr", tenant, "manager"))
+    before = time.time()
+    page = manager.get("/metrics/", secure=True)
+    for chart in page.context["charts"]:
+        data = chart.data()
+        assert 1 <= len(data["times"]) <= 2
+        assert data["end"] - data["start"] == 24 * 3600
+        assert before - 5 <= data["end"] <= time.time() + 1
+        assert all(data["start"] <= t <= data["end"] for t in data["times"])
 
 
 def test_metrics_dashboard_draws_charts_and_adds_thresholds(
