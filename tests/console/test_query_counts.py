@@ -1,4 +1,6 @@
-"""Every console page costs a bounded number of queries, whatever the number of rows shown."""
+"""Every console page costs a bounded number of queries, whatever the number of rows shown:
+the list pages, and the page of one object (call, record, run, combination, approval, audit
+event) however many related rows it lists."""
 
 from __future__ import annotations
 
@@ -8,9 +10,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from ledger.models import AuditEvent, Tenant
+from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Run, Tenant
 from ledger.services import combinations, metrics
-from tests.api.conftest import client_for
+from ledger.services.audit import audit
+from reconcile.models import ReconcileAttempt
+from tests.api.conftest import ApiClient, client_for
 from tests.console.conftest import make_pending, make_user, signed_in
 from tests.factories import make_tool
 
@@ -91,3 +95,144 @@ def test_query_count_does_not_grow_with_rows(django_user_model, tenant, path, gr
         assert response.status_code == 200
         counts.append(len(queries))
     assert counts[0] == counts[1] <= MAX_QUERIES, [q["sql"] for q in queries.captured_queries]
+
+
+# --- one-object pages: their related rows grow, their query count does not ---------------
+
+Grow = Callable[[int, int], None]
+# A page's path, how to add related rows, and the text that shows the last one added (None
+# where the page shows no list of them).
+ObjectPage = Callable[[Tenant], tuple[str, Grow, Callable[[int], str] | None]]
+
+
+def _unknown_order(tenant: Tenant) -> tuple[ApiClient, dict]:
+    api = client_for(tenant)
+    api.start_run("run-o")
+    call = api.call("create_order", {"cart": 1}, business_object_id="c1", run_id="run-o").json()
+    api.post(f"/calls/{call['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+    return api, call
+
+
+def _grow_record(api: ApiClient, record: IdempotencyRecord) -> Grow:
+    """Duplicate calls under the record's key, look-ups of it, and audit events about it."""
+
+    def grow(start: int, n: int) -> None:
+        for i in range(start, start + n):
+            api.call("create_order", {"cart": 1}, business_object_id="c1", run_id="run-o")
+            ReconcileAttempt.objects.create(
+                tenant=record.tenant,
+                record=record,
+                attempt=i + 1,
+                kind=ReconcileAttempt.Kind.DOWNSTREAM,
+                outcome=ReconcileAttempt.Outcome.UNREACHABLE,
+                detail=f"HTTP 503 #{i}",
+                worker="w",
+            )
+            audit(tenant=record.tenant, actor="x", action="test.noted", target=record, source="api")
+
+    return grow
+
+
+def _call_page(tenant: Tenant) -> tuple[str, Grow, Callable[[int], str]]:
+    api, call = _unknown_order(tenant)
+    entry = LedgerEntry.objects.get(call_id=call["call_id"])
+    assert entry.record is not None
+    return f"/ledger/calls/{entry.pk}/", _grow_record(api, entry.record), "HTTP 503 #{}".format
+
+
+def _record_page(tenant: Tenant) -> tuple[str, Grow, Callable[[int], str]]:
+    api, call = _unknown_order(tenant)
+    record = IdempotencyRecord.objects.get(key=call["idempotency_key"])
+    return f"/ledger/records/{record.pk}/", _grow_record(api, record), "HTTP 503 #{}".format
+
+
+def _run_page(tenant: Tenant) -> tuple[str, Grow, Callable[[int], str]]:
+    api, _call = _unknown_order(tenant)
+
+    def grow(start: int, n: int) -> None:
+        for i in range(start, start + n):
+            api.call("create_order", {"cart": i}, business_object_id=f"r{i}", run_id="run-o")
+
+    return f"/ledger/runs/{Run.objects.get(run_id='run-o').pk}/", grow, ":r{}".format
+
+
+def _combination_page(tenant: Tenant) -> tuple[str, Grow, Callable[[int], str]]:
+    versions = {"model": "m", "rules": "r", "tool_schema": "t", "data_version": "d"}
+    combo, _ = combinations.create_combination(
+        tenant=tenant, label="c", actor="x", source="api", prompt="p", **versions
+    )
+    combinations.activate(tenant=tenant, combination_id=combo.pk, actor="x", source="api")
+    api = client_for(tenant)
+
+    def grow(start: int, n: int) -> None:
+        for i in range(start, start + n):
+            api.start_run(f"run-c{i}")
+            api.call("read_file", {"i": i}, run_id=f"run-c{i}")
+            audit(tenant=tenant, actor="x", action="test.noted", target=combo, source="api")
+        metrics.roll_up()
+
+    return f"/combinations/{combo.pk}/", grow, "run-c{}".format
+
+
+def _approval_page(tenant: Tenant) -> tuple[str, Grow, None]:
+    approval = make_pending(tenant, "app.py", run_id="run-p")
+    record = approval.record
+
+    def grow(start: int, n: int) -> None:
+        for i in range(start, start + n):
+            audit(tenant=tenant, actor="x", action="test.noted", target=record, source="api")
+            audit(tenant=tenant, actor="x", action="test.noted", target=approval, source="api")
+            ReconcileAttempt.objects.create(
+                tenant=tenant,
+                record=record,
+                attempt=i + 1,
+                kind=ReconcileAttempt.Kind.FILE_HASH,
+                outcome=ReconcileAttempt.Outcome.APPLY_AGAIN,
+                detail=f"app.py #{i}",
+                worker="w",
+            )
+
+    return f"/approvals/{approval.pk}/", grow, None
+
+
+def _audit_event_page(tenant: Tenant) -> tuple[str, Grow, None]:
+    _api, call = _unknown_order(tenant)
+    record = IdempotencyRecord.objects.get(key=call["idempotency_key"])
+    event = audit(
+        tenant=tenant, actor="x", action="test.noted", target=record, source="api", after={}
+    )
+
+    def grow(start: int, n: int) -> None:
+        for i in range(start, start + n):  # other events about the same target
+            audit(tenant=tenant, actor="x", action=f"test.{i}", target=record, source="api")
+
+    return f"/audit/{event.pk}/", grow, None
+
+
+OBJECT_PAGES: list[tuple[str, ObjectPage]] = [
+    ("call", _call_page),
+    ("record", _record_page),
+    ("run", _run_page),
+    ("combination", _combination_page),
+    ("approval", _approval_page),
+    ("audit-event", _audit_event_page),
+]
+
+
+@pytest.mark.parametrize(("name", "page"), OBJECT_PAGES, ids=[n for n, _ in OBJECT_PAGES])
+def test_an_objects_page_costs_the_same_queries_however_many_rows_it_shows(
+    django_user_model, tenant, name, page
+) -> None:
+    client = signed_in(make_user(django_user_model, "root", tenant, "admin"))
+    path, grow, last_shown = page(tenant)
+    client.get(path, secure=True)  # a first visit writes once (opening an approval claims it)
+    counts = []
+    for start, n in ((0, 2), (2, 6)):
+        grow(start, n)
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get(path, secure=True)
+        assert response.status_code == 200, (name, response.status_code)
+        if last_shown is not None:
+            assert last_shown(start + n - 1) in response.content.decode()
+        counts.append(len(queries))
+    assert counts[0] == counts[1], [q["sql"] for q in queries.captured_queries]
