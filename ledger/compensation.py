@@ -73,6 +73,11 @@ def compensation_arguments(
     return built
 
 
+def example_url(url_template: str) -> str:
+    """The adapter's URL with every ``{name}`` filled in, to check where it would go."""
+    return _PLACEHOLDER.sub("x", url_template)
+
+
 def fill_url(url_template: str, arguments: dict[str, Any]) -> str:
     """The adapter's URL with each ``{name}`` replaced by that argument, URL-quoted (so an
     argument cannot add or remove a path segment, or add a query)."""

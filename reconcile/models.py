@@ -10,6 +10,7 @@ from django.db import models
 from django.db.models import Q
 
 from ledger import outbound
+from ledger.compensation import example_url
 from ledger.models import IdempotencyRecord, Tenant, Tool
 
 
@@ -92,10 +93,7 @@ class DownstreamAdapter(models.Model):
         """An HTTP adapter's URL must pass the outbound allow-list when it is registered, as
         every look-up does again when it is sent."""
         if self.kind == self.Kind.HTTP and self.url_template:
-            try:
-                outbound.check_url(self.lookup_url("key"))
-            except outbound.OutboundRefused as exc:
-                raise ValidationError({"url_template": str(exc)}) from None
+            _check_outbound(self.lookup_url("key"))
 
 
 class ReconcileAttempt(models.Model):
@@ -176,3 +174,17 @@ class CompensationAdapter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool.name} -> {self.url_template}"
+
+    def clean(self) -> None:
+        """The URL must pass the outbound allow-list when the adapter is registered, as every
+        compensation does again when it is previewed and sent."""
+        if self.url_template:
+            _check_outbound(example_url(self.url_template))
+
+
+def _check_outbound(url: str) -> None:
+    """A form error on ``url_template`` unless ``url`` passes ``ledger.outbound``."""
+    try:
+        outbound.check_url(url)
+    except outbound.OutboundRefused as exc:
+        raise ValidationError({"url_template": str(exc)}) from None

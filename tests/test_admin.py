@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from ledger import models
-from reconcile.models import DownstreamAdapter
+from reconcile.models import CompensationAdapter, DownstreamAdapter
 from tests.factories import make_entry, reserve
 
 pytestmark = pytest.mark.django_db
@@ -303,3 +303,22 @@ def test_an_adapter_on_an_allowed_host_is_registered(
     )
     assert response.status_code == 302
     assert DownstreamAdapter.objects.get().url_template.endswith("/idempotency/{key}")
+
+
+def test_a_compensation_adapter_to_a_non_public_address_is_not_registered(
+    staff_client: Client, tenant, create_order
+) -> None:
+    response = staff_client.post(
+        "/admin/reconcile/compensationadapter/add/",
+        {
+            "tenant": tenant.pk,
+            "tool": create_order.pk,
+            "url_template": "http://169.254.169.254/orders/{order_id}/cancel",
+            "success_statuses": "[200]",
+            "timeout_seconds": "10",
+        },
+        secure=True,
+    )
+    assert response.status_code == 200
+    assert "non-public address" in response.content.decode()
+    assert not CompensationAdapter.objects.exists()
