@@ -50,8 +50,9 @@ stop:
 
 # A reconciliation worker with the periodic sweeps (beat) for the embedded default (`make run`
 # starts one of its own). In production run workers and one beat per README "Scale out".
+# The demo's sandbox downstreams listen on 127.0.0.1: look-ups may reach private addresses.
 worker: install
-	DEBUG=true $(VENV)/bin/celery -A console worker -B -Q reconcile,maintenance,notify -c 2 -l INFO
+	DEBUG=true LEDGER_OUTBOUND_ALLOW_PRIVATE=true $(VENV)/bin/celery -A console worker -B -Q reconcile,maintenance,notify -c 2 -l INFO
 
 services:
 	@TEST_DATABASE_URL=$(TEST_DATABASE_URL) TEST_BROKER_URL=$(TEST_BROKER_URL) PY=$(PY) \
