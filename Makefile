@@ -89,7 +89,7 @@ mutate: install services
 	rm -rf mutants && mkdir -p var
 	@# The record transitions share one test database: one mutant at a time.
 	$(TEST_ENV) HYPOTHESIS_PROFILE=mutate $(VENV)/bin/mutmut run --max-children 1 \
-		"ledger.services.records.*" > var/mutmut.log 2>&1 \
+		"ledger.records.*" > var/mutmut.log 2>&1 \
 		|| { tail -c 2000 var/mutmut.log; exit 1; }
 	$(TEST_ENV) HYPOTHESIS_PROFILE=mutate $(VENV)/bin/mutmut run --max-children 2 \
 		$(foreach m,decisions keys classification redaction observations,"ledger.$(m).*") \

@@ -23,8 +23,8 @@ from ledger.models import (
     VersionCombination,
     WritePlan,
 )
+from ledger.records.escalation import escalated_as
 from ledger.services.combinations import RollbackReport
-from ledger.services.escalation import escalated_as
 
 
 @dataclass(frozen=True)

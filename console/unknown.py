@@ -27,7 +27,7 @@ from console.roles import Role
 from ledger.domain import RecordState
 from ledger.errors import InvalidInput, LedgerError
 from ledger.models import IdempotencyRecord, Tenant
-from ledger.services.records import Outcome, resolve_unknown
+from ledger.records import Outcome, resolve_unknown
 from reconcile import operator_actions
 
 #: Calls per page of the queue; a bulk action takes at most one page's worth.

@@ -99,7 +99,7 @@ class ObservationCode(StrEnum):
 
 
 class EscalationKind(StrEnum):
-    """Why an unknown call was handed to a human (``ledger.services.escalation.escalate``)."""
+    """Why an unknown call was handed to a human (``ledger.records.escalation.escalate``)."""
 
     #: The file of a conditional write changed under it (the runtime's replay or a worker's
     #: file check); the console counts these as write conflicts.
@@ -112,6 +112,9 @@ class EscalationKind(StrEnum):
     LOOKUPS_EXHAUSTED = "lookups_exhausted"
     #: An operator handed the call to a human, with a reason.
     OPERATOR = "operator"
+    #: Its holder reported it ran, or may have, after it was settled as failed without effect
+    #: (``ledger.records.transitions.CONTRADICTED``).
+    CONTRADICTED_SETTLEMENT = "contradicted_settlement"
 
 
 #: What a human is told about a write conflict (``EscalationKind.WRITE_CONFLICT``).

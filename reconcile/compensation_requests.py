@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from ledger import records
 from ledger.domain import RecordState, ReplayPolicy
 from ledger.errors import ApprovalError, InvalidInput, InvalidTransition
 from ledger.keys import fingerprint
@@ -18,7 +19,7 @@ from ledger.models import (
     LedgerEntry,
     Run,
 )
-from ledger.services import approvals, records
+from ledger.services import approvals
 from ledger.services.audit import audit
 from ledger.services.compensations import compensation_record
 from reconcile.compensations import (

@@ -12,15 +12,16 @@ import httpx
 from django.db import transaction
 from django.db.models.functions import Now
 
+from ledger import records
 from ledger.domain import EntryStatus, RecordState
 from ledger.errors import ApprovalError, InvalidTransition
 from ledger.models import AuditEvent, Compensation, LedgerEntry, Run
 from ledger.outbound import OutboundRefused, post_json
-from ledger.services import approvals, records
+from ledger.records import Outcome
+from ledger.services import approvals
 from ledger.services.audit import audit
 from ledger.services.compensations import compensation_record
 from ledger.services.entries import transition_entry
-from ledger.services.records import Outcome
 from reconcile.compensations import _startable, saga_compensations
 from reconcile.models import CompensationAdapter
 

@@ -9,7 +9,7 @@ from django.db import transaction
 from ledger.domain import EscalationKind, RecordState
 from ledger.errors import InvalidInput, InvalidTransition
 from ledger.models import AuditEvent, IdempotencyRecord
-from ledger.services import escalation
+from ledger.records import escalation
 from ledger.services.audit import audit
 from reconcile.tasks import enqueue_reconciliation
 

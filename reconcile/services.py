@@ -31,11 +31,11 @@ from ledger import tracing
 from ledger.decisions import WriteCheck, check_write_plan
 from ledger.domain import WRITE_CONFLICT_ESCALATION, EscalationKind, RecordState
 from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tool, WritePlan
+from ledger.records import Outcome, lock_record, resolve_locked
+from ledger.records.escalation import escalate
 from ledger.redaction import redact, redact_text
 from ledger.services import approvals
 from ledger.services.audit import audit_event
-from ledger.services.escalation import escalate
-from ledger.services.records import Outcome, lock_record, resolve_locked
 from ledger.services.statements import (
     DB_NOW,
     column,

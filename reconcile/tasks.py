@@ -13,9 +13,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from ledger.records import expire_leases
 from ledger.services import metrics, notifications, rollouts, thresholds
 from ledger.services.cleanup import cleanup_expired_records
-from ledger.services.records import expire_leases
 from reconcile import compensation_runs, services
 from reconcile.models import Heartbeat
 

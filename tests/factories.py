@@ -8,7 +8,7 @@ from typing import Any
 from ledger.domain import ReplayPolicy
 from ledger.keys import fingerprint
 from ledger.models import IdempotencyRecord, LedgerEntry, Run, Tenant, Tool
-from ledger.services.records import Reservation, reserve_key
+from ledger.records import Reservation, reserve_key
 from ledger.services.registry import register_tool
 
 _counter = itertools.count(1)

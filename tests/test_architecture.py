@@ -91,7 +91,7 @@ PREFIXES += ("reconcile.", "console.")
 
 def _resolves(dotted: str) -> bool:
     """Whether ``dotted`` names a module, or something in one, under one of ``PREFIXES`` (the
-    page names ``records.reserve_key`` for ``ledger.services.records.reserve_key``)."""
+    page names ``records.reserve_key`` for ``ledger.records.reserve_key``)."""
     for prefix in PREFIXES:
         parts = (prefix + dotted).split(".")
         for cut in range(len(parts), 0, -1):

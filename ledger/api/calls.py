@@ -28,8 +28,8 @@ from ledger.calls.values import entry_classification
 from ledger.domain import Decision
 from ledger.errors import NotFound
 from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry
+from ledger.records import Outcome, lease_seconds_granted
 from ledger.services.compensations import compensation_view
-from ledger.services.records import Outcome, lease_seconds_granted
 
 router = Router(tags=["calls"])
 records_router = Router(tags=["records"])

@@ -10,16 +10,16 @@ import jsonschema
 from django.db import transaction
 from django.db.models.functions import Now
 
-from ledger import shadow
+from ledger import records, shadow
 from ledger.calls.observe import observation_for
 from ledger.calls.selectors import entry_for, entry_with_locked_record
 from ledger.calls.values import Caller, CallResult, Lease, entry_classification
 from ledger.domain import FINAL_ERROR_CODES, DataClassification, Decision, EntryStatus, RecordState
 from ledger.errors import ApprovalError, InvalidInput, InvalidTransition, StaleFencingToken
 from ledger.models import IdempotencyRecord, LedgerEntry, Tool
-from ledger.services import approvals, records
+from ledger.records import Outcome
+from ledger.services import approvals
 from ledger.services.entries import transition_entry
-from ledger.services.records import Outcome
 
 
 def start_call(*, caller: Caller, call_id: str) -> CallResult:

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import transaction
 
-from ledger import shadow
+from ledger import records, shadow
 from ledger.calls import entries
 from ledger.calls.approval import ask_for_approval
 from ledger.calls.observe import observation_for
@@ -32,7 +32,6 @@ from ledger.models import (
     WritePlan,
 )
 from ledger.paths import workspace_path_problem
-from ledger.services import records
 from ledger.services.registry import ensure_catalogue_tool, validate_tool_name
 
 

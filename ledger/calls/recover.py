@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db import transaction
 
-from ledger import shadow
+from ledger import records, shadow
 from ledger.calls import entries
 from ledger.calls.approval import rejected, rejection_of
 from ledger.calls.observe import observation_for
@@ -25,9 +25,9 @@ from ledger.domain import (
 )
 from ledger.errors import InvalidTransition
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry
-from ledger.services import approvals, records
-from ledger.services.escalation import escalate
-from ledger.services.records import Outcome
+from ledger.records import Outcome
+from ledger.records.escalation import escalate
+from ledger.services import approvals
 
 
 def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None) -> CallResult:

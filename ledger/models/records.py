@@ -75,7 +75,7 @@ class IdempotencyRecord(models.Model):
     escalated_at = models.DateTimeField(null=True, blank=True)
     escalation_reason = models.TextField(blank=True)
     # Why it was escalated; meaningful while ``escalated_at`` is set
-    # (``ledger.services.escalation.escalated_as``).
+    # (``ledger.records.escalation.escalated_as``).
     escalation_kind = models.CharField(
         max_length=24, blank=True, default="", db_default="", choices=choices(EscalationKind)
     )

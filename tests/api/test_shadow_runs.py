@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, transaction
 
+from ledger import records
 from ledger.domain import ReplayPolicy
 from ledger.keys import fingerprint
 from ledger.models import (
@@ -22,7 +23,7 @@ from ledger.models import (
     VersionCombination,
     WritePlan,
 )
-from ledger.services import combinations, records
+from ledger.services import combinations
 from tests.api.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db

@@ -21,7 +21,7 @@ from opentelemetry.trace import SpanKind
 
 from ledger import tracing
 from ledger.models import IdempotencyRecord
-from ledger.services.records import Outcome, complete_execution
+from ledger.records import Outcome, complete_execution
 from reconcile.models import DownstreamAdapter
 from reconcile.services import reconcile_record
 from tests.factories import make_tool, reserve

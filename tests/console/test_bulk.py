@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ledger.models import AuditEvent, IdempotencyRecord
-from ledger.services.records import Outcome, resolve_unknown
+from ledger.records import Outcome, resolve_unknown
 from tests.api.conftest import client_for
 from tests.console.conftest import make_user, signed_in
 

@@ -6,7 +6,7 @@ import pytest
 
 from ledger.domain import WRITE_CONFLICT_ESCALATION, EscalationKind
 from ledger.models import AuditEvent, IdempotencyRecord
-from ledger.services import escalation
+from ledger.records import escalation
 from reconcile.operator_actions import escalate
 from tests.api.conftest import client_for
 from tests.console.conftest import make_user, signed_in

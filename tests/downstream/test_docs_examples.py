@@ -18,7 +18,7 @@ import pytest
 from django.conf import settings
 
 from ledger.domain import RecordState
-from ledger.services.records import Outcome, complete_execution
+from ledger.records import Outcome, complete_execution
 from reconcile.services import reconcile_record
 from sandbox.invoices import async_url
 from sandbox.process import ServiceProcess, drop_database, free_port, fresh_database

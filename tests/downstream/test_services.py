@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from agent_ledger_downstream.asgi import delete_expired
 from ledger.domain import RecordState
 from ledger.models import IdempotencyRecord
-from ledger.services.records import Outcome, complete_execution
+from ledger.records import Outcome, complete_execution
 from reconcile.models import DownstreamAdapter, ReconcileAttempt
 from reconcile.services import reconcile_record
 from sandbox.invoices import async_url

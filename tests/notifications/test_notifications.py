@@ -24,9 +24,9 @@ from ledger.models import (
     Tool,
     VersionCombination,
 )
+from ledger.records import Outcome, complete_execution
 from ledger.services import combinations, notifications
 from ledger.services.approvals import decide
-from ledger.services.records import Outcome, complete_execution
 from tests.console.conftest import make_pending, make_user
 from tests.factories import make_tenant, make_tool, reserve
 from tests.notifications.conftest import WebhookReceiver

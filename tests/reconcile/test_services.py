@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from ledger.domain import EscalationKind, RecordState
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry, WritePlan
-from ledger.services.records import Outcome, complete_execution
+from ledger.records import Outcome, complete_execution
 from reconcile.filehash import PathRefused, confined_path, file_sha256
 from reconcile.models import DownstreamAdapter, ReconcileAttempt, WorkspaceRoot
 from reconcile.services import due_records, reconcile_record

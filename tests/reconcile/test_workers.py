@@ -19,8 +19,8 @@ from agent_ledger_client import CallContext, LedgerClient
 from console.celery import app as celery_app
 from ledger.domain import RecordState
 from ledger.models import ApiToken, AuditEvent, IdempotencyRecord, Tenant
+from ledger.records import Outcome, complete_execution
 from ledger.services.cleanup import cleanup_expired_records
-from ledger.services.records import Outcome, complete_execution
 from reconcile.models import DownstreamAdapter, ReconcileAttempt
 from reconcile.tasks import reconcile_records, schedule_reconciliation, sweep_expired_leases
 from sandbox.server import SandboxServer

@@ -19,7 +19,7 @@ django.setup()
 
 from ledger.domain import ReplayPolicy  # noqa: E402
 from ledger.models import Tenant, Tool  # noqa: E402
-from ledger.services.records import reserve_key  # noqa: E402
+from ledger.records import reserve_key  # noqa: E402
 
 
 def main() -> None:

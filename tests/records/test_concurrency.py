@@ -20,7 +20,7 @@ from django.db import connection, connections
 from ledger.domain import Decision, ObservationCode
 from ledger.keys import fingerprint
 from ledger.models import AuditEvent, IdempotencyRecord
-from ledger.services.records import Reservation
+from ledger.records import Reservation
 from tests.factories import make_tenant, make_tool, reserve
 from tests.processes import server_url
 

@@ -13,7 +13,7 @@ from ledger.clock import db_now
 from ledger.domain import Decision, ObservationCode, RecordState, ReplayPolicy
 from ledger.keys import fingerprint
 from ledger.models import IdempotencyRecord, LedgerEntry, Tool
-from ledger.services.records import (
+from ledger.records import (
     Outcome,
     answer_as_seen,
     complete_execution,

@@ -25,8 +25,8 @@ from django.test import Client
 from django.utils import timezone
 
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry
+from ledger.records import Outcome, complete_locked, lock_record, resolve_locked
 from ledger.services.approvals import decide
-from ledger.services.records import Outcome, complete_locked, lock_record, resolve_locked
 from reconcile.models import DownstreamAdapter
 from reconcile.services import reconcile_record
 from sandbox.server import SandboxServer

@@ -9,7 +9,7 @@ import pytest
 from ledger.domain import RecordState
 from ledger.errors import StaleFencingToken
 from ledger.models import AuditEvent, IdempotencyRecord
-from ledger.services.records import Outcome, complete_execution, heartbeat
+from ledger.records import Outcome, complete_execution, heartbeat
 from tests.api.conftest import client_for
 from tests.factories import refresh, reserve
 

@@ -10,7 +10,7 @@ import pytest
 from django.db.models.functions import Now
 
 from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tenant, Tool
-from ledger.services.records import expire_leases
+from ledger.records import expire_leases
 from tests.factories import make_entry, refresh, reserve
 
 pytestmark = pytest.mark.django_db

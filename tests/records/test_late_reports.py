@@ -14,7 +14,7 @@ from ledger.domain import DataClassification
 from ledger.errors import ResultConflict
 from ledger.keys import fingerprint
 from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tenant, Tool
-from ledger.services.records import (
+from ledger.records import (
     CONTRADICTION_ESCALATION,
     REFUSED_STALE,
     CompletionRefused,

@@ -14,7 +14,7 @@ from django.utils import timezone
 from ledger.clock import db_now
 from ledger.domain import RecordState
 from ledger.models import IdempotencyRecord
-from ledger.services.records import (
+from ledger.records import (
     Outcome,
     complete_execution,
     expire_leases,

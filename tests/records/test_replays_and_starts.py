@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from ledger.errors import InvalidTransition
 from ledger.models import AuditEvent, IdempotencyRecord, Tenant, Tool
-from ledger.services.records import Outcome, complete_execution, start_execution
+from ledger.records import Outcome, complete_execution, start_execution
 from tests.factories import refresh, reserve
 
 pytestmark = pytest.mark.django_db

@@ -12,9 +12,7 @@ from ledger.domain import DataClassification
 from ledger.errors import InvalidTransition, RecordSettled
 from ledger.keys import fingerprint
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry
-from ledger.redaction import MAX_TEXT
-from ledger.services import approvals
-from ledger.services.records import (
+from ledger.records import (
     Outcome,
     complete_execution,
     complete_locked,
@@ -22,6 +20,8 @@ from ledger.services.records import (
     resolve_locked,
     resolve_unknown,
 )
+from ledger.redaction import MAX_TEXT
+from ledger.services import approvals
 from tests.factories import make_entry, refresh, reserve
 
 pytestmark = pytest.mark.django_db

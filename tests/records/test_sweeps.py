@@ -13,9 +13,9 @@ from django.utils import timezone
 from console.models import ApprovalClaim
 from ledger.domain import RecordState
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry
+from ledger.records import Outcome, complete_execution, expire_leases
 from ledger.services import cleanup
 from ledger.services.cleanup import cleanup_expired_records
-from ledger.services.records import Outcome, complete_execution, expire_leases
 from ledger.signals import records_became_unknown
 from reconcile.models import ReconcileAttempt
 from tests.factories import make_entry, make_tenant, make_tool, refresh, reserve

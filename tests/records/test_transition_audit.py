@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from ledger.models import AuditEvent, IdempotencyRecord
-from ledger.services.records import Outcome, complete_execution
+from ledger.records import Outcome, complete_execution
 from tests.factories import make_tenant, make_tool, refresh, reserve
 
 pytestmark = pytest.mark.django_db

@@ -16,8 +16,7 @@ from django.utils import timezone
 from ledger.domain import RecordState, ReplayPolicy
 from ledger.errors import InvalidTransition, LeaseExpired, RecordSettled, StaleFencingToken
 from ledger.models import AuditEvent, IdempotencyRecord
-from ledger.services import combinations
-from ledger.services.records import (
+from ledger.records import (
     Outcome,
     answer_as_seen,
     complete_execution,
@@ -27,6 +26,7 @@ from ledger.services.records import (
     resolve_locked,
     resolve_unknown,
 )
+from ledger.services import combinations
 from tests.api.conftest import client_for
 from tests.factories import make_tenant, make_tool, refresh, reserve
 
@@ -118,7 +118,7 @@ def _lapse(record: IdempotencyRecord) -> None:
 def test_a_sweep_is_audited_as_the_system_and_logged(tenant, create_order, caplog) -> None:
     record = reserve(tenant, create_order).record
     _lapse(record)
-    with caplog.at_level(logging.INFO, logger="ledger.services.records"):
+    with caplog.at_level(logging.INFO, logger="ledger.records.lease"):
         assert expire_leases() == [record.pk]
     event = AuditEvent.objects.get(action="record.lease_expired")
     assert (event.actor, event.source) == ("system", "worker")
@@ -169,7 +169,8 @@ def test_a_resolution_is_audited_with_its_evidence_text(tenant, create_order) ->
 def test_only_an_unknown_record_is_resolved(tenant, create_order) -> None:
     record = reserve(tenant, create_order).record
     with pytest.raises(
-        InvalidTransition, match=r"^only an unknown record can be resolved; it is executing$"
+        InvalidTransition,
+        match=r"^a record cannot go from executing to failed_final \(resolved_failed\)$",
     ):
         resolve_unknown(record=record, outcome=Outcome.FAILED, actor="op", detail="no")
     with transaction.atomic():

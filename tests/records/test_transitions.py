@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import re
+from functools import partial
 from datetime import timedelta
 
 import pytest
@@ -17,8 +19,7 @@ from ledger.errors import (
     StaleFencingToken,
 )
 from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry
-from ledger.services.entries import transition_entry
-from ledger.services.records import (
+from ledger.records import (
     Outcome,
     complete_execution,
     heartbeat,
@@ -26,7 +27,8 @@ from ledger.services.records import (
     resolve_unknown,
     start_execution,
 )
-from ledger.services.records import _transition as transition_record
+from ledger.records import transitions
+from ledger.services.entries import transition_entry
 from tests.factories import refresh, reserve
 
 pytestmark = pytest.mark.django_db
@@ -62,29 +64,36 @@ def _record_in(state: RecordState, tenant, tool) -> IdempotencyRecord:
     return refresh(record)
 
 
+def test_every_allowed_change_is_declared_once_and_every_declared_one_is_allowed() -> None:
+    declared = [(a, t.target) for t in transitions.DECLARED for a in t.sources]
+    assert set(declared) == ALLOWED_RECORD
+    assert len({t.action for t in transitions.DECLARED}) == len(transitions.DECLARED)
+
+
 @pytest.mark.parametrize(
-    ("source", "target"),
-    [pair for pair in itertools.product(RecordState, RecordState)],
-    ids=lambda s: str(s),
+    ("transition", "source"),
+    list(itertools.product(transitions.DECLARED, RecordState)),
+    ids=lambda v: v.name if isinstance(v, transitions.Transition) else str(v),
 )
-def test_record_transition(source: RecordState, target: RecordState, tenant, create_order) -> None:
+def test_record_transition(
+    transition: transitions.Transition, source: RecordState, tenant, create_order
+) -> None:
     record = _record_in(source, tenant, create_order)
     now = timezone.now()
     extra = {}
-    if target is RecordState.EXECUTING:
+    if transition.target is RecordState.EXECUTING:
         extra = {"lease_owner": "w", "lease_expires_at": now + timedelta(minutes=1)}
-    if (source, target) in ALLOWED_RECORD:
-        transition_record(
-            record, target, actor="t", source="system", action="test", now=now, **extra
-        )
-        assert refresh(record).state == target
+    run = partial(transitions.run, transition, record, actor="t", source="system", now=now)
+    if source in transition.sources:
+        run(**extra)
+        assert refresh(record).state == transition.target
+        assert AuditEvent.objects.filter(
+            action=transition.action, target_id=str(record.pk)
+        ).exists()
     else:
-        with pytest.raises(
-            InvalidTransition, match=f"^a record cannot go from {source} to {target}$"
-        ):
-            transition_record(
-                record, target, actor="t", source="system", action="test", now=now, **extra
-            )
+        cannot = f"a record cannot go from {source} to {transition.target} ({transition.name})"
+        with pytest.raises(InvalidTransition, match=f"^{re.escape(cannot)}$"):
+            run(**extra)
         assert refresh(record).state == source
 
 
