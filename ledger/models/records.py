@@ -20,7 +20,7 @@ TERMINAL = [RecordState.SUCCEEDED.value, RecordState.FAILED_FINAL.value]
 class IdempotencyRecord(models.Model):
     """One business action, keyed by the runtime. See DESIGN section 3 for the state table."""
 
-    #: The one table of allowed state changes; ``services.records`` enforces it.
+    #: The allowed state changes: the pairs ``ledger.records.transitions`` declares.
     TRANSITIONS: ClassVar[dict[RecordState, frozenset[RecordState]]] = {
         RecordState.RESERVED: frozenset({RecordState.EXECUTING}),
         RecordState.EXECUTING: frozenset(

@@ -4,10 +4,16 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from functools import partial
 
 import pytest
+from django.db import transaction
+from django.db.models import BooleanField
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ledger.clock import db_now
 from ledger.domain import Decision, ObservationCode, RecordState, ReplayPolicy
@@ -19,8 +25,11 @@ from ledger.records import (
     complete_execution,
     count_duplicate_as_seen,
     heartbeat,
+    reserve_key,
     start_execution,
 )
+from ledger.records.lease import lapsed_sql
+from ledger.services.statements import quote
 from tests.factories import make_run, refresh, reserve
 
 pytestmark = pytest.mark.django_db
@@ -28,8 +37,7 @@ pytestmark = pytest.mark.django_db
 
 def _answer(seen: IdempotencyRecord, tool: Tool, *, params=None, lapsed: bool | None = None):
     if lapsed is None:  # as the reading statement judges it: by the database's clock
-        lease = seen.lease_expires_at
-        lapsed = seen.state == RecordState.EXECUTING and lease is not None and lease <= db_now()
+        lapsed = _lapsed_by_the_database(seen)
     return answer_as_seen(
         seen,
         fingerprint=fingerprint(params if params is not None else {"cart": "cart-1"}),
@@ -196,3 +204,100 @@ def test_a_record_gone_since_it_was_read_counts_nothing(tenant, create_order) ->
     entries = LedgerEntry.objects.count()
     assert count_duplicate_as_seen(seen, entry) is False
     assert LedgerEntry.objects.count() == entries
+
+
+# A record's fields the state table reads, and those that move without a change of state.
+FIELDS = {
+    "state": st.sampled_from(RecordState),
+    "requires_approval": st.booleans(),
+    "error": st.sampled_from([None, {"code": "UPSTREAM_5XX"}, {"code": "NOT_FOUND"}]),
+    "error_retryable": st.booleans(),
+    "fencing_token": st.integers(min_value=0, max_value=2),
+    "result": st.sampled_from([None, {"id": 1}]),
+    "lease_minutes": st.sampled_from([-1, 1, 2]),  # negative: lapsed
+}
+# What a holder's token settles once: these change only with the state or the token.
+SETTLED = {"error", "result"}
+
+
+def _set(record: IdempotencyRecord, values: dict, at: datetime) -> None:
+    """Give ``record`` ``values``, with what its state's check constraints require, its times
+    counted from ``at``: the same values give the same row."""
+    values = dict(values)
+    state = values["state"]
+    minutes = values.pop("lease_minutes")
+    executing = state is RecordState.EXECUTING
+    terminal = state in (RecordState.SUCCEEDED, RecordState.FAILED_FINAL)
+    IdempotencyRecord.objects.filter(pk=record.pk).update(
+        **values,
+        lease_owner="w" if executing else "",
+        lease_expires_at=at + timedelta(minutes=minutes) if executing else None,
+        expires_at=at + timedelta(days=1) if terminal else None,
+        completed_at=at if terminal else None,
+    )
+
+
+def _lapsed_by_the_database(record: IdempotencyRecord) -> bool:
+    table = quote(IdempotencyRecord._meta.db_table)
+    lapsed = RawSQL(lapsed_sql(table), [], BooleanField())  # noqa: S611 - from metadata
+    return IdempotencyRecord.objects.filter(lapsed, pk=record.pk).exists()
+
+
+def _locked_answer(record: IdempotencyRecord, tool: Tool, policy: ReplayPolicy, params) -> tuple:
+    """What ``reserve_key`` answers under the record's lock, everything it wrote undone."""
+    with transaction.atomic():
+        reservation = reserve_key(
+            tenant=record.tenant,
+            tool=tool,
+            key=record.key,
+            fingerprint=fingerprint(params),
+            replay_policy=policy,
+            lease_owner="w2",
+            actor="w2",
+            taken=True,
+        )
+        transaction.set_rollback(True)
+    answer = (reservation.decision, reservation.code, reservation.next_action)
+    return (*answer, reservation.record.result, reservation.record.error)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    read=st.fixed_dictionaries(FIELDS),
+    data=st.data(),
+    policy=st.sampled_from(ReplayPolicy),
+    same_input=st.booleans(),
+)
+def test_an_answer_given_as_seen_is_the_locked_answer_of_the_record_it_is_counted_on(
+    tenant, create_order, read, data, policy, same_input
+) -> None:
+    """For every state and field values as read, a duplicate of the record as read is counted;
+    and whichever of them changed before the count (the result and the error only with the
+    state or the token), a duplicate counted as seen got the answer, result and error the
+    record's lock would give."""
+    unsettled = sorted(FIELDS.keys() - SETTLED)
+    changed = data.draw(st.sets(st.sampled_from(unsettled), min_size=1, max_size=2))
+    counted_on = {**read, **{name: data.draw(FIELDS[name], label=name) for name in changed}}
+    if any(counted_on[name] != read[name] for name in ("state", "fencing_token")):
+        counted_on |= {name: data.draw(FIELDS[name], label=name) for name in SETTLED}
+    params = {"cart": "cart-1"} if same_input else {"cart": "other"}
+    with transaction.atomic():
+        record = reserve(tenant, create_order, key="k-as-seen").record
+        at = db_now()
+        _set(record, read, at)
+        seen = refresh(record)
+        answer = answer_as_seen(
+            seen,
+            fingerprint=fingerprint(params),
+            replay_policy=policy,
+            lapsed=_lapsed_by_the_database(seen),
+        )
+        if answer is not None:
+            entry = partial(_duplicate_entry, seen, create_order, answer.decision)
+            assert count_duplicate_as_seen(seen, entry())  # as read: always counted
+            _set(record, counted_on, at)
+            if count_duplicate_as_seen(seen, entry()):
+                given = (answer.decision, answer.code, answer.next_action)
+                given += (answer.record.result, answer.record.error)
+                assert given == _locked_answer(record, create_order, policy, params)
+        transaction.set_rollback(True)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from ledger.domain import DataClassification
+from ledger.domain import DataClassification, EscalationKind
 from ledger.errors import ResultConflict
 from ledger.keys import fingerprint
 from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tenant, Tool
@@ -83,6 +83,27 @@ def test_a_contradicting_report_makes_its_entry_uncertain_and_asks_a_human_not_a
     event = AuditEvent.objects.get(action="record.report_contradicts_settlement")
     reason = CONTRADICTION_ESCALATION.format(outcome="succeeded")
     assert event.detail == f"was failed_final (NOT_EXECUTED); {reason}"
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [(Outcome.UNCERTAIN, Outcome.SUCCEEDED), (Outcome.SUCCEEDED, Outcome.FAILED)],
+)
+def test_a_contradicted_record_is_escalated_by_kind_and_later_reports_leave_it_to_the_human(
+    tenant, create_order, first: Outcome, then: Outcome
+) -> None:
+    record = _settled_as_not_run(tenant, create_order, {"code": "NOT_EXECUTED"})
+    complete_execution(record=record, fencing_token=1, outcome=first, actor="w")
+    escalated = refresh(record)
+    assert escalated.escalation_kind == EscalationKind.CONTRADICTED_SETTLEMENT
+    assert escalated.escalated_at is not None
+    complete_execution(record=record, fencing_token=1, outcome=then, actor="w", result={"id": 1})
+    after = refresh(record)
+    assert (after.state, after.escalated_at, after.escalation_reason) == (
+        "unknown",
+        escalated.escalated_at,
+        escalated.escalation_reason,
+    )
 
 
 def test_a_contradicted_failure_without_an_error_code_is_named_failed(tenant, create_order) -> None:
