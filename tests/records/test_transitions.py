@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 import re
-from functools import partial
 from datetime import timedelta
+from functools import partial
 
 import pytest
 from django.utils import timezone
@@ -26,8 +26,8 @@ from ledger.records import (
     reserve_key,
     resolve_unknown,
     start_execution,
+    transitions,
 )
-from ledger.records import transitions
 from ledger.services.entries import transition_entry
 from tests.factories import refresh, reserve
 
