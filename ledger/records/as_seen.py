@@ -71,7 +71,7 @@ def count_duplicate_as_seen(seen: IdempotencyRecord, entry: LedgerEntry) -> bool
     sql = (
         f"WITH counted AS ({_count_duplicate_as_seen_sql()}) "  # noqa: S608
         f"INSERT INTO {quote(LedgerEntry._meta.db_table)} ({entry_columns}) "
-        f"SELECT {entry_values} FROM counted RETURNING id"
+        f"SELECT {entry_values} FROM counted RETURNING {quote(str(LedgerEntry._meta.pk.column))}"
     )
     row, _count = run_precompiled(sql, [*params, *entry_params])
     if row is None:

@@ -15,6 +15,7 @@ from functools import cache
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Model, UniqueConstraint
 
 from ledger import deadline, shadow
 from ledger.decisions import ExistingRecordAnswer, answer_existing_record
@@ -44,6 +45,7 @@ from ledger.services.statements import (
     DbTime,
     from_row,
     insert_parts,
+    model_field,
     quote,
     run_precompiled,
     select_columns,
@@ -122,21 +124,22 @@ def _insert_if_absent(
     record) when the key was taken, the statement also reads the key's record (None when it was
     committed after the statement began, too late for its snapshot) and judges its lease by
     the database's clock."""
+    n = _first_call_names()
     columns, values, params = insert_parts(record)
     audit_columns, audit_values, audit_params = insert_parts(
         event, expressions={"target_id": ("inserted.id::text", [])}
     )
     # Identifiers come from the models' metadata, values are parameters: nothing from input.
     sql = (
-        f"WITH inserted AS (INSERT INTO {quote(IdempotencyRecord._meta.db_table)} ({columns}) "  # noqa: S608
-        f"VALUES ({values}) ON CONFLICT ({quote('tenant_id')}, {quote('key')}) DO NOTHING "
-        f"RETURNING {quote('id')}, {quote('lease_expires_at')}), "
+        f"WITH inserted AS (INSERT INTO {n['record']} ({columns}) "  # noqa: S608
+        f"VALUES ({values}) ON CONFLICT ON CONSTRAINT {n['unique']} DO NOTHING "
+        f"RETURNING {n['id']} AS id, {n['lease']} AS lease), "
         f"audited AS (INSERT INTO {quote(AuditEvent._meta.db_table)} ({audit_columns}) "
         f"SELECT {audit_values} FROM inserted) "
     )
     params += audit_params
     if entry is None:
-        sql += "SELECT id, lease_expires_at FROM inserted"
+        sql += "SELECT id, lease FROM inserted"
     else:
         entry_columns, entry_values, entry_params = insert_parts(
             entry, expressions={"record_id": ("inserted.id", [])}
@@ -145,12 +148,12 @@ def _insert_if_absent(
         # statement's snapshot: the inserting CTE's own row is not visible to it.
         sql += (
             f", entered AS (INSERT INTO {quote(LedgerEntry._meta.db_table)} ({entry_columns}) "  # noqa: S608
-            f"SELECT {entry_values} FROM inserted RETURNING id) "
-            "SELECT (SELECT id FROM inserted), (SELECT lease_expires_at FROM inserted), "
+            f"SELECT {entry_values} FROM inserted RETURNING {n['entry_id']} AS id) "
+            "SELECT (SELECT id FROM inserted), (SELECT lease FROM inserted), "
             f"(SELECT id FROM entered), {lapsed_sql('r')}, "
             f"{select_columns(IdempotencyRecord, 'r')} FROM (SELECT 1) AS one "
-            f"LEFT JOIN {quote(IdempotencyRecord._meta.db_table)} r "
-            "ON NOT EXISTS (SELECT 1 FROM inserted) AND r.tenant_id = %s AND r.key = %s"
+            f"LEFT JOIN {n['record']} r "
+            f"ON NOT EXISTS (SELECT 1 FROM inserted) AND r.{n['tenant']} = %s AND r.{n['key']} = %s"
         )
         tenant_id = Tenant._meta.pk.get_db_prep_value(record.tenant_id, connection)
         params += [*entry_params, tenant_id, record.key]
@@ -169,6 +172,29 @@ def _insert_if_absent(
         entry.record = record
         entry._state.adding = False
     return FirstCall(record, None)
+
+
+@cache
+def _first_call_names() -> dict[str, str]:
+    """The identifiers ``_insert_if_absent`` names, from the models' metadata."""
+
+    def column(model: type[Model], name: str) -> str:
+        return quote(str(model_field(model, name).column))
+
+    (unique,) = (
+        c.name
+        for c in IdempotencyRecord._meta.constraints
+        if isinstance(c, UniqueConstraint) and tuple(c.fields) == ("tenant", "key")
+    )
+    return {
+        "record": quote(IdempotencyRecord._meta.db_table),
+        "unique": quote(unique),
+        "id": column(IdempotencyRecord, "pk"),
+        "lease": column(IdempotencyRecord, "lease_expires_at"),
+        "tenant": column(IdempotencyRecord, "tenant"),
+        "key": column(IdempotencyRecord, "key"),
+        "entry_id": column(LedgerEntry, "pk"),
+    }
 
 
 def _new_record(
