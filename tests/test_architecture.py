@@ -126,9 +126,8 @@ def test_every_module_function_and_file_docs_architecture_names_exists() -> None
     assert not _resolves("records.reserve_no_key") and _resolves("records.reserve_key")
 
 
-# The module that builds SQL from the models' metadata; and the record transitions, which name
-# columns literally until issue 21's ``ledger/records/`` package takes their statements.
-WRITES_SQL_FROM_METADATA = {"ledger/services/statements.py", "ledger/services/records.py"}
+# The module that builds SQL from the models' metadata.
+WRITES_SQL_FROM_METADATA = {"ledger/services/statements.py"}
 _SQL = re.compile(r"\b(SELECT|UPDATE|DELETE FROM|INSERT INTO|JOIN|WHERE|RETURNING)\b")
 _QUALIFIED = re.compile(r"(?<![\w.])[a-z]{1,2}\.([a-z_][a-z0-9_]*)\b")
 _DEFINED = re.compile(r"\bAS\s+([a-z_][a-z0-9_]*)\b", re.IGNORECASE)

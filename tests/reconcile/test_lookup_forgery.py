@@ -16,7 +16,7 @@ import pytest
 
 from ledger.domain import EscalationKind, RecordState
 from ledger.models import IdempotencyRecord
-from ledger.services.records import Outcome, complete_execution
+from ledger.records import Outcome, complete_execution
 from reconcile.models import DownstreamAdapter, ReconcileAttempt
 from reconcile.services import reconcile_record
 from tests.factories import refresh, reserve
