@@ -23,7 +23,7 @@ TEST_ENV = DATABASE_URL=$$(TEST_DATABASE_URL=$(TEST_DATABASE_URL) PY=$(PY) scrip
 	DEBUG=false SECURE_SSL_REDIRECT=false ALLOWED_HOSTS=testserver,localhost,127.0.0.1 \
 	DJANGO_ALLOW_ASYNC_UNSAFE=true STATIC_MANIFEST=false
 
-.PHONY: install run stop worker test lint format services clean messages drill bench mutate
+.PHONY: install run stop worker test lint format services clean messages drill bench bench-console mutate
 
 $(STAMP): pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,8 @@ test: install services
 BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agent_ledger_bench
 bench: install services
 	BENCH_DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m bench $(if $(QUICK),--quick)
+bench-console: install
+	BENCH_DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m bench.console $(if $(QUICK),--quick) $(if $(RELOAD),--reload)
 
 # Failure drills against the whole stack as separate processes (gunicorn, Celery workers, beat,
 # a private redis-server, the sandbox) on a fresh database; evidence in var/drill.json.

@@ -85,6 +85,25 @@ def machine(database_url: str, redis_url: str) -> dict[str, Any]:
     }
 
 
+def web_environment(database_url: str, broker_url: str) -> dict[str, str]:
+    """The environment of the bench's processes: production settings, the bench's database."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "DATABASE_URL": database_url,
+        "CELERY_BROKER_URL": broker_url,
+        "DEBUG": "false",
+        "SECURE_SSL_REDIRECT": "false",
+        "ALLOWED_HOSTS": "testserver,localhost,127.0.0.1",
+        "STATIC_MANIFEST": "false",
+        "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
+        # The sandbox the look-ups ask listens on 127.0.0.1 (ledger/outbound.py).
+        "LEDGER_OUTBOUND_ALLOW_PRIVATE": "true",
+    }
+    env.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-production-0123456789abcdef")
+    return env
+
+
 def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
@@ -109,20 +128,7 @@ def main() -> None:
     log(f"fresh database {urlparse(database_url).path.lstrip('/')}")
     recreate_database(database_url)
     redis, redis_url = processes.start_redis(logdir)
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "bench.settings",
-        "DATABASE_URL": database_url,
-        "CELERY_BROKER_URL": redis_url,
-        "DEBUG": "false",
-        "SECURE_SSL_REDIRECT": "false",
-        "ALLOWED_HOSTS": "testserver,localhost,127.0.0.1",
-        "STATIC_MANIFEST": "false",
-        "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
-        # The sandbox the look-ups ask listens on 127.0.0.1 (ledger/outbound.py).
-        "LEDGER_OUTBOUND_ALLOW_PRIVATE": "true",
-    }
-    env.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-production-0123456789abcdef")
+    env = web_environment(database_url, redis_url)
     os.environ.update(env)
     # A SIGTERM (or Ctrl-C) still runs the finally below, which stops every process started.
     signal.signal(signal.SIGTERM, _exit_on_signal)

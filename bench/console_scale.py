@@ -69,15 +69,17 @@ def measure(clients: dict[Role, Client], pages: dict[str, str], repeat: int) -> 
     slowest: tuple[float, str] = (0.0, "")
     for name, url in pages.items():
         times: list[float] = []
+        cpu: list[float] = []
         queries = 0
         status = 0
         role = role_for(url)
         client = clients[role]
         for _ in range(repeat):
             with CaptureQueriesContext(connection) as captured:
-                began = time.perf_counter()
+                began, began_cpu = time.perf_counter(), time.process_time()
                 response = client.get(url, secure=True)
                 times.append(time.perf_counter() - began)
+                cpu.append(time.process_time() - began_cpu)
             status = response.status_code
             queries = len(captured.captured_queries)
             for query in captured.captured_queries:
@@ -92,6 +94,10 @@ def measure(clients: dict[Role, Client], pages: dict[str, str], repeat: int) -> 
             "status": status,
             "p50_ms": ms(percentile(times, 0.50)),
             "p95_ms": ms(percentile(times, 0.95)),
+            # This process's CPU alone (PostgreSQL's is not in it): on a shared machine, the
+            # part of a page's time that other processes' load does not inflate.
+            "cpu_p50_ms": ms(percentile(cpu, 0.50)),
+            "cpu_p95_ms": ms(percentile(cpu, 0.95)),
             "queries": queries,
         }
     return {"pages": results, "slowest_query": slowest}
