@@ -79,7 +79,9 @@ def _run_calls(token: str) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     for n in range(RUN_CALLS):
         body = client.post(
-            "/api/v1/calls", call_body(f"timeline-{n}"), content_type="application/json",
+            "/api/v1/calls",
+            call_body(f"timeline-{n}"),
+            content_type="application/json",
             headers=headers,
         ).json()
         done = client.post(
@@ -171,8 +173,10 @@ def main() -> None:
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(console, indent=2, default=str))
     print("\n".join(console_table(console)))
-    print(f"load average {' '.join(console['loadavg_before'])} before, "
-          f"{' '.join(console['loadavg_after'])} after")
+    print(
+        f"load average {' '.join(console['loadavg_before'])} before, "
+        f"{' '.join(console['loadavg_after'])} after"
+    )
     for row in console["goals"]:
         print(f"  [{'met ' if row['met'] else 'MISS'}] {row['goal']}: {row['value']}")
     log(f"wrote {out.relative_to(ROOT)}")

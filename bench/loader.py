@@ -44,8 +44,9 @@ TOOLS = (
 CALLS_PER_RUN = 10
 #: Business objects per kind: ``cart-0`` to ``cart-99990``.
 OBJECTS = 99_991
-#: One call in this many waits for (or had) an approval.
+#: One call in this many waits for (or had) an approval (``_APPROVED``).
 APPROVAL_EVERY = 100
+APPROVAL_AT = 50
 
 
 def run_id(run: int) -> str:
@@ -140,9 +141,11 @@ _KEY = (
 _TOOL_ID = f"(%(tool_ids)s::bigint[])[{_SLOT} * {len(TOOLS)} + {_TOOL} + 1]"
 _TENANT_ID = f"(%(tenants)s::bigint[])[{_SLOT} + 1]"
 _AT = "%(start)s + i * %(step)s"
-# One call in APPROVAL_EVERY had an approval: its record has not expired (nothing to clean up),
-# and the newest of them still wait, their records reserved.
-_APPROVED = f"mod(i, {APPROVAL_EVERY}) = 5"
+# One call in APPROVAL_EVERY had an approval: in block b of APPROVAL_EVERY rows, row
+# APPROVAL_AT + mod(b, 10), so the approvals' tenant slots cycle as the rows' do and every tenant
+# has its share. Its record has not expired (nothing to clean up), and the newest of them still
+# wait, their records reserved.
+_APPROVED = f"mod(i, {APPROVAL_EVERY}) = {APPROVAL_AT} + mod(i / {APPROVAL_EVERY}, 10)"
 _PENDING = f"{_APPROVED} AND i >= %(entries)s - %(pending_calls)s"
 
 RECORDS_SQL = f"""
@@ -212,12 +215,13 @@ INSERT INTO ledger_approvalrequest (tenant_id, record_id, entry_id, action_hash,
                                     expires_at)
 SELECT e.tenant_id, e.record_id, e.id, %(fingerprint)s,
        CASE WHEN rec.state = 'reserved' THEN 'pending'
-            WHEN mod(i, 700) = 5 THEN 'rejected' ELSE 'consumed' END,
-       'token:al_bench', CASE WHEN mod(i, 700) = 5 THEN 'not this customer' ELSE '' END,
+            WHEN mod(b, 7) = 3 THEN 'rejected' ELSE 'consumed' END,
+       'token:al_bench', CASE WHEN mod(b, 7) = 3 THEN 'not this customer' ELSE '' END,
        e.created_at, CASE WHEN rec.state <> 'reserved' THEN e.created_at + interval '3 minutes' END,
        e.created_at + interval '1 day'
-FROM generate_series(5, %(entries)s - 1, {APPROVAL_EVERY}) AS i
-JOIN ledger_ledgerentry e ON e.id = %(first_entry)s + i
+FROM generate_series(0, %(entries)s / {APPROVAL_EVERY}) AS b
+CROSS JOIN LATERAL (SELECT b * {APPROVAL_EVERY} + {APPROVAL_AT} + mod(b, 10) AS i) AS a
+JOIN ledger_ledgerentry e ON e.id = %(first_entry)s + a.i AND a.i < %(entries)s
 JOIN ledger_idempotencyrecord rec ON rec.id = e.record_id
 """  # noqa: S608 - the fragments are this module's constants; values are parameters
 
@@ -309,7 +313,11 @@ def load(*, measured: Tenant, records: int, unknown: int, pending: int) -> dict[
         "records": records + unknown,
         "entries": records,
         "measured_tenant_entries": measured_row[0] if measured_row else 0,
-        "approvals": len(range(5, records, APPROVAL_EVERY)),
+        "approvals": sum(
+            1
+            for block in range(records // APPROVAL_EVERY + 1)
+            if block * APPROVAL_EVERY + APPROVAL_AT + block % 10 < records
+        ),
         "audit_events": records,
         "load_seconds": round(loaded - began, 1),
         "load_seconds_by_table": timings,

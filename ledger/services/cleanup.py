@@ -23,6 +23,7 @@ from typing import Any, cast
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, models, transaction
+from django.db.models import QuerySet
 from django.db.models.deletion import get_candidate_relations_to_delete
 from django.db.models.fields.reverse_related import ForeignObjectRel
 from django.db.models.functions import Now
@@ -40,6 +41,12 @@ logger = logging.getLogger(__name__)
 PAUSE_TO_BATCH_RATIO = 2
 
 
+def expired_records() -> QuerySet[IdempotencyRecord]:
+    """The records the cleanup deletes: terminal, past their TTL."""
+    states = [state.value for state in TERMINAL_RECORD_STATES]
+    return IdempotencyRecord.objects.filter(state__in=states, expires_at__lte=Now())
+
+
 def cleanup_expired_records(
     *,
     batch_size: int | None = None,
@@ -54,7 +61,6 @@ def cleanup_expired_records(
     """
     size = batch_size or settings.LEDGER_CLEANUP_BATCH_SIZE
     pause = settings.LEDGER_CLEANUP_PAUSE_MS / 1000
-    states = [state.value for state in TERMINAL_RECORD_STATES]
     total = 0
     took = 0.0
     for batch in range(max_batches):
@@ -63,8 +69,8 @@ def cleanup_expired_records(
         began = time.perf_counter()
         with transaction.atomic():
             ids = list(
-                IdempotencyRecord.objects.select_for_update(skip_locked=True)
-                .filter(state__in=states, expires_at__lte=Now())
+                expired_records()
+                .select_for_update(skip_locked=True)
                 .order_by("expires_at")
                 .values_list("pk", flat=True)[:size]
             )
