@@ -17,8 +17,7 @@ from django.views.csrf import csrf_failure as django_csrf_failure
 
 from console.denials import Reason, audit_denial
 from console.forbidden import refusal
-from console.members import has_role, user_id_of
-from console.models import Membership
+from console.members import memberships_of, request_has_role
 from console.roles import Role
 from ledger.models import Tenant
 
@@ -29,10 +28,10 @@ M = TypeVar("M", bound=models.Model)
 
 def current_tenant(request: HttpRequest) -> Tenant:
     """The tenant the user chose (kept in the session), or their first one."""
-    memberships = Membership.objects.filter(user_id=user_id_of(request)).select_related("tenant")
+    memberships = memberships_of(request)
     chosen = request.session.get(TENANT_SESSION_KEY)
-    membership = memberships.filter(tenant_id=chosen).first() if chosen else None
-    membership = membership or memberships.order_by("tenant__slug").first()
+    membership = next((m for m in memberships if m.tenant_id == chosen), None) if chosen else None
+    membership = membership or next(iter(memberships), None)
     if membership is None:
         raise PermissionDenied(_("You are not a member of any tenant."))
     return membership.tenant
@@ -114,7 +113,7 @@ def console_view(
             except PermissionDenied as exc:
                 response = refusal(request, tenant=None, message=str(exc))
             else:
-                if roles and not has_role(request.user, tenant, *roles):
+                if roles and not request_has_role(request, tenant, *roles):
                     _audit_role_denied(request, tenant, target, roles, kwargs)
                     response = refusal(request, tenant=tenant, needed=roles)
                 else:

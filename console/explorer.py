@@ -55,6 +55,20 @@ TIMELINE_FIELDS = (
     "tool__name",
     "record__state",
 )
+#: What the calls list (and its CSV) shows of a call: only these are read, for the same reason.
+CALL_LIST_FIELDS = (
+    "call_id",
+    "created_at",
+    "decision",
+    "observation_code",
+    "reused_record",
+    "status",
+    "idempotency_key",
+    "record",
+    "run__run_id",
+    "tool__name",
+    "combination__label",
+)
 DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
 #: Relative time ranges: the last hour, six hours, day or week, by the database's clock.
 RANGES = {
@@ -231,7 +245,7 @@ def _filtered(rows: QuerySet[Any], form: _PagedFilter, lookups: dict[str, str]) 
 
 def search_calls(tenant: Tenant, form: CallFilter) -> tuple[list[LedgerEntry], int | None]:
     entries = LedgerEntry.objects.filter(tenant=tenant)
-    shown = entries.select_related("run", "tool", "combination", "record")
+    shown = entries.select_related("run", "tool", "combination").only(*CALL_LIST_FIELDS)
     return _page(shown, _filtered(entries, form, CALL_LOOKUPS), form, time="created_at")
 
 

@@ -30,6 +30,11 @@ def roles_of(user: AbstractBaseUser | AnonymousUser, tenant: Tenant | int) -> se
         .values_list("role", flat=True)
         .first()
     )
+    return _roles(user, role)
+
+
+def _roles(user: AbstractBaseUser | AnonymousUser, role: str | None) -> set[Role]:
+    """What a membership with ``role`` (None: no membership) gives ``user``."""
     if role is None:
         return set()
     roles = {Role(role)} if role else set()
@@ -39,9 +44,41 @@ def roles_of(user: AbstractBaseUser | AnonymousUser, tenant: Tenant | int) -> se
 
 
 def has_role(user: AbstractBaseUser | AnonymousUser, tenant: Tenant | int, *allowed: Role) -> bool:
-    roles = roles_of(user, tenant)
+    return _holds(roles_of(user, tenant), allowed)
+
+
+def _holds(roles: set[Role], allowed: tuple[Role, ...]) -> bool:
     return bool(roles) and allows(roles, allowed)
 
 
+#: Where a request keeps its user's memberships once read (``memberships_of``).
+_MEMBERSHIPS = "_console_memberships"
+
+
+def memberships_of(request: HttpRequest) -> list[Membership]:
+    """The signed-in user's memberships with their tenants, by tenant slug, read once a request:
+    the tenant chosen, the role checks and the tenant switcher of every page all read them."""
+    cached: list[Membership] | None = getattr(request, _MEMBERSHIPS, None)
+    if cached is None:
+        cached = list(
+            Membership.objects.filter(user_id=user_id_of(request))
+            .select_related("tenant")
+            .order_by("tenant__slug")
+        )
+        setattr(request, _MEMBERSHIPS, cached)
+    return cached
+
+
+def request_roles(request: HttpRequest, tenant: Tenant) -> set[Role]:
+    """``roles_of(request.user, tenant)``, from the request's memberships."""
+    membership = next((m for m in memberships_of(request) if m.tenant_id == tenant.pk), None)
+    return _roles(request.user, membership.role if membership else None)
+
+
+def request_has_role(request: HttpRequest, tenant: Tenant, *allowed: Role) -> bool:
+    """``has_role(request.user, tenant, *allowed)``, from the request's memberships."""
+    return _holds(request_roles(request, tenant), allowed)
+
+
 def tenants_of(request: HttpRequest) -> list[Tenant]:
-    return list(Tenant.objects.filter(members__user_id=user_id_of(request)).order_by("slug"))
+    return [membership.tenant for membership in memberships_of(request)]

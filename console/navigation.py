@@ -4,10 +4,12 @@ stays in one place (the view's decorator)."""
 
 from __future__ import annotations
 
+from functools import cache
+
 from django.http import HttpRequest
 from django.urls import resolve, reverse
 
-from console.members import roles_of, tenants_of
+from console.members import request_roles, tenants_of
 from console.roles import Role, allows
 from ledger.models import Tenant
 
@@ -35,8 +37,10 @@ OBJECT_PAGES = (
 )
 
 
+@cache
 def needed_roles(url_name: str) -> tuple[Role, ...]:
-    """The roles the console page ``url_name`` is open to; none: any member."""
+    """The roles the console page ``url_name`` is open to; none: any member. The URLconf is
+    read once per page and process: every page asks for all of them (``pages_for``)."""
     kwargs = {"pk": 1} if url_name in OBJECT_PAGES else None
     view = resolve(reverse(f"console:{url_name}", kwargs=kwargs)).func
     return tuple(getattr(view, "console_roles", ()))
@@ -53,7 +57,7 @@ def pages_for(roles: set[Role]) -> set[str]:
 def context_for(request: HttpRequest, tenant: Tenant, **extra: object) -> dict[str, object]:
     """What every console page's layout needs: the tenant, the user's roles there and the
     pages those roles open (the top bar links only to those)."""
-    roles = roles_of(request.user, tenant)
+    roles = request_roles(request, tenant)
     return {
         "tenant": tenant,
         "tenants": tenants_of(request),

@@ -91,6 +91,20 @@ def reconciler() -> Reconciler:
     )
 
 
+#: What the approvals queue shows of a request: only these are read (with its record, call,
+#: run, combination, claim and claimant, over 100 columns a row otherwise).
+APPROVAL_LIST_FIELDS = (
+    "created_at",
+    "expires_at",
+    "requested_by",
+    "record__tool__name",
+    "entry__run__run_id",
+    "entry__combination__label",
+    "claim__claimed_at",
+    "claim__user__username",
+)
+
+
 def pending_approvals(
     tenant: Tenant, *, order: str = "oldest", tool: str = ""
 ) -> list[ApprovalRequest]:
@@ -102,10 +116,11 @@ def pending_approvals(
         pending.select_related(
             "record__tool",
             "entry__run",
-            "entry__tool",
             "entry__combination",
             "claim__user",
-        ).order_by(ordering, "pk")[:200]
+        )
+        .only(*APPROVAL_LIST_FIELDS)
+        .order_by(ordering, "pk")[:200]
     )
 
 
@@ -150,6 +165,17 @@ UNKNOWN_KINDS = {
 }
 
 
+#: What the queue shows of an unknown call: only these are read (a record has over 30 columns,
+#: its result and error JSON among them).
+UNKNOWN_LIST_FIELDS = (
+    "key",
+    "uncertain_since",
+    "reconcile_attempts",
+    "escalated_at",
+    "tool__name",
+)
+
+
 def unknown_calls(
     tenant: Tenant,
     *,
@@ -181,9 +207,9 @@ def unknown_calls(
             Q(uncertain_since__gt=since) | Q(uncertain_since=since, pk__gt=after)
         )
     return list(
-        unknown.select_related("tool", "combination", "run").order_by("uncertain_since", "pk")[
-            :limit
-        ]
+        unknown.select_related("tool")
+        .only(*UNKNOWN_LIST_FIELDS)
+        .order_by("uncertain_since", "pk")[:limit]
     )
 
 

@@ -3,7 +3,10 @@ user's language. The identifiers themselves stay in the API and in ``title`` att
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from django import template
+from django.utils.translation import get_language
 from django.utils.translation import gettext_lazy as _
 
 register = template.Library()
@@ -107,5 +110,10 @@ TERMS = {
 
 @register.filter
 def term(value: object) -> str:
-    text = str(value)
+    return _term(str(value), get_language())
+
+
+@lru_cache(maxsize=4096)
+def _term(text: str, language: str | None) -> str:
+    """One translation per identifier and language: a list shows a few terms on every row."""
     return str(TERMS.get(text, text.replace("_", " ")))
