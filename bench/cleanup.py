@@ -37,7 +37,12 @@ def main() -> None:
     if sys.stdin.readline().strip() != "go":
         return  # the bench stopped before the cleanup was to begin
     stop = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+
+    def wait_for_eof() -> None:
+        sys.stdin.read()
+        stop.set()
+
+    threading.Thread(target=wait_for_eof, daemon=True).start()
 
     def on_batch(count: int, seconds: float) -> None:
         say(deleted=count, seconds=round(seconds, 4))
