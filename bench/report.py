@@ -103,6 +103,8 @@ def console_goals(console: dict[str, Any]) -> list[dict[str, Any]]:
             f"{page['p95_ms']} ms (HTTP {page['status']})",
         )
     before = console["before"]["pages"]
+    if not before:
+        return out  # no small-size counts by the same code (bench.console on a kept load)
     grown = {
         n: (before[n]["queries"], p["queries"])
         for n, p in pages.items()
