@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from ledger.clock import db_now
@@ -112,6 +112,9 @@ def pending_approvals(
     pending = ApprovalRequest.objects.filter(tenant=tenant, state=ApprovalRequest.State.PENDING)
     if tool:
         pending = pending.filter(record__tool__name=tool)
+    # Each action's write plan (its first call's), read in the same statement: its path, and
+    # its diff for the change's size. None for an action without one.
+    plan = WritePlan.objects.filter(entry__record_id=OuterRef("record_id")).order_by("pk")
     return list(
         pending.select_related(
             "record__tool",
@@ -120,18 +123,12 @@ def pending_approvals(
             "claim__user",
         )
         .only(*APPROVAL_LIST_FIELDS)
+        .annotate(
+            plan_path=Subquery(plan.values("path")[:1]),
+            plan_diff=Subquery(plan.values("diff")[:1]),
+        )
         .order_by(ordering, "pk")[:200]
     )
-
-
-def first_write_plans(record_ids: list[int]) -> dict[int, WritePlan]:
-    """Each action's write plan (its first call's), for the approvals queue: one query."""
-    plans: dict[int, WritePlan] = {}
-    for plan in WritePlan.objects.filter(entry__record_id__in=record_ids).select_related("entry"):
-        record_id = plan.entry.record_id
-        if record_id is not None and (record_id not in plans or plan.pk < plans[record_id].pk):
-            plans[record_id] = plan
-    return plans
 
 
 def queue_neighbours(approval: ApprovalRequest) -> dict[str, int | None]:

@@ -40,7 +40,6 @@ from ledger.models import (
     Threshold,
     Tool,
     VersionCombination,
-    WritePlan,
 )
 from ledger.services import approvals as approvals_service
 from ledger.services import combinations, metrics, thresholds
@@ -100,12 +99,15 @@ class Triage:
     expires_in_seconds: int
 
 
-def _triage(approval: ApprovalRequest, plan: WritePlan | None) -> Triage:
-    added, removed = diffs.summary(plan.diff) if plan else (0, 0)
+def _triage(approval: ApprovalRequest) -> Triage:
+    """From a row of ``selectors.pending_approvals`` (its write plan's path and diff, if any)."""
+    path: str | None = getattr(approval, "plan_path", None)
+    diff: str = getattr(approval, "plan_diff", None) or ""
+    added, removed = diffs.summary(diff) if path is not None else (0, 0)
     combination = approval.entry.combination
     left = (approval.expires_at - timezone.now()).total_seconds()
     return Triage(
-        path=plan.path if plan else "",
+        path=path or "",
         added=added,
         removed=removed,
         combination=combination.label if combination else "",
@@ -118,11 +120,7 @@ def approvals(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     order = "newest" if request.GET.get("order") == "newest" else "oldest"
     tool = request.GET.get("tool", "")
     pending = selectors.pending_approvals(tenant, order=order, tool=tool)
-    plans = selectors.first_write_plans([approval.record_id for approval in pending])
-    rows = [
-        (approval, claims.holder(approval), _triage(approval, plans.get(approval.record_id)))
-        for approval in pending
-    ]
+    rows = [(approval, claims.holder(approval), _triage(approval)) for approval in pending]
     return render(
         request,
         "console/approvals.html",
