@@ -15,6 +15,7 @@ from django.conf import settings
 from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
+from django.utils.translation import get_language
 
 from console.params import parse_id
 from ledger.models import AuditEvent
@@ -35,7 +36,9 @@ _PLACEHOLDER = 918_273_645_546_372_819
 
 
 @lru_cache(maxsize=256)
-def _around_id(page: str, script_prefix: str, urlconf: str | None, root: str) -> tuple[str, str]:
+def _around_id(
+    page: str, script_prefix: str, urlconf: str | None, root: str, language: str | None
+) -> tuple[str, str]:
     url = reverse(f"console:{page}", kwargs={"pk": _PLACEHOLDER})
     before, found, after = url.partition(str(_PLACEHOLDER))
     if not found:
@@ -46,10 +49,12 @@ def _around_id(page: str, script_prefix: str, urlconf: str | None, root: str) ->
 @register.simple_tag
 def object_url(page: str, pk: int) -> str:
     """``reverse(f"console:{page}", kwargs={"pk": pk})``: the page's ``<int:pk>`` URL reversed
-    once (per script prefix and URLconf) and the id written into it, as the int converter
+    once (per script prefix, URLconf and language) and the id written into it, as the int converter
     writes it. A list links each of its rows this way: a ``reverse`` a row was a tenth of the
     calls list's time (docs/performance.md)."""
-    before, after = _around_id(page, get_script_prefix(), get_urlconf(), settings.ROOT_URLCONF)
+    before, after = _around_id(
+        page, get_script_prefix(), get_urlconf(), settings.ROOT_URLCONF, get_language()
+    )
     return f"{before}{int(pk)}{after}"
 
 
