@@ -24,7 +24,6 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, models, transaction
 from django.db.models import QuerySet
-from django.db.models.deletion import get_candidate_relations_to_delete
 from django.db.models.fields.reverse_related import ForeignObjectRel
 from django.db.models.functions import Now
 from django.db.models.options import Options
@@ -133,8 +132,7 @@ def _on_delete(meta: Options[Any], rows: str, seen: set[str]) -> list[str]:
         raise _cannot(f"{meta.label} has a generic relation")
     key = quote(str(model_field(meta.model, "pk").column))
     parts = []
-    for n, candidate in enumerate(get_candidate_relations_to_delete(meta)):
-        relation = cast(ForeignObjectRel, candidate)
+    for n, relation in enumerate(_relations_pointing_at(meta)):
         dependent = relation.related_model._meta
         step, table = f"{rows}_{n}", quote(dependent.db_table)
         column = quote(str(relation.field.column))
@@ -158,6 +156,17 @@ def _on_delete(meta: Options[Any], rows: str, seen: set[str]) -> list[str]:
             action = getattr(relation.on_delete, "__name__", repr(relation.on_delete))
             raise _cannot(f"{relation.field} is on_delete={action}")
     return parts
+
+
+def _relations_pointing_at(meta: Options[Any]) -> list[ForeignObjectRel]:
+    """The reverse side of every foreign key and one-to-one field pointing at ``meta``'s model
+    (hidden ones too, as ``related_name="+"`` makes them): what a delete of its rows must
+    follow, read through the documented ``_meta.get_fields`` API."""
+    return [
+        cast(ForeignObjectRel, field)
+        for field in meta.get_fields(include_hidden=True)
+        if field.auto_created and not field.concrete and (field.one_to_many or field.one_to_one)
+    ]
 
 
 def _cannot(reason: str) -> ImproperlyConfigured:

@@ -188,6 +188,20 @@ def test_a_relation_cleanup_cannot_follow_in_sql_is_an_error_not_a_row_left_behi
         cleanup._on_delete(get_user_model()._meta, "doomed", set())
 
 
+@pytest.mark.parametrize(
+    "label", ["ledger.IdempotencyRecord", "ledger.ApprovalRequest", "auth.User"]
+)
+def test_the_cleanup_follows_every_relation_django_s_delete_would(label) -> None:
+    """The relations the one-statement delete follows are read through the documented
+    ``_meta.get_fields``; Django's delete collects its own (an undocumented helper). Were the
+    two to differ in a Django release, a record's dependents could be left behind."""
+    from django.apps import apps
+    from django.db.models.deletion import get_candidate_relations_to_delete
+
+    meta = apps.get_model(label)._meta
+    assert cleanup._relations_pointing_at(meta) == list(get_candidate_relations_to_delete(meta))
+
+
 @pytest.mark.django_db
 def test_non_terminal_records_cannot_carry_an_expiry(tenant, create_order) -> None:
     from django.db import IntegrityError, transaction
