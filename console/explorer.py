@@ -10,8 +10,9 @@ Filters are a Django form: bad input is shown as an error and the list is not qu
 filter is in the URL, so a filtered list can be shared; ``format=csv`` is the same page as CSV.
 
 Search: run ids and call ids by prefix, keys (and so the business objects they end with) and
-tool names by fragment. The indexes behind them: ``ledger`` migration ``0011_search_trigram``
-(the trigram one only where the server has pg_trgm).
+tool names by fragment, a key's start (a text that begins as every key does) by prefix. The
+indexes behind them: ``ledger`` migrations ``0013_search_trigram`` (the trigram one only where
+the server has pg_trgm) and ``0018_entry_key_prefix_index``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from console.params import parse_id
 from console.roles import Role
 from ledger.clock import db_now
 from ledger.domain import Decision, EntryStatus
+from ledger.keys import KEY_START
 from ledger.models import LedgerEntry, Run, Tenant
 
 DEFAULT_PAGE_SIZE = 50
@@ -215,11 +217,11 @@ def _page(
     return page, (page[-1].pk if more and page else None)
 
 
-#: Each filter of the form and the lookup it applies (an empty filter applies none).
+#: Each filter of the form and the lookup it applies (an empty filter applies none); the key's
+#: is ``key_lookup``'s.
 CALL_LOOKUPS = {
     "run": "run__run_id__startswith",
     "call": "call_id__startswith",
-    "key": "idempotency_key__contains",
     "tool": "tool__name__contains",
     "status": "status",
     "decision": "decision",
@@ -243,10 +245,22 @@ def _filtered(rows: QuerySet[Any], form: _PagedFilter, lookups: dict[str, str]) 
     )
 
 
+def key_lookup(text: str) -> str:
+    """How the key filter searches ``text``: a text that begins as every key does is a key's
+    start, read from the B-tree ``entry_key_prefix_idx`` (the trigram index would read the
+    posting lists of trigrams every key has); any other text is a fragment of the key."""
+    if text.startswith(KEY_START):
+        return "idempotency_key__startswith"
+    return "idempotency_key__contains"
+
+
 def search_calls(tenant: Tenant, form: CallFilter) -> tuple[list[LedgerEntry], int | None]:
     entries = LedgerEntry.objects.filter(tenant=tenant)
     shown = entries.select_related("run", "tool", "combination").only(*CALL_LIST_FIELDS)
-    return _page(shown, _filtered(entries, form, CALL_LOOKUPS), form, time="created_at")
+    rows = _filtered(entries, form, CALL_LOOKUPS)
+    if key := form.cleaned_data["key"]:
+        rows = rows.filter(**{key_lookup(key): key})
+    return _page(shown, rows, form, time="created_at")
 
 
 def search_runs(tenant: Tenant, form: RunFilter) -> tuple[list[Run], int | None]:

@@ -26,6 +26,8 @@ MAX_READABLE_OBJECT = 120
 KEY_FIELD_SYNTAX = r"^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$"
 KEY_FIELD_PATTERN = re.compile(KEY_FIELD_SYNTAX)
 MAX_KEY_FIELDS = 10
+#: How every key begins (the console searches a text that begins so as the start of a key).
+KEY_START = "agent:"
 
 
 class KeyBuildError(ValueError):
@@ -61,11 +63,11 @@ def build_idempotency_key(
         scope = KeyScope.RUN  # a step only exists inside its run
     else:
         raise KeyBuildError("a business_object_id or a step_id is required to build a key")
-    parts = ["agent", _component("tenant", tenant), _component("user", user)]
+    parts = [_component("tenant", tenant), _component("user", user)]
     if scope is KeyScope.RUN:
         parts.append(_component("run_id", run_id))
     parts += [_component("tool", tool), target]
-    key = ":".join(parts)
+    key = KEY_START + ":".join(parts)
     if len(key) > MAX_KEY_LENGTH:
         raise KeyBuildError(f"the idempotency key would be longer than {MAX_KEY_LENGTH} characters")
     return key

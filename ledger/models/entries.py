@@ -104,9 +104,15 @@ class LedgerEntry(models.Model):
             # The console's list of calls, newest first by (created_at, id), a time window
             # read from the index in order (console/explorer.py; make bench).
             models.Index(fields=["tenant", "created_at", "id"], name="entry_tenant_time_id_idx"),
-            models.Index(fields=["tenant", "idempotency_key"], name="entry_key_idx"),
+            # A tenant's key by its start (LIKE 'agent:...%', the console's search) as well as
+            # whole: the pattern class compares byte by byte, what LIKE needs in any collation.
+            models.Index(
+                fields=["tenant", "idempotency_key"],
+                name="entry_key_prefix_idx",
+                opclasses=["int8_ops", "varchar_pattern_ops"],
+            ),
             # The console's search (console/explorer.py) also uses two indexes made in SQL by
-            # migration 0011: entry_key_trgm_idx (a key by any fragment of it, the business
+            # migration 0013: entry_key_trgm_idx (a key by any fragment of it, the business
             # object it ends with, say; pg_trgm, where the server has it) and
             # entry_call_prefix_idx (a call by the start of its id).
         ]

@@ -11,6 +11,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from console.explorer import key_lookup
+from ledger.keys import KEY_START
 from ledger.models import LedgerEntry
 from tests.api.conftest import client_for
 from tests.console.conftest import make_user, signed_in
@@ -65,6 +67,25 @@ def test_a_call_id_prefix_finds_the_call(operator, orders):
 def test_a_tool_fragment_finds_the_tools_calls(operator, orders):
     page = operator.get("/ledger/", {"tool": "create"}, secure=True)
     assert {e.tool.name for e in page.context["rows"]} == {"create_order"}
+
+
+@pytest.mark.parametrize("cart", ["cart_42", "cart%42", "cart\\42"])
+def test_a_keys_start_and_a_fragment_find_the_keys_that_contain_them_literally(
+    operator, tenant, cart
+):
+    api = client_for(tenant)
+    api.start_run(RUN)
+    for each in ("cart_42", "cart%42", "cart\\42", "cartX42", "cart-42"):
+        api.call("create_order", {"cart": each}, run_id=RUN, step_id=each, business_object_id=each)
+    key = LedgerEntry.objects.get(step_id=cart).idempotency_key
+    every_key = LedgerEntry.objects.values_list("idempotency_key", flat=True)
+    # Up to the special character: unescaped, it would match other carts' keys (or be an error).
+    end = key.index(":cart") + len(":cart") + 1
+    start, fragment = key[:end], key[key.index(":cart") : end]
+    assert start.startswith(KEY_START) and not fragment.startswith(KEY_START)
+    for text in (start, fragment):
+        found = _keys(operator.get("/ledger/", {"key": text}, secure=True))
+        assert found == sorted(k for k in every_key if text in k) == [key], text
 
 
 def test_a_key_fragment_shorter_than_a_trigram_is_refused(operator, orders):
@@ -147,6 +168,15 @@ def test_the_search_can_use_its_index(orders, lookup, value, index):
         cursor.execute("SET LOCAL enable_seqscan = off")
     plan = LedgerEntry.objects.filter(**{lookup: value}).explain()
     assert index in plan, plan
+
+
+def test_the_start_of_a_key_is_searched_on_its_b_tree_index(orders, tenant):
+    start = LedgerEntry.objects.get(step_id="cart-7").idempotency_key  # a start of itself
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE ledger_ledgerentry")  # the key is one row of the tenant's few
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    plan = LedgerEntry.objects.filter(tenant=tenant, **{key_lookup(start): start}).explain()
+    assert "entry_key_prefix_idx" in plan, plan
 
 
 def test_a_run_id_prefix_can_use_its_index(orders):
