@@ -46,3 +46,11 @@ def test_the_sweep_makes_the_call_of_a_lapsed_lease_uncertain(tenant, create_ord
     record, entry = _lapsed_with_its_entry(tenant, create_order)
     assert expire_leases() == [record.pk]
     _assert_lapsed_by_the_system(record, entry)
+
+
+def test_a_duplicate_that_finds_the_lease_lapsed_announces_the_record_for_a_look_up(
+    tenant, create_order, announced
+) -> None:
+    record, _entry = _lapsed_with_its_entry(tenant, create_order)
+    reserve(tenant, create_order, owner="w2")
+    assert announced == [[record.pk]]

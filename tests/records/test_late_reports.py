@@ -85,6 +85,24 @@ def test_a_contradicting_report_makes_its_entry_uncertain_and_asks_a_human_not_a
     assert event.detail == f"was failed_final (NOT_EXECUTED); {reason}"
 
 
+def test_a_contradicting_report_leaves_an_entry_already_uncertain_as_it_is(
+    tenant, create_order
+) -> None:
+    """The record's contradiction is recorded whatever the entry's status; the entry moves
+    only where its own table lets it (an uncertain entry cannot become uncertain again)."""
+    record = _settled_as_not_run(tenant, create_order, {"code": "NOT_EXECUTED"})
+    entry = make_entry(tenant, create_order, status="uncertain")
+    complete_execution(
+        record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w", entry=entry
+    )
+    after = refresh(record)
+    assert (after.state, after.escalation_kind) == (
+        "unknown",
+        EscalationKind.CONTRADICTED_SETTLEMENT,
+    )
+    assert LedgerEntry.objects.get(pk=entry.pk).status == "uncertain"
+
+
 @pytest.mark.parametrize(
     ("first", "then"),
     [(Outcome.UNCERTAIN, Outcome.SUCCEEDED), (Outcome.SUCCEEDED, Outcome.FAILED)],

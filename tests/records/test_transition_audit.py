@@ -74,9 +74,13 @@ def test_only_a_final_failure_counts_an_execution_known_to_have_had_no_effect(
 
 def test_each_spell_of_uncertainty_starts_reconciliation_afresh(tenant, create_order) -> None:
     record = reserve(tenant, create_order).record
-    # What an earlier spell of uncertainty left behind: a look-up planned far ahead, attempts.
+    # What an earlier spell of uncertainty left behind: a look-up planned far ahead, attempts,
+    # the question it put to a human.
     IdempotencyRecord.objects.filter(pk=record.pk).update(
-        next_reconcile_at=timezone.now() + timedelta(days=3), reconcile_attempts=4
+        next_reconcile_at=timezone.now() + timedelta(days=3),
+        reconcile_attempts=4,
+        escalated_at=timezone.now() - timedelta(days=1),
+        escalation_reason="no look-up answered",
     )
     complete_execution(
         record=refresh(record), fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w"
@@ -86,6 +90,7 @@ def test_each_spell_of_uncertainty_starts_reconciliation_afresh(tenant, create_o
     assert after.next_reconcile_at is None  # due at once, not in three days
     assert after.reconcile_attempts == 0
     assert after.uncertain_since is not None
+    assert (after.escalated_at, after.escalation_reason) == (None, "")  # no human asked yet
 
 
 def test_a_record_that_becomes_unknown_is_announced_and_no_other(
