@@ -1,5 +1,5 @@
 """A key taken for the first time under ``reserve_key``: what its caller is told to do next,
-and the record's time to live and lease as the caller asked for them."""
+its audit event, and the record's time to live and lease as the caller asked for them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from ledger.domain import Decision, ObservationCode
-from tests.factories import refresh, reserve
+from ledger.models import AuditEvent
+from tests.factories import make_tenant, refresh, reserve
 
 pytestmark = pytest.mark.django_db
 
@@ -43,3 +44,24 @@ def test_a_new_key_keeps_the_time_to_live_and_lease_its_caller_asked_for(
     assert record.lease_expires_at is not None
     left = record.lease_expires_at - timezone.now()
     assert timedelta(seconds=lease - 30) < left <= timedelta(seconds=lease)
+
+
+@pytest.mark.parametrize(
+    ("requires_approval", "action", "state", "token"),
+    [(False, "record.started", "executing", 1), (True, "record.reserved", "reserved", 0)],
+)
+def test_a_new_key_is_audited_in_its_tenant_with_the_record_it_created(
+    create_order, requires_approval: bool, action: str, state: str, token: int
+) -> None:
+    make_tenant("other")  # a second tenant, so the event's tenant is not the only one there is
+    tenant = create_order.tenant
+    record = reserve(tenant, create_order, requires_approval=requires_approval).record
+    event = AuditEvent.objects.get(target_type="idempotencyrecord", target_id=str(record.pk))
+    assert (event.tenant_id, event.action, event.actor) == (tenant.pk, action, "worker-1")
+    assert event.after == {
+        "state": state,
+        "fencing_token": token,
+        "lease_owner": "" if requires_approval else "worker-1",
+        "executions": token,
+        "failed_executions": 0,
+    }
