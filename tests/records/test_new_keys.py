@@ -1,5 +1,6 @@
 """A key taken for the first time under ``reserve_key``: what its caller is told to do next,
-its audit event, and the record's time to live and lease as the caller asked for them."""
+its audit event, the record's class and shadow flag, and its time to live and lease as the
+caller asked for them."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from ledger.domain import Decision, ObservationCode
-from ledger.models import AuditEvent
-from tests.factories import make_tenant, refresh, reserve
+from ledger.domain import POLICY_FOR, Decision, Idempotency, ObservationCode
+from ledger.keys import fingerprint
+from ledger.models import AuditEvent, Run
+from ledger.records import reserve_key
+from tests.factories import make_run, make_tenant, refresh, reserve
 
 pytestmark = pytest.mark.django_db
 
@@ -65,3 +68,22 @@ def test_a_new_key_is_audited_in_its_tenant_with_the_record_it_created(
         "executions": token,
         "failed_executions": 0,
     }
+
+
+def test_a_new_key_keeps_its_class_and_the_shadow_run_that_took_it(tenant, create_order) -> None:
+    """Only a read may hold a shadow run's record: the database refuses any other."""
+    shadow_run = Run.objects.create(
+        tenant=tenant, run_id="shadow-1", user_id="u1", shadow_of=make_run(tenant)
+    )
+    reservation = reserve_key(
+        tenant=tenant,
+        tool=create_order,
+        key="agent:acme:u1:shadow-1:create_order:read",
+        fingerprint=fingerprint({}),
+        replay_policy=POLICY_FOR[Idempotency.IDEMPOTENT],
+        lease_owner="w",
+        actor="w",
+        run=shadow_run,
+    )
+    record = refresh(reservation.record)
+    assert (record.classified_as, record.shadow) == (Idempotency.IDEMPOTENT, True)
