@@ -34,6 +34,23 @@ def test_first_call_executes_with_a_lease(api: ApiClient) -> None:
     assert body["classification"]["replay_policy"] == "never"
 
 
+def test_a_first_call_of_a_registered_tool_answers_with_its_executing_record(
+    api: ApiClient,
+) -> None:
+    """The tool known (registered by the run's first call), a new key is taken in the one
+    statement that writes the record, its audit event and the call's entry."""
+    api.start_run()
+    api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1")
+    body = api.call("create_order", {"cart": "c-2"}, business_object_id="cart-2").json()
+    assert (body["decision"], body["status"], body["record_state"]) == (
+        "execute",
+        "started",
+        "executing",
+    )
+    entry = LedgerEntry.objects.get(call_id=body["call_id"])
+    assert entry.record is not None and entry.record.key.endswith(":cart-2")
+
+
 def test_duplicate_after_success_returns_the_recorded_result(api: ApiClient) -> None:
     api.start_run()
     first = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1").json()
