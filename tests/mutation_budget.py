@@ -38,7 +38,7 @@ BUDGET = {
     "ledger/redaction.py": 97,
     "ledger/observations.py": 1,
     "ledger/records/transitions.py": 9,
-    "ledger/records/reserve.py": 29,
+    "ledger/records/reserve.py": 28,
     "ledger/records/as_seen.py": 7,
     "ledger/records/lease.py": 9,
     "ledger/records/locking.py": 0,
