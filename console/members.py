@@ -19,36 +19,15 @@ def user_id_of(request: HttpRequest) -> int:
     return user_id
 
 
-def roles_of(user: AbstractBaseUser | AnonymousUser, tenant: Tenant | int) -> set[Role]:
-    """The user's roles in ``tenant``: their membership's role, none without one. A superuser
-    is an admin wherever they are a member."""
-    if not user.is_authenticated:
-        return set()
-    tenant_id = tenant.pk if isinstance(tenant, Tenant) else tenant
-    role = (
-        Membership.objects.filter(user_id=user.pk, tenant_id=tenant_id)
-        .values_list("role", flat=True)
-        .first()
-    )
-    return _roles(user, role)
-
-
 def _roles(user: AbstractBaseUser | AnonymousUser, role: str | None) -> set[Role]:
-    """What a membership with ``role`` (None: no membership) gives ``user``."""
+    """What a membership with ``role`` (None: no membership) gives ``user``: that role, and
+    admin for a superuser wherever they are a member."""
     if role is None:
         return set()
     roles = {Role(role)} if role else set()
     if getattr(user, "is_superuser", False):
         roles.add(Role.ADMIN)
     return roles
-
-
-def has_role(user: AbstractBaseUser | AnonymousUser, tenant: Tenant | int, *allowed: Role) -> bool:
-    return _holds(roles_of(user, tenant), allowed)
-
-
-def _holds(roles: set[Role], allowed: tuple[Role, ...]) -> bool:
-    return bool(roles) and allows(roles, allowed)
 
 
 #: Where a request keeps its user's memberships once read (``memberships_of``).
@@ -70,14 +49,15 @@ def memberships_of(request: HttpRequest) -> list[Membership]:
 
 
 def request_roles(request: HttpRequest, tenant: Tenant) -> set[Role]:
-    """``roles_of(request.user, tenant)``, from the request's memberships."""
+    """The signed-in user's roles in ``tenant``, from the request's memberships."""
     membership = next((m for m in memberships_of(request) if m.tenant_id == tenant.pk), None)
     return _roles(request.user, membership.role if membership else None)
 
 
 def request_has_role(request: HttpRequest, tenant: Tenant, *allowed: Role) -> bool:
-    """``has_role(request.user, tenant, *allowed)``, from the request's memberships."""
-    return _holds(request_roles(request, tenant), allowed)
+    """Whether the signed-in user holds one of ``allowed`` (any role: none given) in ``tenant``."""
+    roles = request_roles(request, tenant)
+    return bool(roles) and allows(roles, allowed)
 
 
 def tenants_of(request: HttpRequest) -> list[Tenant]:

@@ -26,7 +26,7 @@ from console.access import TENANT_SESSION_KEY, console_view, get_for_tenant
 from console.denials import Reason, audit_denial
 from console.forbidden import refusal
 from console.language import save_language
-from console.members import has_role, tenants_of
+from console.members import request_has_role, tenants_of
 from console.navigation import context_for
 from console.params import parse_id
 from console.roles import Role
@@ -422,7 +422,7 @@ def tools_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             declared=DeclaredCompensation.objects.filter(tenant=tenant, tool__isnull=False)
             .select_related("tool", "compensating_tool")
             .order_by("tool__name")[:500],
-            can_edit=has_role(request.user, tenant, Role.MANAGER),
+            can_edit=request_has_role(request, tenant, Role.MANAGER),
             idempotency_choices=[i.value for i in Idempotency],
         ),
     )
