@@ -38,12 +38,18 @@ pytestmark = [
 
 
 def _post(
-    service: Service, key: str | None, body: dict, *, fault: str = "", seconds: float = 0.5
+    service: Service,
+    key: str | None,
+    body: dict,
+    *,
+    fault: str = "",
+    seconds: float = 0.5,
+    timeout: float = 15,
 ) -> httpx.Response:
     headers = {"X-Fault": fault, "X-Fault-Seconds": str(seconds)} if fault else {}
     if key is not None:
         headers["Idempotency-Key"] = key
-    return httpx.post(f"{service.url}/invoices", json=body, headers=headers, timeout=15)
+    return httpx.post(f"{service.url}/invoices", json=body, headers=headers, timeout=timeout)
 
 
 def _invoice(customer: str) -> dict:
@@ -186,22 +192,31 @@ def test_killed_before_the_commit_is_not_found_and_settles_failed_final(
     assert _count(service, customer) == 1
 
 
+# The table each service writes its invoices to: a test that holds it locked keeps a request
+# inside its transaction, with its key taken, for as long as the test needs.
+INVOICE_TABLES = {"fastapi": "sandbox_invoices", "django": "django_service_invoice"}
+
+
 def test_a_request_in_progress_is_looked_up_again_later(
     service: Service, tenant, create_order
 ) -> None:
     record = _unknown(tenant, create_order)
     customer = str(uuid.uuid4())
     _register(tenant, create_order, service)
-    slow = ThreadPoolExecutor(1).submit(
-        _post, service, record.key, _invoice(customer), fault="hold", seconds=3.0
-    )
-    deadline = time.monotonic() + 5
-    while _lookup(service, record.key).status_code != 409:
-        assert time.monotonic() < deadline, "the request never showed as in progress"
-        time.sleep(0.05)
-    assert reconcile_record(record.pk, worker="w1") == "retry-later"
-    assert refresh(record).state == RecordState.UNKNOWN
-    assert slow.result(timeout=10).status_code == 201
+    with psycopg.connect(service.database_url) as gate:
+        # SHARE mode lets look-ups read and stops the invoice's INSERT until the gate commits.
+        gate.execute(f"LOCK TABLE {INVOICE_TABLES[service.kind]} IN SHARE MODE")
+        slow = ThreadPoolExecutor(1).submit(
+            _post, service, record.key, _invoice(customer), timeout=120
+        )
+        deadline = time.monotonic() + 30
+        while _lookup(service, record.key).status_code != 409:
+            assert not slow.done(), slow.result()
+            assert time.monotonic() < deadline, "the request never showed as in progress"
+            time.sleep(0.05)
+        assert reconcile_record(record.pk, worker="w1") == "retry-later"
+        assert refresh(record).state == RecordState.UNKNOWN
+    assert slow.result(timeout=30).status_code == 201
     assert reconcile_record(record.pk, worker="w1") == "succeeded"
     outcomes = ReconcileAttempt.objects.filter(record=record).order_by("attempt")
     assert list(outcomes.values_list("outcome", flat=True)) == ["unreachable", "found"]
