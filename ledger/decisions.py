@@ -2,7 +2,7 @@
 
 ``answer_existing_record`` says what a request gets when its key is already taken (the state
 table of section 3); ``recovery_decision`` says how an uncertain or failed call may be recovered
-(section 4); ``check_write_plan`` is the file-hash condition check of section 5. The services
+(section 4), and ``failure_is_final`` which failures never are; ``check_write_plan`` is the file-hash condition check of section 5. The services
 apply these decisions to the database; nothing here touches it.
 """
 
@@ -56,18 +56,23 @@ def answer_existing_record(
     if state is RecordState.SUCCEEDED:
         return ExistingRecordAnswer(Decision.RECORDED_RESULT, None, "use_result")
     if state is RecordState.FAILED_FINAL:
-        retryable = error_retryable and error_code not in FINAL_ERROR_CODES
-        if retryable and replay_policy is ReplayPolicy.AUTO:
+        recovery = recovery_decision(
+            replay_policy=replay_policy,
+            uncertain=False,
+            error_code=error_code,
+            retryable=error_retryable,
+        )
+        if recovery.action is RecoveryAction.REPLAY:
             return ExistingRecordAnswer(Decision.EXECUTE, None, "execute", reexecute=True)
         # The original error is returned; its own code goes into the observation.
         return ExistingRecordAnswer(
             Decision.RECORDED_RESULT,
             ObservationCode.FAILED,
-            "request_replay" if retryable else "stop",
+            "stop" if recovery.action is RecoveryAction.NEVER else "request_replay",
         )
     # UNKNOWN: the first attempt may have had its effect.
     recovery = recovery_decision(
-        replay_policy=replay_policy, uncertain=True, error_code=None, error_final=False
+        replay_policy=replay_policy, uncertain=True, error_code=None, retryable=False
     )
     if recovery.action is RecoveryAction.REPLAY:
         return ExistingRecordAnswer(Decision.EXECUTE, None, "execute", reexecute=True)
@@ -94,15 +99,23 @@ class RecoveryDecision:
     reason: str
 
 
+def failure_is_final(*, error_code: str | None, retryable: bool) -> bool:
+    """Whether a failed call is failed for good: never replayed, never started again (DESIGN
+    section 4). Its reporter says whether it may be retried; a code that is always final
+    (``PERMISSION_DENIED`` and the like) is final whatever the reporter said."""
+    return not retryable or error_code in FINAL_ERROR_CODES
+
+
 def recovery_decision(
     *,
     replay_policy: ReplayPolicy,
     uncertain: bool,
     error_code: str | None,
-    error_final: bool,
+    retryable: bool,
 ) -> RecoveryDecision:
-    """How a call that ended ``uncertain`` (or ``failed``) may be recovered (DESIGN section 4)."""
-    if not uncertain and (error_final or error_code in FINAL_ERROR_CODES):
+    """How a call that ended ``uncertain`` (or ``failed``, with its reporter's ``retryable``)
+    may be recovered (DESIGN section 4)."""
+    if not uncertain and failure_is_final(error_code=error_code, retryable=retryable):
         code = (
             ObservationCode.PERMISSION_DENIED
             if error_code == ObservationCode.PERMISSION_DENIED

@@ -125,11 +125,7 @@ def _move_on(
             )
         elif approval.state == ApprovalRequest.State.APPROVED and send:
             send_compensations([compensation.pk])
-    elif (
-        state is RecordState.FAILED_FINAL
-        and record.error_retryable
-        and approvals.open_approval(record) is None
-    ):
+    elif record.failed_retryably and approvals.open_approval(record) is None:
         original = compensation.original
         call = Preview(original, compensation.tool, compensation.arguments, compensation.key, "")
         with transaction.atomic():

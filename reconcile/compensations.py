@@ -55,9 +55,7 @@ logger = logging.getLogger(__name__)
 def _startable(record: IdempotencyRecord) -> bool:
     """A worker may still start it (with a granted approval): waiting, or known not to have
     happened and safe to send again."""
-    return record.state == RecordState.RESERVED or (
-        record.state == RecordState.FAILED_FINAL and record.error_retryable
-    )
+    return record.state == RecordState.RESERVED or record.failed_retryably
 
 
 # --- declarations ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from ledger.decisions import (
     WriteCheck,
     answer_existing_record,
     check_write_plan,
+    failure_is_final,
     recovery_decision,
 )
 from ledger.domain import Decision, ObservationCode, RecordState, ReplayPolicy
@@ -87,35 +88,59 @@ def test_permission_denied_is_never_replayed_even_if_marked_retryable() -> None:
 
 
 @pytest.mark.parametrize(
-    ("policy", "uncertain", "error_code", "final", "action"),
+    ("policy", "uncertain", "error_code", "retryable", "action"),
     [
         (AUTO, True, None, False, RecoveryAction.REPLAY),
         (ASK, True, None, False, RecoveryAction.CHECK_CONDITION),
         (NEVER, True, None, False, RecoveryAction.LOOKUP),
-        (NEVER, False, "UNAVAILABLE", False, RecoveryAction.ASK_HUMAN),
-        (AUTO, False, "PERMISSION_DENIED", False, RecoveryAction.NEVER),
-        (AUTO, False, "DECLINED", True, RecoveryAction.NEVER),
+        (NEVER, False, "UNAVAILABLE", True, RecoveryAction.ASK_HUMAN),
+        (ASK, False, "UNAVAILABLE", True, RecoveryAction.CHECK_CONDITION),
+        (AUTO, False, "UNAVAILABLE", True, RecoveryAction.REPLAY),
+        (AUTO, False, "PERMISSION_DENIED", True, RecoveryAction.NEVER),
+        (AUTO, False, "DECLINED", False, RecoveryAction.NEVER),
     ],
 )
-def test_recovery_decision_table(policy, uncertain, error_code, final, action) -> None:
+def test_recovery_decision_table(policy, uncertain, error_code, retryable, action) -> None:
     decision = recovery_decision(
-        replay_policy=policy, uncertain=uncertain, error_code=error_code, error_final=final
+        replay_policy=policy, uncertain=uncertain, error_code=error_code, retryable=retryable
     )
     assert decision.action is action
+
+
+@pytest.mark.parametrize(
+    ("error_code", "retryable", "final"),
+    [
+        ("UNAVAILABLE", True, False),
+        ("UNAVAILABLE", False, True),
+        (None, True, False),
+        ("PERMISSION_DENIED", True, True),
+        ("INVALID_INPUT", True, True),
+    ],
+)
+def test_a_failure_is_final_unless_retryable_and_its_code_allows_it(
+    error_code, retryable, final
+) -> None:
+    assert failure_is_final(error_code=error_code, retryable=retryable) is final
+
+
+def test_a_retryable_failure_of_an_ask_tool_waits_for_a_human() -> None:
+    answer = _answer(RecordState.FAILED_FINAL, ASK, error_code="UNAVAILABLE", error_retryable=True)
+    assert not answer.reexecute
+    assert (answer.decision, answer.next_action) == (Decision.RECORDED_RESULT, "request_replay")
 
 
 def test_seed_eval_cases_for_recovery() -> None:
     # read_file timeout -> retry allowed; create_order timeout -> forbidden, uncertain.
     assert recovery_decision(
-        replay_policy=AUTO, uncertain=True, error_code=None, error_final=False
+        replay_policy=AUTO, uncertain=True, error_code=None, retryable=False
     ).retryable
     create_order = recovery_decision(
-        replay_policy=NEVER, uncertain=True, error_code=None, error_final=False
+        replay_policy=NEVER, uncertain=True, error_code=None, retryable=False
     )
     assert create_order.code is ObservationCode.SIDE_EFFECT_UNCERTAIN
     assert not create_order.retryable
     denied = recovery_decision(
-        replay_policy=AUTO, uncertain=False, error_code="PERMISSION_DENIED", error_final=True
+        replay_policy=AUTO, uncertain=False, error_code="PERMISSION_DENIED", retryable=True
     )
     assert denied.code is ObservationCode.PERMISSION_DENIED
 

@@ -14,7 +14,8 @@ from ledger import records, shadow
 from ledger.calls.observe import observation_for
 from ledger.calls.selectors import entry_for, entry_with_locked_record
 from ledger.calls.values import Caller, CallResult, Lease, entry_classification
-from ledger.domain import FINAL_ERROR_CODES, DataClassification, Decision, EntryStatus, RecordState
+from ledger.decisions import failure_is_final
+from ledger.domain import DataClassification, Decision, EntryStatus, RecordState
 from ledger.errors import ApprovalError, InvalidInput, InvalidTransition, StaleFencingToken
 from ledger.models import IdempotencyRecord, LedgerEntry, Tool
 from ledger.records import Outcome
@@ -121,8 +122,10 @@ def complete_call(
                     error = {"code": "MALFORMED_RESULT", "message": problem}
             if outcome is Outcome.FAILED and error is None:
                 raise InvalidInput("a failed call needs an error with a code")
-            if error is not None and error.get("code") in FINAL_ERROR_CODES:
-                retryable = False
+            # Stored as the reporter's word, unless the code is final whatever it said.
+            retryable = not failure_is_final(
+                error_code=(error or {}).get("code"), retryable=retryable
+            )
             updated = records.complete_locked(
                 record,
                 now=now,

@@ -8,7 +8,6 @@ from typing import Any
 from ledger.calls.values import RETRY_AFTER_SECONDS
 from ledger.decisions import recovery_decision
 from ledger.domain import (
-    FINAL_ERROR_CODES,
     Decision,
     EntryStatus,
     Idempotency,
@@ -69,13 +68,12 @@ def _as_decided(
             altered = {"result_redacted": True} if is_altered(record.result) else None
             return success(record.result, context, replayed=True, extra=altered)
         error = record.error or {}
-        retryable = record.error_retryable and error.get("code") not in FINAL_ERROR_CODES
         return refusal(
             ObservationCode.FAILED,
             context,
             next_action=next_action,
             detail=str(error.get("message") or error.get("code") or "no detail"),
-            retryable=retryable,
+            retryable=record.failed_retryably,
             error_code=str(error.get("code") or "FAILED"),
             extra={"replayed": True},
         )
@@ -139,7 +137,7 @@ def _as_it_stands(
             context,
             next_action="stop",
             detail=str(error.get("message") or error.get("code")),
-            retryable=record.error_retryable,
+            retryable=record.failed_retryably,
             error_code=str(error.get("code") or "FAILED"),
         )
     # A replay waiting for its human is answered by the approval below, not by the record's
@@ -154,7 +152,7 @@ def _as_it_stands(
             replay_policy=ReplayPolicy(entry.replay_policy),
             uncertain=True,
             error_code=None,
-            error_final=False,
+            retryable=False,
         )
         return refusal(
             ObservationCode.SIDE_EFFECT_UNCERTAIN,

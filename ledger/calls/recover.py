@@ -90,7 +90,7 @@ def _recover(
         replay_policy=ReplayPolicy(original.replay_policy),
         uncertain=state is RecordState.UNKNOWN,
         error_code=error.get("code"),
-        error_final=state is RecordState.FAILED_FINAL and not record.error_retryable,
+        retryable=record.error_retryable,
     )
     approval = approvals.open_approval(record)
     if recovery.action is RecoveryAction.REPLAY:

@@ -8,6 +8,7 @@ from typing import ClassVar
 from django.db import models
 from django.db.models import Q
 
+from ledger.decisions import failure_is_final
 from ledger.domain import EscalationKind, Idempotency, RecordState, choices
 from ledger.models.combinations import Run, VersionCombination
 from ledger.models.constraints import SHA256_HEX, one_of
@@ -143,6 +144,14 @@ class IdempotencyRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} ({self.state})"
+
+    @property
+    def failed_retryably(self) -> bool:
+        """Failed without effect and not for good: it may be started again (with a human's
+        approval where its policy asks for one). ``decisions.failure_is_final`` decides."""
+        return self.state == RecordState.FAILED_FINAL and not failure_is_final(
+            error_code=(self.error or {}).get("code"), retryable=self.error_retryable
+        )
 
     @cached_property
     def write_plan(self) -> WritePlan | None:

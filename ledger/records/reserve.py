@@ -20,7 +20,6 @@ from django.db.models import Model, UniqueConstraint
 from ledger import deadline, shadow
 from ledger.decisions import ExistingRecordAnswer, answer_existing_record
 from ledger.domain import (
-    FINAL_ERROR_CODES,
     POLICY_FOR,
     Decision,
     ObservationCode,
@@ -406,8 +405,7 @@ def start_execution(
         deadline.check()
         if not approved and (locked.requires_approval or locked.state != RecordState.RESERVED):
             raise InvalidTransition(f"the {locked.state} record needs an approval to start")
-        final_code = (locked.error or {}).get("code") in FINAL_ERROR_CODES
-        if locked.state == RecordState.FAILED_FINAL and (not locked.error_retryable or final_code):
+        if locked.state == RecordState.FAILED_FINAL and not locked.failed_retryably:
             raise InvalidTransition("the action failed for good; it is never started again")
         begin_execution(
             transitions.STARTED,

@@ -10,7 +10,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
 from ledger.clock import db_now
-from ledger.domain import FINAL_ERROR_CODES, RecordState
+from ledger.domain import RecordState
 from ledger.errors import ApprovalError, InvalidInput
 from ledger.keys import fingerprint
 from ledger.models import (
@@ -104,8 +104,7 @@ def _still_needed(record: IdempotencyRecord) -> bool:
     """Only an action that has not happened (or may not have) can be approved to start."""
     if record.state in (RecordState.RESERVED, RecordState.UNKNOWN):
         return True
-    final = (record.error or {}).get("code") in FINAL_ERROR_CODES
-    return record.state == RecordState.FAILED_FINAL and record.error_retryable and not final
+    return record.failed_retryably
 
 
 def void_reason(approval: ApprovalRequest, *, now: datetime | None = None) -> str | None:
