@@ -2,8 +2,9 @@
 
 ``answer_existing_record`` says what a request gets when its key is already taken (the state
 table of section 3); ``recovery_decision`` says how an uncertain or failed call may be recovered
-(section 4), and ``failure_is_final`` which failures never are; ``check_write_plan`` is the file-hash condition check of section 5. The services
-apply these decisions to the database; nothing here touches it.
+(section 4), and ``failure_is_final`` which failures never are; ``check_write_plan`` is the
+file-hash condition check of section 5. The services apply these decisions to the database;
+nothing here touches it.
 """
 
 from __future__ import annotations

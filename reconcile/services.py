@@ -99,13 +99,12 @@ def _claim(record_id: int) -> Claimed | None:
     )
     if found is None:
         return None
-    record, tool, adapter, plan = found
-    assert isinstance(record, IdempotencyRecord) and isinstance(tool, Tool)
+    record, tool = found.one(IdempotencyRecord), found.one(Tool)
     record.tool = tool
+    adapter = found.optional(DownstreamAdapter)
     if adapter is not None:
-        assert isinstance(adapter, DownstreamAdapter)
         adapter.tool = tool
-    return record, adapter, plan
+    return record, adapter, found.optional(WritePlan)
 
 
 @cache

@@ -13,6 +13,7 @@ from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, Run, T
 from ledger.services.audit import audit
 from ledger.services.raw_cursor import numbered
 from ledger.services.statements import (
+    JoinedRow,
     execute_update,
     fetch_joined,
     insert_all,
@@ -124,10 +125,9 @@ def test_a_joined_row_comes_back_as_instances_with_converted_values(record) -> N
     )
     found = fetch_joined(sql, [record.pk], (IdempotencyRecord, Tool, Run))
     assert found is not None
-    loaded, tool, run = found
+    loaded, tool = found.one(IdempotencyRecord), found.one(Tool)
     expected = IdempotencyRecord.objects.get(pk=record.pk)
-    assert run is None  # the LEFT JOIN found no run
-    assert isinstance(loaded, IdempotencyRecord) and isinstance(tool, Tool)
+    assert found.optional(Run) is None  # the LEFT JOIN found no run
     for field in IdempotencyRecord._meta.concrete_fields:
         assert getattr(loaded, field.attname) == getattr(expected, field.attname), field.name
     assert loaded.error == {"code": "E", "at": [1, {"x": None}]}
@@ -177,8 +177,21 @@ def test_rows_inserted_together_are_each_stored_as_the_orm_stores_them(record) -
 
 def test_a_query_that_selects_other_columns_than_its_models_is_refused(record) -> None:
     sql = f"SELECT {select_columns(Tool, 't')}, 1 FROM ledger_tool t WHERE t.id = %s"  # noqa: S608
-    with pytest.raises(AssertionError, match="columns"):
+    with pytest.raises(ValueError, match="columns"):
         fetch_joined(sql, [record.tool_id], (Tool,))
+
+
+def test_a_joined_row_gives_each_model_by_its_type_and_none_only_when_asked_for(record) -> None:
+    sql = (
+        f"SELECT {select_columns(Tool, 't')}, {select_columns(Run, 'u')}, 7 "  # noqa: S608
+        "FROM ledger_tool t LEFT JOIN ledger_run u ON false WHERE t.id = %s"
+    )
+    found = fetch_joined(sql, [record.tool_id], (Tool, Run), trailing=1)
+    assert found is not None and found.values == (7,)
+    assert found.one(Tool).pk == record.tool_id
+    assert found.optional(Run) is None
+    with pytest.raises(LookupError, match="no Run"):
+        found.one(Run)
 
 
 def test_only_the_precompiled_statements_are_prepared(record) -> None:
@@ -218,7 +231,7 @@ def test_a_migration_that_changes_a_column_type_does_not_break_prepared_statemen
     try:
         migration.execute(alter.format(width + 50))
         found = fetch_joined(sql, [tool.pk], (Tool,))
-        assert found is not None and found[0].name == "create_order"  # type: ignore[union-attr]
+        assert found is not None and found.one(Tool).name == "create_order"
     finally:
         migration.execute(alter.format(width))
         migration.close()
@@ -253,7 +266,7 @@ def test_precompiled_statements_are_sent_numbered_and_logged_with_their_values(r
     found: list[object] = []
     sent = _statements_sent(lambda: found.append(fetch_joined(sql, [record.tool_id], (Tool,))))
     assert sent == [numbered(sql)] and "$1" in sent[0]
-    assert found[0] is not None and found[0][0].pk == record.tool_id  # type: ignore[index]
+    assert isinstance(found[0], JoinedRow) and found[0].one(Tool).pk == record.tool_id
 
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -271,9 +284,9 @@ def test_a_changed_time_zone_loads_timestamps_as_the_orm_does(record) -> None:
     with override_settings(USE_TZ=False):
         found = fetch_joined(sql, [record.tool_id], (Tool,))
         by_orm = Tool.objects.get(pk=record.tool_id)
-    assert found is not None and isinstance(found[0], Tool)
-    assert found[0].created_at.tzinfo is None
-    assert found[0].created_at == by_orm.created_at
+    assert found is not None
+    assert found.one(Tool).created_at.tzinfo is None
+    assert found.one(Tool).created_at == by_orm.created_at
     found = fetch_joined(sql, [record.tool_id], (Tool,))
-    assert found is not None and isinstance(found[0], Tool)
-    assert found[0].created_at.tzinfo is not None
+    assert found is not None
+    assert found.one(Tool).created_at.tzinfo is not None

@@ -40,9 +40,8 @@ def _token_with_tenant(token_hash: str) -> ApiToken | None:
     found = fetch_joined(_token_sql(), [token_hash], (ApiToken, Tenant))
     if found is None:
         return None
-    api_token, tenant = found
-    assert isinstance(api_token, ApiToken) and isinstance(tenant, Tenant)
-    api_token.tenant = tenant
+    api_token = found.one(ApiToken)
+    api_token.tenant = found.one(Tenant)
     return api_token
 
 

@@ -30,9 +30,8 @@ def run_and_tool(tenant: Tenant, run_id: str, tool_name: str) -> tuple[Run, Tool
     )
     if found is None:
         raise NotFound(f"no run {run_id!r}: start it first")
-    run, combination, tool = found
-    assert isinstance(run, Run)
-    run.combination = combination
+    run, tool = found.one(Run), found.optional(Tool)
+    run.combination = found.optional(VersionCombination)
     if run.status == Run.Status.FINISHED:
         raise RunNotRunning(f"run {run_id!r} has finished ({run.termination_reason})")
     return run, tool
@@ -78,11 +77,11 @@ def entry_with_locked_record(caller: Caller, call_id: str) -> tuple[LedgerEntry,
     if found is None:
         entry_for(caller, call_id)  # NotFound when there is no such call at all
         raise InvalidTransition("this call was never started, so it cannot be completed")
-    entry, record, tool, run, now = found
-    assert isinstance(entry, LedgerEntry)
-    entry.record = record
-    entry.tool = tool
-    entry.run = run
+    entry = found.one(LedgerEntry)
+    entry.record = found.one(IdempotencyRecord)
+    entry.tool = found.one(Tool)
+    entry.run = found.one(Run)
+    (now,) = found.values
     return entry, now
 
 

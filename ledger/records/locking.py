@@ -48,9 +48,8 @@ def _locked_record(
     found = fetch_joined(_locked_record_sql(where), params, (IdempotencyRecord,), trailing=2)
     if found is None:
         return None
-    record, now, lapsed = found
-    assert isinstance(record, IdempotencyRecord)
-    return record, now, lapsed
+    now, lapsed = found.values
+    return found.one(IdempotencyRecord), now, lapsed
 
 
 @cache

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, NotSupportedError, connection, connections, models
 from django.db.backends.utils import CursorWrapper
@@ -367,26 +367,49 @@ def select_columns(model: type[models.Model], alias: str) -> str:
     return ", ".join(f"{alias}.{quote(str(f.column))}" for f in model._meta.concrete_fields)
 
 
+M = TypeVar("M", bound=models.Model)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinedRow:
+    """One row of ``fetch_joined``: an instance of each model it selected, typed by the model
+    asked for, and the plain values selected after them."""
+
+    instances: dict[type[models.Model], models.Model | None]
+    values: tuple[Any, ...]
+
+    def one(self, model: type[M]) -> M:
+        """The row's ``model``, which the query's inner join guarantees."""
+        instance = self.instances[model]
+        if not isinstance(instance, model):
+            raise LookupError(f"the row has no {model.__name__}: the query joins it outer")
+        return instance
+
+    def optional(self, model: type[M]) -> M | None:
+        """The row's ``model``, or None when the query's outer join found none."""
+        instance = self.instances[model]
+        return instance if isinstance(instance, model) else None
+
+
 def fetch_joined(
     sql: str,
     params: list[Any],
     models_in_order: tuple[type[models.Model], ...],
     *,
     trailing: int = 0,
-) -> tuple[Any, ...] | None:
+) -> JoinedRow | None:
     """Run a one-row query that selects ``select_columns`` of each model in turn (then
-    ``trailing`` plain values), and return the instance of each (None for a LEFT JOIN that
-    found nothing) followed by those values, or None when there is no row. The row is split by
+    ``trailing`` plain values); its row, or None when there is none. The row is split by
     position: no column names are read back."""
     found, _count = run_precompiled(sql, params)
     if found is None:
         return None
-    instances = []
+    instances: dict[type[models.Model], models.Model | None] = {}
     start = 0
     for model in models_in_order:
         width = len(model._meta.concrete_fields)
-        instances.append(from_row(model, found[start : start + width]))
+        instances[model] = from_row(model, found[start : start + width])
         start += width
-    if start + trailing != len(found):
-        raise AssertionError(f"the query selected {len(found)} columns, the models {start}")
-    return (*instances, *found[start:])
+    if start + trailing != len(found) or len(instances) != len(models_in_order):
+        raise ValueError(f"the query selected {len(found)} columns for {models_in_order}")
+    return JoinedRow(instances, found[start:])
