@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ledger.classification.words import description_write_words, read_name, stems, tokens
+from ledger.classification.words import description_writes, read_name, stems, tokens
 from ledger.domain import PerCall
 
 
@@ -153,9 +153,10 @@ def _whole_file_write(
     if not reading.acting or not all(stems(word) & _FILE_WRITES for word in reading.acting):
         return None
     description = descriptor.get("description")
-    named = description_write_words(description if isinstance(description, str) else "")
+    named = description_writes(description if isinstance(description, str) else "")
     if not all(
-        stems(word) & _FILE_WRITES_DESCRIBED or word.startswith("overwrit") for word in named
+        stems(write.verb) & _FILE_WRITES_DESCRIBED or write.verb.startswith("overwrit")
+        for write in named
     ):
         return None
     paths = [n for n in _PATH_NAMES if n in properties and _is_string(properties[n])]

@@ -295,50 +295,58 @@ def leading_words(description: str) -> list[str]:
     return words
 
 
-def description_write(description: str) -> Verdict | None:
-    """The most conservative write action the description names, leading a clause or
-    anywhere as a verb."""
-    found = _DESTRUCTIVE_PHRASES.search(description)
-    if found is not None:
-        return Verdict(
-            Idempotency.NON_IDEMPOTENT,
-            True,
-            found.group(0),
-            "destroys something",
-            "mcp.description.destructive",
-        )
-    by_kind: dict[str, str] = {}  # kind -> the first word of that kind
-    for word in leading_words(description):
-        by_kind.setdefault(_kind(word), word)
+#: The kinds of write a description can name, most conservative first.
+_DESCRIBED_KINDS = ("destructive", "effect", "overwrite")
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedWrite:
+    """A write action a description names: its kind and the words that name it."""
+
+    kind: str
+    words: str
+
+    @property
+    def verb(self) -> str:
+        return self.words.split()[0].lower()
+
+
+def description_writes(description: str) -> list[DescribedWrite]:
+    """Every write action the description names: a destructive phrase anywhere, a write verb
+    leading a clause, a word joined on with "and"/"then" that acts on an object ("and message
+    the team"), and a named write anywhere."""
+    found = [
+        DescribedWrite("destructive", match.group(0))
+        for match in _DESTRUCTIVE_PHRASES.finditer(description)
+    ]
+    found += [
+        DescribedWrite(_kind(word), word)
+        for word in leading_words(description)
+        if _kind(word) in _DESCRIBED_KINDS
+    ]
     for match in _JOINED_CLAUSE_LEADS.finditer(description):
         word = match.group(1).lower()
-        kind = _kind(word)
         # a word that can write is the verb when an object follows ("and message the team",
         # "and print it") or nothing does, and a noun in a list otherwise ("and opening hours")
         follows = (match.group(2) or "it").lower()
-        if kind in ("ambiguous", "object") and follows in _OBJECTS:
-            by_kind.setdefault("effect", word)
+        if _kind(word) in ("ambiguous", "object") and follows in _OBJECTS:
+            found.append(DescribedWrite("effect", word))
     for named in _NAMED_WRITES.finditer(description):
         # "updates the" overwrites; every other named write is an effect
-        kind = "overwrite" if _kind(named.group(0).split()[0].lower()) == "overwrite" else "effect"
-        by_kind.setdefault(kind, named.group(0))
-    for kind in ("destructive", "effect", "overwrite"):
-        if kind in by_kind:
-            idempotency, destructive, what = _WRITE_KINDS[kind]
-            return Verdict(idempotency, destructive, by_kind[kind], what, f"mcp.description.{kind}")
-    return None
-
-
-def description_write_words(description: str) -> list[str]:
-    """Every write action the description names (``description_write`` says the strongest)."""
-    found = [m.group(0).lower() for m in _DESTRUCTIVE_PHRASES.finditer(description)]
-    found += [
-        word
-        for word in leading_words(description)
-        if _kind(word) in ("destructive", "effect", "overwrite")
-    ]
-    found += [m.group(0).split()[0].lower() for m in _NAMED_WRITES.finditer(description)]
+        overwrites = _kind(named.group(0).split()[0].lower()) == "overwrite"
+        found.append(DescribedWrite("overwrite" if overwrites else "effect", named.group(0)))
     return found
+
+
+def description_write(description: str) -> Verdict | None:
+    """The most conservative write action the description names (``description_writes``)."""
+    found = description_writes(description)
+    for kind in _DESCRIBED_KINDS:
+        first = next((write for write in found if write.kind == kind), None)
+        if first is not None:
+            idempotency, destructive, what = _WRITE_KINDS[kind]
+            return Verdict(idempotency, destructive, first.words, what, f"mcp.description.{kind}")
+    return None
 
 
 def description_read(description: str) -> str | None:

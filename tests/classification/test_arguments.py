@@ -47,6 +47,7 @@ WRITES_WITH_OTHER_EFFECTS = [
     ("store_and_publish", "Store a file.", {"path": STRING, "content": STRING}),
     ("put_object", "Upload an object to S3.", {"file": STRING, "body": STRING}),
     ("write_file", "Write a file and email it to the team.", {"path": STRING, "text": STRING}),
+    ("write_file", "Writes the file and messages the team.", {"path": STRING, "content": STRING}),
 ]
 
 
