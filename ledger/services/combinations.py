@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
+from ledger.clock import db_now
 from ledger.domain import RecordState
 from ledger.errors import Conflict, InvalidInput, NotFound
 from ledger.models import (
@@ -101,7 +101,7 @@ def activate(
         target.previous = old if old is not None else target.previous
         target.state = State.ACTIVE
         target.canary_share_bp = 0
-        target.activated_at = timezone.now()
+        target.activated_at = db_now()
         target.halted_at = None
         target.halted_reason = ""
         try:
@@ -224,7 +224,7 @@ def halt(
     call halted it: concurrent halts of one combination halt it exactly once."""
     if not reason.strip():
         raise InvalidInput("halting needs a reason")
-    now = timezone.now()
+    now = db_now()
     with transaction.atomic():
         updated = (
             VersionCombination.objects.filter(tenant=tenant, pk=combination_id)
@@ -342,7 +342,7 @@ def rollback(
             reason=f"rollback: {reason}",
         )
         report.steps.append("halted" if newly else "already halted")
-        now = timezone.now()
+        now = db_now()
         halted_runs = running.update(
             status=Run.Status.HALTED, finished_at=now, termination_reason="combination rolled back"
         )

@@ -11,7 +11,6 @@ from functools import partial
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from ledger.classification import Classification
 from ledger.classification.arguments import DecidingArgument, deciding_argument
@@ -24,6 +23,7 @@ from ledger.classification.policy import (
     effective_classification,
 )
 from ledger.classification.words import catalogue_namespace
+from ledger.clock import db_now
 from ledger.domain import Idempotency, KeyScope, PerCall, ServerTrust
 from ledger.errors import Conflict, InvalidInput, NotFound
 from ledger.keys import KeyBuildError, validate_key_fields
@@ -401,7 +401,7 @@ def override_tool(
         locked.override_destructive = destructive if idempotency else False
         locked.override_reason = reason.strip() if idempotency else ""
         locked.overridden_by = actor if idempotency else ""
-        locked.overridden_at = timezone.now() if idempotency else None
+        locked.overridden_at = db_now() if idempotency else None
         _apply(locked, _classify(locked, _rules(locked.tenant)))
         locked.save()
         audit(

@@ -7,8 +7,8 @@ import uuid
 from typing import cast
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
+from ledger.clock import db_now
 from ledger.errors import Conflict, InvalidInput, NotFound, RunNotRunning
 from ledger.models import AuditEvent, Run, Tenant, VersionCombination
 from ledger.services.audit import audit
@@ -193,7 +193,7 @@ def finish_run(*, run: Run, termination_reason: str, actor: str) -> Run:
             raise RunNotRunning(f"run {run.run_id!r} already ended ({locked.termination_reason})")
         locked.status = Run.Status.FINISHED
         locked.termination_reason = termination_reason
-        locked.finished_at = timezone.now()
+        locked.finished_at = db_now()
         locked.save(update_fields=["status", "termination_reason", "finished_at"])
         audit(
             tenant=locked.tenant_id,

@@ -20,6 +20,7 @@ from ledger.records import (
     expire_leases,
     heartbeat,
 )
+from ledger.services import combinations
 from tests.api.conftest import client_for
 from tests.factories import refresh, reserve
 
@@ -92,3 +93,30 @@ def test_the_hot_path_grants_leases_by_the_database_clock(tenant, skewed_process
     again = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1")
     assert again.status_code == 409 and again.json()["decision"] == "wait"
     assert refresh(record).state == RecordState.EXECUTING
+
+
+def _combination(tenant, label: str):
+    versions = {f: f"{label}-{f}" for f in combinations.FIELDS}
+    combination, _ = combinations.create_combination(
+        tenant=tenant, label=label, actor="alice", source="console", **versions
+    )
+    return combination
+
+
+def test_a_combinations_activation_and_halt_are_timed_by_the_database_clock(
+    tenant, skewed_process
+) -> None:
+    """The latest activation decides which combination a tenant fails closed on
+    (``runs.pick_combination``): the order must not depend on which process activated it."""
+    combination = _combination(tenant, "baseline")
+    before = db_now()
+    activated = combinations.activate(
+        tenant=tenant, combination_id=combination.pk, actor="alice", source="console"
+    )
+    halted, _ = combinations.halt(
+        tenant=tenant, combination_id=combination.pk, actor="alice", source="console", reason="bad"
+    )
+    after = db_now()
+    assert activated.activated_at is not None and halted.halted_at is not None
+    assert before <= activated.activated_at <= after
+    assert before <= halted.halted_at <= after
