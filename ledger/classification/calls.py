@@ -12,8 +12,8 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from ledger.classification import Classification, most_conservative
-from ledger.classification.commands import classify_command
 from ledger.classification.files import classify_file_write, workspace_roots
+from ledger.classification.shell import classify_command
 from ledger.classification.sql import classify_sql
 from ledger.classification.words import name_write, read_name
 from ledger.domain import Idempotency, PerCall, ReplayPolicy

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.classification.commands import classify_command
+from ledger.classification.shell import classify_command
 from ledger.domain import Idempotency, ReplayPolicy
 
 READ_ONLY = [

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.classification.commands import _ACTING_OPTIONS, _READ_ONLY, classify_command
+from ledger.classification.shell import classify_command
+from ledger.classification.shell.tables import ACTING_OPTIONS, READ_ONLY
 from ledger.domain import Idempotency, ReplayPolicy
 
 # (command, the class it must have). Runs another program: never; writes a file: ask.
@@ -73,4 +74,4 @@ def test_the_same_programs_without_those_options_stay_read_only(command: str) ->
 def test_every_trusted_read_only_program_says_which_of_its_options_act() -> None:
     """Trusting a program means listing its acting options (or none): the table and the set
     of read-only programs are the same."""
-    assert set(_ACTING_OPTIONS) == set(_READ_ONLY)
+    assert set(ACTING_OPTIONS) == set(READ_ONLY)

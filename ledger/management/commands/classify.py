@@ -24,8 +24,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ledger.classification import Classification
 from ledger.classification.arguments import deciding_argument
 from ledger.classification.calls import stored_classification
-from ledger.classification.commands import classify_command
 from ledger.classification.mcp import classify_mcp_tool
+from ledger.classification.shell import classify_command
 from ledger.classification.words import catalogue_namespace
 from ledger.domain import PerCall, ServerTrust
 from ledger.models import McpServer, Tool
