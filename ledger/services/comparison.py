@@ -5,7 +5,7 @@ first call; its last call holds the decision it ended with) and says, per step, 
 differ: the tool chosen, its classification, the decision, and the side effect (the one the
 live run caused vs the one the shadow run only intended). ``metric_verdicts`` puts the two
 combinations' metrics side by side and judges the shadow's against each enabled threshold
-(``thresholds.observed_value``), as a rollout step would be judged.
+(``thresholds.judge``), as a rollout step would be judged.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from django.db.models import Count, Q
 from ledger.clock import db_now
 from ledger.domain import Decision, Idempotency, ObservationCode
 from ledger.models import LedgerEntry, Run, Tenant, Threshold
-from ledger.services import metrics
-from ledger.services.thresholds import observed_value
+from ledger.services import metrics, thresholds
 
 STEP_FIELDS = (
     "run_id",
@@ -203,7 +202,4 @@ def metric_verdicts(
 def _verdict(tenant: Tenant, threshold: Threshold, combination_id: int) -> str:
     since = db_now() - timedelta(minutes=threshold.window_minutes)
     summary = metrics.summarize(tenant, since=since, combination_id=combination_id)
-    value = observed_value(threshold, summary)
-    if value is None:
-        return "too_few_samples"
-    return "crossed" if value > threshold.above else "met"
+    return thresholds.judge(threshold, summary)[0].value

@@ -42,7 +42,7 @@ from ledger.models import (
 )
 from ledger.services import combinations, metrics
 from ledger.services.audit import audit
-from ledger.services.thresholds import observed_value
+from ledger.services.thresholds import Verdict, judge
 
 logger = logging.getLogger(__name__)
 Combo = VersionCombination.State
@@ -193,10 +193,7 @@ def analyse(plan: RolloutPlan, step: RolloutStep, now: datetime) -> dict[str, An
     for threshold in Threshold.objects.filter(tenant=tenant, enabled=True).order_by("pk"):
         since = max(step.started_at, now - timedelta(minutes=threshold.window_minutes))
         summary = metrics.summarize(tenant, since=since, combination_id=plan.candidate_id)
-        value = observed_value(threshold, summary)
-        verdict = (
-            "too_few_samples" if value is None else "crossed" if value > threshold.above else "met"
-        )
+        verdict, value = judge(threshold, summary)
         verdicts.append(
             {
                 "threshold": threshold.pk,
@@ -204,7 +201,7 @@ def analyse(plan: RolloutPlan, step: RolloutStep, now: datetime) -> dict[str, An
                 "above": threshold.above,
                 "window_minutes": threshold.window_minutes,
                 "observed": value,
-                "verdict": verdict,
+                "verdict": verdict.value,
             }
         )
     elapsed = (now - step.started_at).total_seconds()
@@ -213,7 +210,7 @@ def analyse(plan: RolloutPlan, step: RolloutStep, now: datetime) -> dict[str, An
         waiting.append("duration")
     if during.keyed_requests < step.min_samples:
         waiting.append("samples")
-    if any(v["verdict"] == "too_few_samples" for v in verdicts):
+    if any(v["verdict"] == Verdict.TOO_FEW_SAMPLES for v in verdicts):
         waiting.append("threshold_samples")
     # The sample is fixed when the step first has enough of it (the newest record then), and
     # judged once all of it has settled: an outcome still in flight may yet be uncertain,
@@ -232,7 +229,7 @@ def analyse(plan: RolloutPlan, step: RolloutStep, now: datetime) -> dict[str, An
         ).count()
         if in_flight:
             waiting.append("in_flight")
-    crossed = [v for v in verdicts if v["verdict"] == "crossed"]
+    crossed = [v for v in verdicts if v["verdict"] == Verdict.CROSSED]
     return {
         "sample_until": sample_until,
         "in_flight": in_flight,

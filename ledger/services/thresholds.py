@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from datetime import timedelta
+from enum import StrEnum
 from functools import partial
 from typing import Any
 
@@ -73,6 +74,23 @@ def observed_value(threshold: Threshold, summary: metrics.Summary) -> float | No
     return float(summary.duplicate_side_effects)
 
 
+class Verdict(StrEnum):
+    """A threshold's judgement of a combination over its window."""
+
+    CROSSED = "crossed"
+    MET = "met"
+    TOO_FEW_SAMPLES = "too_few_samples"
+
+
+def judge(threshold: Threshold, summary: metrics.Summary) -> tuple[Verdict, float | None]:
+    """The threshold's verdict on ``summary`` and the value it judged: crossed only when the
+    value is above the limit, and no verdict either way on too little traffic."""
+    value = observed_value(threshold, summary)
+    if value is None:
+        return Verdict.TOO_FEW_SAMPLES, None
+    return (Verdict.CROSSED if value > threshold.above else Verdict.MET), value
+
+
 def evaluate(*, actor: str = "system") -> list[AlertEvent]:
     """Judge every enabled threshold against every active or canary combination."""
     raised: list[AlertEvent] = []
@@ -95,8 +113,8 @@ def _evaluate_one(threshold_id: int, actor: str) -> list[AlertEvent]:
             summary = metrics.summarize(
                 threshold.tenant, since=since, combination_id=combination.pk
             )
-            value = observed_value(threshold, summary)
-            if value is None or value <= threshold.above:
+            verdict, value = judge(threshold, summary)
+            if verdict is not Verdict.CROSSED or value is None:  # crossed has a value
                 continue
             recent = AlertEvent.objects.filter(
                 threshold=threshold, combination=combination, created_at__gte=since
