@@ -9,13 +9,14 @@ from django.db import models
 from django.db.models import Q
 
 from ledger.decisions import failure_is_final
-from ledger.domain import EscalationKind, Idempotency, RecordState, choices
+from ledger.domain import TERMINAL_RECORD_STATES, EscalationKind, Idempotency, RecordState, choices
 from ledger.models.combinations import Run, VersionCombination
 from ledger.models.constraints import SHA256_HEX, one_of
 from ledger.models.registry import Tool
 from ledger.models.tenancy import Tenant
 
-TERMINAL = [RecordState.SUCCEEDED.value, RecordState.FAILED_FINAL.value]
+#: The terminal states as the constraints name them, in the states' declared order.
+TERMINAL = [state.value for state in RecordState if state in TERMINAL_RECORD_STATES]
 
 
 class IdempotencyRecord(models.Model):
