@@ -1,10 +1,10 @@
 """The decision tables of DESIGN sections 3-5, as pure functions.
 
 ``answer_existing_record`` says what a request gets when its key is already taken (the state
-table of section 3); ``recovery_decision`` says how an uncertain or failed call may be recovered
-(section 4), and ``failure_is_final`` which failures never are; ``check_write_plan`` is the
-file-hash condition check of section 5. The services apply these decisions to the database;
-nothing here touches it.
+table of section 3), a duplicate or a replay; ``recovery_decision`` says how an uncertain or
+failed call may be recovered (section 4), and ``failure_is_final`` which failures never are;
+``check_write_plan`` is the file-hash condition check of section 5. The services apply these
+decisions to the database; nothing here touches it.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ class ExistingRecordAnswer:
     next_action: str
     #: True when the request may take the record and execute (an automatic replay).
     reexecute: bool = False
+    #: The recovery decision's action, for a record that failed or whose outcome is unknown.
+    recovery: RecoveryAction | None = None
 
 
 def answer_existing_record(
@@ -40,8 +42,11 @@ def answer_existing_record(
     awaiting_approval: bool,
     error_code: str | None,
     error_retryable: bool,
+    replay: bool = False,
 ) -> ExistingRecordAnswer:
-    """The answer for a request whose idempotency key is already recorded."""
+    """The answer for a request whose idempotency key is already recorded: a duplicate, or with
+    ``replay`` the runtime's request to recover the call. The two differ only for a failed
+    record: a duplicate gets the original error, a replay what the recovery decision allows."""
     if not fingerprint_matches:
         return ExistingRecordAnswer(
             Decision.CONFLICT, ObservationCode.IDEMPOTENCY_KEY_CONFLICT, "fix_request"
@@ -63,25 +68,44 @@ def answer_existing_record(
             error_code=error_code,
             retryable=error_retryable,
         )
-        if recovery.action is RecoveryAction.REPLAY:
-            return ExistingRecordAnswer(Decision.EXECUTE, None, "execute", reexecute=True)
+        if replay or recovery.action is RecoveryAction.REPLAY:
+            return _recovery_answer(recovery)
         # The original error is returned; its own code goes into the observation.
         return ExistingRecordAnswer(
             Decision.RECORDED_RESULT,
             ObservationCode.FAILED,
             "stop" if recovery.action is RecoveryAction.NEVER else "request_replay",
+            recovery=recovery.action,
         )
     # UNKNOWN: the first attempt may have had its effect.
-    recovery = recovery_decision(
-        replay_policy=replay_policy, uncertain=True, error_code=None, retryable=False
-    )
-    if recovery.action is RecoveryAction.REPLAY:
-        return ExistingRecordAnswer(Decision.EXECUTE, None, "execute", reexecute=True)
-    if recovery.action is RecoveryAction.CHECK_CONDITION:
-        return ExistingRecordAnswer(
-            Decision.APPROVAL_REQUIRED, ObservationCode.APPROVAL_REQUIRED, "await_approval"
+    return _recovery_answer(
+        recovery_decision(
+            replay_policy=replay_policy, uncertain=True, error_code=None, retryable=False
         )
-    return ExistingRecordAnswer(Decision.FORBIDDEN, ObservationCode.SIDE_EFFECT_UNCERTAIN, "lookup")
+    )
+
+
+def _recovery_answer(recovery: RecoveryDecision) -> ExistingRecordAnswer:
+    """What a request to recover a call gets from its recovery decision (DESIGN section 4).
+    A condition to check is answered as the human's approval it leads to; the caller that
+    has the file's hash checks it (``ledger.calls.recover``)."""
+    action = recovery.action
+    if action is RecoveryAction.REPLAY:
+        return ExistingRecordAnswer(
+            Decision.EXECUTE, None, "execute", reexecute=True, recovery=action
+        )
+    if action in (RecoveryAction.CHECK_CONDITION, RecoveryAction.ASK_HUMAN):
+        return ExistingRecordAnswer(
+            Decision.APPROVAL_REQUIRED,
+            ObservationCode.APPROVAL_REQUIRED,
+            "await_approval",
+            recovery=action,
+        )
+    if action is RecoveryAction.LOOKUP:
+        return ExistingRecordAnswer(
+            Decision.FORBIDDEN, ObservationCode.SIDE_EFFECT_UNCERTAIN, "lookup", recovery=action
+        )
+    return ExistingRecordAnswer(Decision.FORBIDDEN, recovery.code, "stop", recovery=action)
 
 
 class RecoveryAction(StrEnum):

@@ -129,6 +129,78 @@ def test_a_retryable_failure_of_an_ask_tool_waits_for_a_human() -> None:
     assert (answer.decision, answer.next_action) == (Decision.RECORDED_RESULT, "request_replay")
 
 
+@pytest.mark.parametrize(
+    ("policy", "error_code", "retryable", "decision", "code", "next_action"),
+    [
+        (AUTO, "UNAVAILABLE", True, Decision.EXECUTE, None, "execute"),
+        (
+            ASK,
+            "UNAVAILABLE",
+            True,
+            Decision.APPROVAL_REQUIRED,
+            ObservationCode.APPROVAL_REQUIRED,
+            "await_approval",
+        ),
+        (
+            NEVER,
+            "UNAVAILABLE",
+            True,
+            Decision.APPROVAL_REQUIRED,
+            ObservationCode.APPROVAL_REQUIRED,
+            "await_approval",
+        ),
+        (
+            AUTO,
+            "PERMISSION_DENIED",
+            True,
+            Decision.FORBIDDEN,
+            ObservationCode.PERMISSION_DENIED,
+            "stop",
+        ),
+        (NEVER, "DECLINED", False, Decision.FORBIDDEN, ObservationCode.REPLAY_FORBIDDEN, "stop"),
+    ],
+)
+def test_a_replay_of_a_failed_call_gets_its_recovery_decision(
+    policy, error_code, retryable, decision, code, next_action
+) -> None:
+    """A duplicate of a failed call gets the original error; a replay (the runtime asks to
+    recover the call) gets what the recovery decision allows."""
+    answer = _answer(
+        RecordState.FAILED_FINAL,
+        policy,
+        error_code=error_code,
+        error_retryable=retryable,
+        replay=True,
+    )
+    assert (answer.decision, answer.code, answer.next_action) == (decision, code, next_action)
+    assert answer.reexecute is (decision is Decision.EXECUTE)
+
+
+@pytest.mark.parametrize(
+    "state", [s for s in RecordState if s is not RecordState.FAILED_FINAL], ids=str
+)
+@pytest.mark.parametrize("policy", list(ReplayPolicy), ids=str)
+@pytest.mark.parametrize("awaiting_approval", [False, True])
+def test_a_replay_of_a_call_in_any_other_state_is_answered_as_a_duplicate(
+    state: RecordState, policy: ReplayPolicy, awaiting_approval: bool
+) -> None:
+    duplicate = _answer(state, policy, awaiting_approval=awaiting_approval)
+    assert _answer(state, policy, awaiting_approval=awaiting_approval, replay=True) == duplicate
+
+
+@pytest.mark.parametrize(
+    ("policy", "action"),
+    [
+        (AUTO, RecoveryAction.REPLAY),
+        (ASK, RecoveryAction.CHECK_CONDITION),
+        (NEVER, RecoveryAction.LOOKUP),
+    ],
+)
+def test_an_answer_from_the_recovery_decision_names_its_action(policy, action) -> None:
+    assert _answer(RecordState.UNKNOWN, policy).recovery is action
+    assert _answer(RecordState.SUCCEEDED, policy).recovery is None
+
+
 def test_seed_eval_cases_for_recovery() -> None:
     # read_file timeout -> retry allowed; create_order timeout -> forbidden, uncertain.
     assert recovery_decision(

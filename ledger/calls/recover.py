@@ -4,8 +4,6 @@ and the replay is itself a new ledger entry of the same record."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import transaction
 
 from ledger import records, shadow
@@ -14,17 +12,16 @@ from ledger.calls.approval import rejected, rejection_of
 from ledger.calls.observe import observation_for
 from ledger.calls.selectors import entry_for
 from ledger.calls.values import Caller, CallResult, Lease, entry_classification
-from ledger.decisions import RecoveryAction, WriteCheck, check_write_plan, recovery_decision
+from ledger.decisions import RecoveryAction, WriteCheck, check_write_plan
 from ledger.domain import (
     WRITE_CONFLICT_ESCALATION,
     Decision,
     EscalationKind,
     ObservationCode,
-    RecordState,
     ReplayPolicy,
 )
 from ledger.errors import InvalidTransition
-from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry
+from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord
 from ledger.records import Outcome
 from ledger.records.escalation import escalate
 from ledger.services import approvals
@@ -42,12 +39,33 @@ def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None
         raise InvalidTransition("this call has no idempotency record to recover")
     classification = entry_classification(original)
     with transaction.atomic():
-        locked = IdempotencyRecord.objects.select_for_update().get(pk=record.pk)
-        state = RecordState(locked.state)
-        error = locked.error or {}
-        decision, code, next_action, approval, lease = _recover(
-            caller, original, locked, state, error, current_hash
+        found = records.lock_by_key(record.tenant_id, record.key)
+        if found is None:
+            raise InvalidTransition("this call's idempotency record has expired")
+        locked, now, lapsed = found
+        # The state table answers a replay as it answers a duplicate (a failed record aside,
+        # which a replay asks to recover); an automatic replay is the same transition.
+        answer = records.answer_locked(
+            locked,
+            fingerprint=locked.fingerprint,
+            replay_policy=ReplayPolicy(original.replay_policy),
+            lease_owner=caller.identity,
+            actor=caller.identity,
+            source=AuditEvent.Source.API,
+            now=now,
+            lapsed=lapsed,
+            replay=True,
         )
+        decision, code, next_action = answer.decision, answer.code, answer.next_action
+        lease = (
+            Lease(locked.fencing_token, locked.lease_expires_at)  # type: ignore[arg-type]
+            if answer.reexecute
+            else None
+        )
+        if answer.recovery is RecoveryAction.CHECK_CONDITION and current_hash:
+            decision, code, next_action = _check_condition(
+                caller, locked, current_hash, (decision, code, next_action)
+            )
         entry = entries.add_retry(
             original,
             caller=caller,
@@ -56,12 +74,13 @@ def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None
             code=code.value if code else "",
             lease=lease,
         )
-        if decision is Decision.APPROVAL_REQUIRED and approval is None:
-            approval = rejection_of(locked, entry)
-            if approval is not None:
+        approval = None
+        if decision is Decision.APPROVAL_REQUIRED:
+            approval = approvals.open_approval(locked) or rejection_of(locked, entry)
+            if approval is not None and approval.state == ApprovalRequest.State.REJECTED:
                 rejected(entry)
                 decision, next_action = Decision.FORBIDDEN, "stop"
-            else:
+            elif approval is None:
                 approval = approvals.request_approval(
                     record=locked,
                     entry=entry,
@@ -74,75 +93,38 @@ def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None
     return result
 
 
-def _recover(
-    caller: Caller,
-    original: LedgerEntry,
-    record: IdempotencyRecord,
-    state: RecordState,
-    error: dict[str, Any],
-    current_hash: str | None,
-) -> tuple[Decision, ObservationCode | None, str, ApprovalRequest | None, Lease | None]:
-    if state is RecordState.SUCCEEDED:
-        return Decision.RECORDED_RESULT, None, "use_result", None, None
-    if state in (RecordState.RESERVED, RecordState.EXECUTING):
-        return Decision.WAIT, ObservationCode.IN_PROGRESS, "wait", None, None
-    recovery = recovery_decision(
-        replay_policy=ReplayPolicy(original.replay_policy),
-        uncertain=state is RecordState.UNKNOWN,
-        error_code=error.get("code"),
-        retryable=record.error_retryable,
+Answer = tuple[Decision, ObservationCode | None, str]
+
+
+def _check_condition(
+    caller: Caller, record: IdempotencyRecord, current_hash: str, waiting: Answer
+) -> Answer:
+    plan = record.write_plan
+    if plan is None:
+        return waiting
+    check = check_write_plan(
+        current_hash=current_hash, before_hash=plan.before_hash, after_hash=plan.after_hash
     )
-    approval = approvals.open_approval(record)
-    if recovery.action is RecoveryAction.REPLAY:
-        records.start_execution(
-            record=record, lease_owner=caller.identity, actor=caller.identity, approved=True
+    if check is WriteCheck.ALREADY_APPLIED:
+        records.resolve_unknown(
+            record=record,
+            outcome=Outcome.SUCCEEDED,
+            actor=caller.identity,
+            result={"already_applied": True, "path": plan.path},
+            detail="the file already has the planned content (after_hash)",
         )
-        record.refresh_from_db()
-        lease = Lease(record.fencing_token, record.lease_expires_at)  # type: ignore[arg-type]
-        return Decision.EXECUTE, None, "execute", None, lease
-    if recovery.action is RecoveryAction.CHECK_CONDITION:
-        plan = record.write_plan
-        if plan is not None and current_hash:
-            check = check_write_plan(
-                current_hash=current_hash, before_hash=plan.before_hash, after_hash=plan.after_hash
-            )
-            if check is WriteCheck.ALREADY_APPLIED:
-                records.resolve_unknown(
-                    record=record,
-                    outcome=Outcome.SUCCEEDED,
-                    actor=caller.identity,
-                    result={"already_applied": True, "path": plan.path},
-                    detail="the file already has the planned content (after_hash)",
-                )
-                return (
-                    Decision.RECORDED_RESULT,
-                    ObservationCode.ALREADY_APPLIED,
-                    "use_result",
-                    None,
-                    None,
-                )
-            if check is WriteCheck.CONFLICT:
-                escalate(
-                    record,
-                    EscalationKind.WRITE_CONFLICT,
-                    WRITE_CONFLICT_ESCALATION,
-                    actor=caller.identity,
-                    source=AuditEvent.Source.API,
-                    once=True,
-                )
-                return Decision.FORBIDDEN, ObservationCode.WRITE_CONFLICT, "ask_human", None, None
-    # A condition not yet decided by the file's hash waits for a human, as an ask does.
-    if recovery.action in (RecoveryAction.CHECK_CONDITION, RecoveryAction.ASK_HUMAN):
-        return (
-            Decision.APPROVAL_REQUIRED,
-            ObservationCode.APPROVAL_REQUIRED,
-            "await_approval",
-            approval,
-            None,
+        return Decision.RECORDED_RESULT, ObservationCode.ALREADY_APPLIED, "use_result"
+    if check is WriteCheck.CONFLICT:
+        escalate(
+            record,
+            EscalationKind.WRITE_CONFLICT,
+            WRITE_CONFLICT_ESCALATION,
+            actor=caller.identity,
+            source=AuditEvent.Source.API,
+            once=True,
         )
-    if recovery.action is RecoveryAction.LOOKUP:
-        return Decision.FORBIDDEN, ObservationCode.SIDE_EFFECT_UNCERTAIN, "lookup", None, None
-    return Decision.FORBIDDEN, recovery.code, "stop", None, None
+        return Decision.FORBIDDEN, ObservationCode.WRITE_CONFLICT, "ask_human"
+    return waiting
 
 
 def _condition(record: IdempotencyRecord, current_hash: str | None) -> dict[str, str]:

@@ -19,10 +19,11 @@ from ledger.records.complete import (
     refuse_completion,
 )
 from ledger.records.lease import expire_leases, heartbeat, lease_seconds_granted
-from ledger.records.locking import Locked, lock_record
+from ledger.records.locking import Locked, lock_by_key, lock_record
 from ledger.records.reserve import (
     FirstCall,
     Reservation,
+    answer_locked,
     reserve_key,
     reserve_new_key,
     start_execution,
@@ -41,12 +42,14 @@ __all__ = [
     "Outcome",
     "Reservation",
     "answer_as_seen",
+    "answer_locked",
     "complete_execution",
     "complete_locked",
     "count_duplicate_as_seen",
     "expire_leases",
     "heartbeat",
     "lease_seconds_granted",
+    "lock_by_key",
     "lock_record",
     "refuse_completion",
     "reserve_key",

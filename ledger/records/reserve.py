@@ -307,7 +307,7 @@ def reserve_key(
             if existing is None:
                 raise IdempotencyRecord.DoesNotExist(f"key {key!r} was taken, then not found")
         record, now, lapsed = existing
-        return _answer_existing(
+        answer = answer_locked(
             record,
             fingerprint=fingerprint,
             replay_policy=replay_policy,
@@ -318,35 +318,15 @@ def reserve_key(
             now=now,
             lapsed=lapsed,
         )
+        return _answered(record, answer, actor=actor, source=source)
 
 
-def _answer_existing(
-    existing: IdempotencyRecord,
-    *,
-    fingerprint: str,
-    replay_policy: ReplayPolicy,
-    lease_owner: str,
-    lease_seconds: int | None,
-    actor: str,
-    source: str,
-    now: datetime,
-    lapsed: bool,
+def _answered(
+    existing: IdempotencyRecord, answer: ExistingRecordAnswer, *, actor: str, source: str
 ) -> Reservation:
-    """The answer from a key's locked record (DESIGN section 3), read at ``now`` with its
-    lease ``lapsed`` or not by that clock."""
-    if lapsed:
-        expire_lapsed(existing, now=now, source=source)
-    answer = state_table_answer(existing, fingerprint, replay_policy)
+    """A duplicate answered from its key's locked record: a conflict audited, any other answer
+    but a replay counted on the record."""
     if answer.reexecute:
-        begin_execution(
-            transitions.REPLAYED,
-            existing,
-            lease_owner=lease_owner,
-            actor=actor,
-            source=source,
-            now=now,
-            lease_seconds=lease_seconds,
-        )
         return Reservation(existing, False, Decision.EXECUTE, None, "execute")
     if answer.decision is Decision.CONFLICT:
         audit(
@@ -364,8 +344,46 @@ def _answer_existing(
     return Reservation(existing, False, answer.decision, answer.code, answer.next_action)
 
 
+def answer_locked(
+    existing: IdempotencyRecord,
+    *,
+    fingerprint: str,
+    replay_policy: ReplayPolicy,
+    replay: bool = False,
+    now: datetime,
+    lapsed: bool,
+    lease_owner: str,
+    lease_seconds: int | None = None,
+    actor: str,
+    source: str,
+) -> ExistingRecordAnswer:
+    """The state table's answer from a key's row-locked record, read at ``now`` (the
+    database's clock with the lock) with its lease ``lapsed`` or not by that clock, for a
+    duplicate or, with ``replay``, the runtime's request to recover the call. A lapsed lease
+    makes the record unknown first; an answer that lets the caller execute again replays the
+    record for ``lease_owner`` (``transitions.REPLAYED``: a new lease and fencing token)."""
+    if lapsed:
+        expire_lapsed(existing, now=now, source=source)
+    answer = state_table_answer(existing, fingerprint, replay_policy, replay=replay)
+    if answer.reexecute:
+        begin_execution(
+            transitions.REPLAYED,
+            existing,
+            lease_owner=lease_owner,
+            actor=actor,
+            source=source,
+            now=now,
+            lease_seconds=lease_seconds,
+        )
+    return answer
+
+
 def state_table_answer(
-    record: IdempotencyRecord, fingerprint: str, replay_policy: ReplayPolicy
+    record: IdempotencyRecord,
+    fingerprint: str,
+    replay_policy: ReplayPolicy,
+    *,
+    replay: bool = False,
 ) -> ExistingRecordAnswer:
     return answer_existing_record(
         state=RecordState(record.state),
@@ -374,6 +392,7 @@ def state_table_answer(
         awaiting_approval=record.requires_approval,
         error_code=(record.error or {}).get("code"),
         error_retryable=record.error_retryable,
+        replay=replay,
     )
 
 
