@@ -3,8 +3,9 @@
 ``answer_existing_record`` says what a request gets when its key is already taken (the state
 table of section 3), a duplicate or a replay; ``recovery_decision`` says how an uncertain or
 failed call may be recovered (section 4), and ``failure_is_final`` which failures never are;
-``check_write_plan`` is the file-hash condition check of section 5. The services apply these
-decisions to the database; nothing here touches it.
+``check_write_plan`` is the file-hash condition check of section 5 and ``answer_write_check``
+what its outcome means for the record. The services apply these decisions to the database;
+nothing here touches it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from enum import StrEnum
 from ledger.domain import (
     FINAL_ERROR_CODES,
     Decision,
+    EscalationKind,
     ObservationCode,
     RecordState,
     ReplayPolicy,
@@ -188,3 +190,50 @@ def check_write_plan(*, current_hash: str, before_hash: str, after_hash: str) ->
     if current_hash == before_hash:
         return WriteCheck.APPLY_AGAIN
     return WriteCheck.CONFLICT
+
+
+class WriteCheckAction(StrEnum):
+    SETTLE = "settle"  # the write landed: the record succeeds, nothing runs again
+    ESCALATE = "escalate"  # the file changed under the write: a human decides the outcome
+    ASK_APPROVAL = "ask_approval"  # only a human may write it (again)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteCheckAnswer:
+    """What a write plan check means for its record, and what the caller is told."""
+
+    check: WriteCheck
+    action: WriteCheckAction
+    #: The unknown record is handed to a human for this reason (with an approval asked, too).
+    escalation: EscalationKind | None
+    answer: ExistingRecordAnswer
+
+
+def answer_write_check(check: WriteCheck, *, uncertain: bool) -> WriteCheckAnswer:
+    """What a write plan check means for a record whose outcome is unknown (``uncertain``) or
+    which failed without effect (DESIGN section 5).
+
+    An unknown write that landed is settled, with no replay; one that did not land waits for a
+    human's approval to apply it again, and is escalated as not landed, so the outcome is
+    known to the people who look at unknown calls and no look-up checks it again meanwhile;
+    one whose file someone else changed is escalated: a human decides. A failed write had no
+    effect: there is no outcome to settle or escalate, and whatever the file shows, only a
+    human may write it again, told what the check found."""
+    approval = ExistingRecordAnswer(
+        Decision.APPROVAL_REQUIRED, ObservationCode.APPROVAL_REQUIRED, "await_approval"
+    )
+    if not uncertain:
+        return WriteCheckAnswer(check, WriteCheckAction.ASK_APPROVAL, None, approval)
+    if check is WriteCheck.ALREADY_APPLIED:
+        applied = ExistingRecordAnswer(
+            Decision.RECORDED_RESULT, ObservationCode.ALREADY_APPLIED, "use_result"
+        )
+        return WriteCheckAnswer(check, WriteCheckAction.SETTLE, None, applied)
+    if check is WriteCheck.APPLY_AGAIN:
+        return WriteCheckAnswer(
+            check, WriteCheckAction.ASK_APPROVAL, EscalationKind.WRITE_NOT_LANDED, approval
+        )
+    conflict = ExistingRecordAnswer(Decision.FORBIDDEN, ObservationCode.WRITE_CONFLICT, "ask_human")
+    return WriteCheckAnswer(
+        check, WriteCheckAction.ESCALATE, EscalationKind.WRITE_CONFLICT, conflict
+    )

@@ -104,7 +104,8 @@ class EscalationKind(StrEnum):
     #: The file of a conditional write changed under it (the runtime's replay or a worker's
     #: file check); the console counts these as write conflicts.
     WRITE_CONFLICT = "write_conflict"
-    #: A worker's file check found the write did not land: a human approves applying it again.
+    #: A file check (a worker's, or the runtime's replay with the file's hash) found the write
+    #: did not land: a human approves applying it again.
     WRITE_NOT_LANDED = "write_not_landed"
     #: Nothing can look the call up (no adapter, no registered workspace, a refused path).
     NO_CHECK = "no_check"
@@ -121,6 +122,12 @@ class EscalationKind(StrEnum):
 WRITE_CONFLICT_ESCALATION = (
     "Write conflict: the file was changed by someone else since the write was planned. "
     "A human decides."
+)
+
+#: What a human is told about a write that did not land (``EscalationKind.WRITE_NOT_LANDED``).
+WRITE_NOT_LANDED_ESCALATION = (
+    "The write did not land (the file still has its old content): approve applying it again, "
+    "or reject."
 )
 
 #: Error codes that are final by nature: never replayed, whatever the tool's class.

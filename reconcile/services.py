@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cache, partial
 from typing import Any
@@ -28,13 +28,18 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from ledger import tracing
-from ledger.decisions import WriteCheck, check_write_plan
-from ledger.domain import WRITE_CONFLICT_ESCALATION, EscalationKind, RecordState
+from ledger.decisions import WriteCheck, WriteCheckAction, answer_write_check, check_write_plan
+from ledger.domain import EscalationKind, RecordState
 from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tool, WritePlan
-from ledger.records import Outcome, lock_record, resolve_locked
+from ledger.records import (
+    Outcome,
+    apply_write_check,
+    lock_record,
+    resolve_locked,
+    write_check_evidence,
+)
 from ledger.records.escalation import escalate
 from ledger.redaction import redact, redact_text
-from ledger.services import approvals
 from ledger.services.audit import audit_event
 from ledger.services.statements import (
     DB_NOW,
@@ -141,6 +146,8 @@ class Finding:
     outcome: str
     detail: str
     evidence: Any = None
+    #: A file check's outcome, applied by ``records.apply_write_check``.
+    check: WriteCheck | None = None
 
 
 def reconcile_record(record_id: int, *, worker: str | None = None) -> str:
@@ -195,7 +202,8 @@ def _check_file(record: IdempotencyRecord, plan: WritePlan) -> Finding:
         kind,
         outcome,
         f"{plan.path}: sha256 {current[:12]}…",
-        {"path": plan.path, "current_hash": current},
+        write_check_evidence(plan, current),
+        check,
     )
 
 
@@ -236,9 +244,7 @@ def _apply(
             # Too early to believe "not found": the downstream may not have caught up yet.
             finding = Finding(finding.kind, Attempt.NOT_FOUND_IN_GRACE, finding.detail)
         # Downstream error texts may carry URLs with credentials or personal data.
-        finding = Finding(
-            finding.kind, finding.outcome, redact_text(finding.detail, limit=1000), finding.evidence
-        )
+        finding = replace(finding, detail=redact_text(finding.detail, limit=1000))
         attempt = ReconcileAttempt(
             tenant_id=locked.tenant_id,
             record=locked,
@@ -294,7 +300,20 @@ def _settle(
         detail=finding.detail,
         record_changes=changes,
     )
-    if outcome in (Attempt.FOUND, Attempt.ALREADY_APPLIED):
+    if finding.check is not None and plan is not None:
+        answered = answer_write_check(finding.check, uncertain=True)
+        apply_write_check(
+            record,
+            answered,
+            plan=plan,
+            current_hash=finding.evidence["current_hash"],
+            now=now,
+            actor=actor,
+            source=AuditEvent.Source.WORKER,
+            record_changes=changes,
+        )
+        return "succeeded" if answered.action is WriteCheckAction.SETTLE else "escalated"
+    if outcome == Attempt.FOUND:
         resolve(
             outcome=Outcome.SUCCEEDED,
             result={"evidence": finding.evidence, "reconciled": outcome},
@@ -316,24 +335,6 @@ def _settle(
             },
         )
         return "failed_final"
-    if outcome == Attempt.APPLY_AGAIN and plan is not None:
-        entry = LedgerEntry.objects.filter(record=record).order_by("-pk").first()
-        if entry is not None:
-            approvals.request_approval(
-                record=record,
-                entry=entry,
-                requested_by=actor,
-                detail="The write did not land; apply it again?",
-                condition=Attempt.APPLY_AGAIN,
-            )
-        return _escalate(
-            record,
-            EscalationKind.WRITE_NOT_LANDED,
-            "The write did not land (the file still has "
-            "its old content): approve applying it again, or reject.",
-        )
-    if outcome == Attempt.CONFLICT:
-        return _escalate(record, EscalationKind.WRITE_CONFLICT, WRITE_CONFLICT_ESCALATION)
     if outcome in (Attempt.NO_CHECK, Attempt.REFUSED):
         return _escalate(record, EscalationKind.NO_CHECK, finding.detail)
     # Unreachable, timeout, malformed: try again later, then ask a human.

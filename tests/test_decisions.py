@@ -7,12 +7,14 @@ import pytest
 from ledger.decisions import (
     RecoveryAction,
     WriteCheck,
+    WriteCheckAction,
     answer_existing_record,
+    answer_write_check,
     check_write_plan,
     failure_is_final,
     recovery_decision,
 )
-from ledger.domain import Decision, ObservationCode, RecordState, ReplayPolicy
+from ledger.domain import Decision, EscalationKind, ObservationCode, RecordState, ReplayPolicy
 
 AUTO, ASK, NEVER = ReplayPolicy.AUTO, ReplayPolicy.ASK, ReplayPolicy.NEVER
 
@@ -229,3 +231,49 @@ def test_write_plan_check(current: str, expected: WriteCheck) -> None:
     assert (
         check_write_plan(current_hash=current, before_hash="before", after_hash="after") is expected
     )
+
+
+@pytest.mark.parametrize(
+    ("check", "action", "escalation", "decision", "code"),
+    [
+        (
+            WriteCheck.ALREADY_APPLIED,
+            WriteCheckAction.SETTLE,
+            None,
+            Decision.RECORDED_RESULT,
+            ObservationCode.ALREADY_APPLIED,
+        ),
+        (
+            WriteCheck.APPLY_AGAIN,
+            WriteCheckAction.ASK_APPROVAL,
+            EscalationKind.WRITE_NOT_LANDED,
+            Decision.APPROVAL_REQUIRED,
+            ObservationCode.APPROVAL_REQUIRED,
+        ),
+        (
+            WriteCheck.CONFLICT,
+            WriteCheckAction.ESCALATE,
+            EscalationKind.WRITE_CONFLICT,
+            Decision.FORBIDDEN,
+            ObservationCode.WRITE_CONFLICT,
+        ),
+    ],
+)
+def test_a_write_check_of_an_unknown_outcome_settles_escalates_or_asks(
+    check, action, escalation, decision, code
+) -> None:
+    answered = answer_write_check(check, uncertain=True)
+    assert (answered.check, answered.action, answered.escalation) == (check, action, escalation)
+    assert (answered.answer.decision, answered.answer.code) == (decision, code)
+
+
+@pytest.mark.parametrize("check", list(WriteCheck), ids=str)
+def test_a_write_check_of_a_failed_write_only_asks_a_human(check: WriteCheck) -> None:
+    answered = answer_write_check(check, uncertain=False)
+    assert (answered.check, answered.action, answered.escalation) == (
+        check,
+        WriteCheckAction.ASK_APPROVAL,
+        None,
+    )
+    assert answered.answer.decision is Decision.APPROVAL_REQUIRED
+    assert answered.answer.next_action == "await_approval"

@@ -4,6 +4,8 @@ and the replay is itself a new ledger entry of the same record."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from django.db import transaction
 
 from ledger import records, shadow
@@ -12,18 +14,15 @@ from ledger.calls.approval import rejected, rejection_of
 from ledger.calls.observe import observation_for
 from ledger.calls.selectors import entry_for
 from ledger.calls.values import Caller, CallResult, Lease, entry_classification
-from ledger.decisions import RecoveryAction, WriteCheck, check_write_plan
-from ledger.domain import (
-    WRITE_CONFLICT_ESCALATION,
-    Decision,
-    EscalationKind,
-    ObservationCode,
-    ReplayPolicy,
+from ledger.decisions import (
+    ExistingRecordAnswer,
+    WriteCheckAnswer,
+    answer_write_check,
+    check_write_plan,
 )
+from ledger.domain import Decision, RecordState, ReplayPolicy
 from ledger.errors import InvalidTransition
-from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord
-from ledger.records import Outcome
-from ledger.records.escalation import escalate
+from ledger.models import AuditEvent, IdempotencyRecord, WritePlan
 from ledger.services import approvals
 
 
@@ -56,85 +55,79 @@ def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None
             lapsed=lapsed,
             replay=True,
         )
-        decision, code, next_action = answer.decision, answer.code, answer.next_action
         lease = (
             Lease(locked.fencing_token, locked.lease_expires_at)  # type: ignore[arg-type]
             if answer.reexecute
             else None
         )
-        if answer.recovery is RecoveryAction.CHECK_CONDITION and current_hash:
-            decision, code, next_action = _check_condition(
-                caller, locked, current_hash, (decision, code, next_action)
-            )
+        checked = _write_check(locked, answer, current_hash)
+        if checked is not None:
+            answer = checked.answered.answer
+        decision, next_action = answer.decision, answer.next_action
         entry = entries.add_retry(
             original,
             caller=caller,
             record=locked,
             decision=decision,
-            code=code.value if code else "",
+            code=answer.code.value if answer.code else "",
             lease=lease,
         )
-        approval = None
-        if decision is Decision.APPROVAL_REQUIRED:
-            approval = approvals.open_approval(locked) or rejection_of(locked, entry)
-            if approval is not None and approval.state == ApprovalRequest.State.REJECTED:
-                rejected(entry)
-                decision, next_action = Decision.FORBIDDEN, "stop"
-            elif approval is None:
-                approval = approvals.request_approval(
-                    record=locked,
-                    entry=entry,
-                    requested_by=caller.identity,
-                    requester_id=caller.user_id,
-                    **_condition(locked, current_hash),
-                )
+        approval = rejection_of(locked, entry) if decision is Decision.APPROVAL_REQUIRED else None
+        if approval is not None:
+            rejected(entry)
+            decision, next_action = Decision.FORBIDDEN, "stop"
+        elif checked is not None:
+            approval = records.apply_write_check(
+                locked,
+                checked.answered,
+                plan=checked.plan,
+                current_hash=checked.current_hash,
+                now=now,
+                actor=caller.identity,
+                source=AuditEvent.Source.API,
+                entry=entry,
+                requester_id=caller.user_id,
+            )
+        elif decision is Decision.APPROVAL_REQUIRED:
+            approval = approvals.request_approval(
+                record=locked,
+                entry=entry,
+                requested_by=caller.identity,
+                requester_id=caller.user_id,
+                **_unchecked(locked),
+            )
     result = CallResult(entry, decision, classification, lease=lease, approval=approval)
     result.observation = observation_for(entry, approval, next_action=next_action, replay=True)
     return result
 
 
-Answer = tuple[Decision, ObservationCode | None, str]
+class _Checked(NamedTuple):
+    """A write plan checked against the file's hash the runtime reports, and what that means."""
+
+    plan: WritePlan
+    current_hash: str
+    answered: WriteCheckAnswer
 
 
-def _check_condition(
-    caller: Caller, record: IdempotencyRecord, current_hash: str, waiting: Answer
-) -> Answer:
+def _write_check(
+    record: IdempotencyRecord, answer: ExistingRecordAnswer, current_hash: str | None
+) -> _Checked | None:
+    """The write plan check (DESIGN section 5) of a replay the recovery decision puts to a
+    human; None without a plan or a hash to check it by."""
     plan = record.write_plan
-    if plan is None:
-        return waiting
+    if plan is None or not current_hash or answer.recovery is None:
+        return None
+    if answer.decision is not Decision.APPROVAL_REQUIRED:
+        return None
     check = check_write_plan(
         current_hash=current_hash, before_hash=plan.before_hash, after_hash=plan.after_hash
     )
-    if check is WriteCheck.ALREADY_APPLIED:
-        records.resolve_unknown(
-            record=record,
-            outcome=Outcome.SUCCEEDED,
-            actor=caller.identity,
-            result={"already_applied": True, "path": plan.path},
-            detail="the file already has the planned content (after_hash)",
-        )
-        return Decision.RECORDED_RESULT, ObservationCode.ALREADY_APPLIED, "use_result"
-    if check is WriteCheck.CONFLICT:
-        escalate(
-            record,
-            EscalationKind.WRITE_CONFLICT,
-            WRITE_CONFLICT_ESCALATION,
-            actor=caller.identity,
-            source=AuditEvent.Source.API,
-            once=True,
-        )
-        return Decision.FORBIDDEN, ObservationCode.WRITE_CONFLICT, "ask_human"
-    return waiting
+    uncertain = record.state == RecordState.UNKNOWN
+    return _Checked(plan, current_hash, answer_write_check(check, uncertain=uncertain))
 
 
-def _condition(record: IdempotencyRecord, current_hash: str | None) -> dict[str, str]:
-    """What the approver is told about a conditional write's file, kept with the request."""
-    plan = record.write_plan
-    if plan is None:
+def _unchecked(record: IdempotencyRecord) -> dict[str, str]:
+    """What the approver is told about a conditional write whose file was not checked."""
+    if record.write_plan is None:
         return {}
-    if not current_hash:
-        return {"detail": "the runtime sent no current hash of the file", "condition": ""}
-    check = check_write_plan(
-        current_hash=current_hash, before_hash=plan.before_hash, after_hash=plan.after_hash
-    )
-    return {"detail": f"{plan.path} now has hash {current_hash[:12]}", "condition": check.value}
+    return {"detail": "the runtime sent no current hash of the file", "condition": ""}

@@ -4,7 +4,8 @@ Each state change is declared once in ``transitions`` and run by its one executo
 audits it in the same statement. ``reserve`` takes a key (``as_seen`` answers a duplicate
 without the lock), ``lease`` grants, extends and lapses leases, ``complete`` records a
 holder's report, ``resolve`` settles an unknown outcome from evidence, ``escalation`` hands
-one to a human. Callers read ``records.reserve_key(...)``: the public names are here.
+one to a human, ``write_check`` acts on a write plan's check. Callers read
+``records.reserve_key(...)``: the public names are here.
 """
 
 from ledger.records.as_seen import answer_as_seen, count_duplicate_as_seen
@@ -30,6 +31,7 @@ from ledger.records.reserve import (
 )
 from ledger.records.resolve import resolve_locked, resolve_unknown
 from ledger.records.transitions import Outcome
+from ledger.records.write_check import apply_write_check, write_check_evidence
 
 __all__ = [
     "CONTRADICTION_ESCALATION",
@@ -43,6 +45,7 @@ __all__ = [
     "Reservation",
     "answer_as_seen",
     "answer_locked",
+    "apply_write_check",
     "complete_execution",
     "complete_locked",
     "count_duplicate_as_seen",
@@ -57,4 +60,5 @@ __all__ = [
     "resolve_locked",
     "resolve_unknown",
     "start_execution",
+    "write_check_evidence",
 ]

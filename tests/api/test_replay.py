@@ -4,11 +4,14 @@ duplicate's replay."""
 
 from __future__ import annotations
 
+import hashlib
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
+from ledger.compensation import compensation_arguments
+from ledger.domain import EscalationKind
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord
 from tests.api.conftest import ApiClient
 from tests.factories import make_entry, make_tool, reserve
@@ -70,3 +73,90 @@ def test_a_replay_of_a_call_whose_lease_lapsed_answers_it_as_unknown(api: ApiCli
         "record.lease_expired",
         "record.replayed",
     ]
+
+
+# --- the write plan check (DESIGN section 5) -----------------------------------------------
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _write(api: ApiClient, report: dict) -> dict:
+    """A conditional write of ``src/app.py`` from "old" to "new", reported as ``report``."""
+    api.start_run()
+    plan = {
+        "workspace": "repo",
+        "path": "src/app.py",
+        "before_hash": _sha("old"),
+        "after_hash": _sha("new"),
+        "diff": "-old\n+new\n",
+    }
+    first = api.call("write_file", {"path": "src/app.py", "content": "new"}, write_plan=plan)
+    call = first.json()
+    done = api.post(f"/calls/{call['call_id']}/complete", {"fencing_token": 1, **report})
+    assert done.status_code == 200, done.content
+    return call
+
+
+UNCERTAIN = {"outcome": "uncertain"}
+FAILED_RETRYABLE = {
+    "outcome": "failed",
+    "retryable": True,
+    "error": {"code": "DISK_FULL", "message": "no space left"},
+}
+
+
+def _approval_condition() -> str:
+    event = AuditEvent.objects.get(action="approval.requested")
+    return event.after["condition"]
+
+
+def test_a_write_a_replay_finds_applied_is_settled_with_the_file_as_evidence(
+    api: ApiClient,
+) -> None:
+    """The same result as a worker's file check records, which a compensation reads its
+    arguments from."""
+    first = _write(api, UNCERTAIN)
+    replay = api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("new")}).json()
+    assert replay["observation"]["code"] == "ALREADY_APPLIED"
+    record = IdempotencyRecord.objects.get()
+    assert record.state == "succeeded"
+    assert record.result == {
+        "evidence": {"path": "src/app.py", "current_hash": _sha("new")},
+        "reconciled": "already_applied",
+    }
+    arguments = compensation_arguments({"path": "result.path"}, tool_input={}, result=record.result)
+    assert arguments == {"path": "src/app.py"}
+
+
+def test_a_write_a_replay_finds_not_landed_is_escalated_as_a_worker_escalates_it(
+    api: ApiClient,
+) -> None:
+    first = _write(api, UNCERTAIN)
+    replay = api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("old")}).json()
+    assert replay["decision"] == "approval_required"
+    assert _approval_condition() == "apply_again"
+    record = IdempotencyRecord.objects.get()
+    assert record.state == "unknown"
+    assert record.escalation_kind == EscalationKind.WRITE_NOT_LANDED
+
+
+@pytest.mark.parametrize(
+    ("current", "condition"),
+    [("new", "already_applied"), ("theirs", "conflict"), ("old", "apply_again")],
+)
+def test_a_retryable_failed_write_is_put_to_a_human_whatever_the_file_shows(
+    api: ApiClient, current: str, condition: str
+) -> None:
+    """A failed write had no effect: there is no outcome to settle or escalate. Whatever the
+    check finds, only a human may write it again, told what the check found."""
+    first = _write(api, FAILED_RETRYABLE)
+    replay = api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha(current)})
+    assert replay.status_code == 200, replay.content
+    body = replay.json()
+    assert body["decision"] == "approval_required"
+    assert body["observation"]["code"] == "APPROVAL_REQUIRED"
+    assert _approval_condition() == condition
+    record = IdempotencyRecord.objects.get()
+    assert (record.state, record.executions, record.escalated_at) == ("failed_final", 1, None)

@@ -18,6 +18,7 @@ from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, Ledger
 from ledger.records import Outcome, complete_execution
 from reconcile.filehash import PathRefused, confined_path, file_sha256
 from reconcile.models import DownstreamAdapter, ReconcileAttempt, WorkspaceRoot
+from reconcile.operator_actions import escalate
 from reconcile.services import due_records, reconcile_record
 from sandbox.server import SandboxServer
 from tests.factories import make_entry, refresh, reserve
@@ -280,6 +281,26 @@ def test_file_changed_by_someone_else_is_a_conflict(tenant, workspace: Path) -> 
     event = AuditEvent.objects.get(action="reconcile.escalated", target_id=str(record.pk))
     assert event.after == {"kind": "write_conflict"}
     assert not ApprovalRequest.objects.exists()
+
+
+def test_a_write_conflict_keeps_the_escalation_an_operator_made_during_the_check(
+    tenant, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file is read outside any transaction: an operator may escalate the call meanwhile,
+    and what they told the next human stands."""
+    (workspace / "app.py").write_text("theirs")
+    record = _write_plan(tenant, "app.py", "old", "new")
+
+    def read_while_an_operator_escalates(root: str, path: str) -> str:
+        escalate(record=record, actor="olga", reason="the customer called: leave it to me")
+        return file_sha256(root, path)
+
+    monkeypatch.setattr("reconcile.services.file_sha256", read_while_an_operator_escalates)
+    reconcile_record(record.pk)
+    settled = refresh(record)
+    assert settled.escalation_kind == EscalationKind.OPERATOR
+    assert settled.escalation_reason == "the customer called: leave it to me"
+    assert AuditEvent.objects.filter(action="reconcile.escalated").count() == 1
 
 
 @pytest.mark.parametrize("path", ["../secret.txt", "/etc/passwd", "a/../../secret.txt"])
