@@ -76,7 +76,7 @@ def answer_existing_record(
         return ExistingRecordAnswer(
             Decision.RECORDED_RESULT,
             ObservationCode.FAILED,
-            "stop" if recovery.action is RecoveryAction.NEVER else "request_replay",
+            next_action_after_failure(final=recovery.action is RecoveryAction.NEVER),
             recovery=recovery.action,
         )
     # UNKNOWN: the first attempt may have had its effect.
@@ -85,6 +85,12 @@ def answer_existing_record(
             replay_policy=replay_policy, uncertain=True, error_code=None, retryable=False
         )
     )
+
+
+def next_action_after_failure(*, final: bool) -> str:
+    """What a runtime told of a failed call does next: ask for a replay, unless the failure is
+    final (``failure_is_final``)."""
+    return "stop" if final else "request_replay"
 
 
 def _recovery_answer(recovery: RecoveryDecision) -> ExistingRecordAnswer:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ledger.calls.values import RETRY_AFTER_SECONDS
-from ledger.decisions import recovery_decision
+from ledger.decisions import next_action_after_failure, recovery_decision
 from ledger.domain import (
     Decision,
     EntryStatus,
@@ -15,7 +15,7 @@ from ledger.domain import (
     RecordState,
     ReplayPolicy,
 )
-from ledger.models import ApprovalRequest, LedgerEntry
+from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry
 from ledger.observations import CallContext, refusal, success
 from ledger.redaction import is_altered
 
@@ -64,19 +64,7 @@ def _as_decided(
     if decision is Decision.EXECUTE:
         return None
     if decision is Decision.RECORDED_RESULT and record is not None:
-        if record.state == RecordState.SUCCEEDED:
-            altered = {"result_redacted": True} if is_altered(record.result) else None
-            return success(record.result, context, replayed=True, extra=altered)
-        error = record.error or {}
-        return refusal(
-            ObservationCode.FAILED,
-            context,
-            next_action=next_action,
-            detail=str(error.get("message") or error.get("code") or "no detail"),
-            retryable=record.failed_retryably,
-            error_code=str(error.get("code") or "FAILED"),
-            extra={"replayed": True},
-        )
+        return _settled(record, context, replayed=True)
     if decision is Decision.WAIT:
         return refusal(
             ObservationCode.IN_PROGRESS,
@@ -106,7 +94,7 @@ def _as_replayed(
     code = entry.observation_code
     if entry.decision == Decision.RECORDED_RESULT and code == ObservationCode.ALREADY_APPLIED:
         assert entry.record is not None
-        return {**success(entry.record.result, context, replayed=False), "code": code}
+        return {**_settled(entry.record, context, replayed=False), "code": code}
     if entry.decision in (Decision.EXECUTE, Decision.RECORDED_RESULT):
         return _as_decided(entry, approval, context, next_action)
     return refusal(
@@ -128,18 +116,8 @@ def _as_it_stands(
     if approval is not None and approval.state == ApprovalRequest.State.REJECTED:
         return _rejected(context, approval)
     state = RecordState(record.state)
-    if state is RecordState.SUCCEEDED:
-        return success(record.result, context, replayed=entry.decision != Decision.EXECUTE)
-    if state is RecordState.FAILED_FINAL:
-        error = record.error or {}
-        return refusal(
-            ObservationCode.FAILED,
-            context,
-            next_action="stop",
-            detail=str(error.get("message") or error.get("code")),
-            retryable=record.failed_retryably,
-            error_code=str(error.get("code") or "FAILED"),
-        )
+    if state in (RecordState.SUCCEEDED, RecordState.FAILED_FINAL):
+        return _settled(record, context, replayed=entry.decision != Decision.EXECUTE)
     # A replay waiting for its human is answered by the approval below, not by the record's
     # (still unknown) state: the model must hear "approval pending", not "look it up".
     awaiting_approval = (
@@ -172,6 +150,27 @@ def _as_it_stands(
     if entry.decision == Decision.APPROVAL_REQUIRED:
         return _awaiting_approval(context, approval)
     return refusal(ObservationCode.IN_PROGRESS, context, next_action="wait")
+
+
+def _settled(record: IdempotencyRecord, context: CallContext, *, replayed: bool) -> dict[str, Any]:
+    """A settled record's outcome, whoever asks: its result (saying when redaction altered it),
+    or its error with its own code, and whether a replay may be asked for (a failure that is
+    not final: ``IdempotencyRecord.failed_retryably``).
+    ``replayed``: the answer comes from the record, not from this call's own execution."""
+    if record.state == RecordState.SUCCEEDED:
+        altered = {"result_redacted": True} if is_altered(record.result) else None
+        return success(record.result, context, replayed=replayed, extra=altered)
+    error = record.error or {}
+    retryable = record.failed_retryably
+    return refusal(
+        ObservationCode.FAILED,
+        context,
+        next_action=next_action_after_failure(final=not retryable),
+        detail=str(error.get("message") or error.get("code") or "no detail"),
+        retryable=retryable,
+        error_code=str(error.get("code") or "FAILED"),
+        extra={"replayed": replayed},
+    )
 
 
 def _awaiting_approval(context: CallContext, approval: ApprovalRequest | None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import pytest
 
 from ledger.errors import ApprovalError
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry
+from ledger.records import Outcome, resolve_unknown
 from ledger.services.approvals import decide
 from reconcile.models import WorkspaceRoot
 from reconcile.services import reconcile_record
@@ -390,6 +391,56 @@ def test_a_redacted_recorded_result_says_so(api: ApiClient) -> None:
     )
     again = api.call("create_order", {"c": 1}, business_object_id="c1").json()
     assert again["observation"]["metadata"]["result_redacted"] is True
+
+
+def test_a_redacted_result_says_so_in_the_call_as_it_stands(api: ApiClient) -> None:
+    """The report's own answer and a poll describe the settled call as a duplicate does."""
+    api.start_run()
+    first = api.call("create_order", {"c": 1}, business_object_id="c1").json()
+    done = api.post(
+        f"/calls/{first['call_id']}/complete",
+        {"fencing_token": 1, "outcome": "succeeded", "result": {"email": "a@b.co"}},
+    ).json()
+    assert done["observation"]["metadata"]["result_redacted"] is True
+    polled = api.get(f"/calls/{first['call_id']}").json()["observation"]
+    assert polled["metadata"]["result_redacted"] is True
+    assert polled["metadata"]["replayed"] is False
+
+
+def test_a_retryable_failure_as_it_stands_says_a_replay_may_be_asked_for(api: ApiClient) -> None:
+    api.start_run()
+    first = api.call("create_order", {"c": 1}, business_object_id="c1").json()
+    done = api.post(
+        f"/calls/{first['call_id']}/complete",
+        {
+            "fencing_token": 1,
+            "outcome": "failed",
+            "retryable": True,
+            "error": {"code": "UPSTREAM_DOWN", "message": "try later"},
+        },
+    ).json()
+    polled = api.get(f"/calls/{first['call_id']}").json()["observation"]
+    duplicate = api.call("create_order", {"c": 1}, business_object_id="c1").json()["observation"]
+    for observation in (done["observation"], polled, duplicate):
+        assert observation["code"] == "UPSTREAM_DOWN"
+        assert observation["metadata"]["retryable"] is True
+        assert observation["metadata"]["next_action"] == "request_replay"
+    assert duplicate["metadata"]["replayed"] is True and polled["metadata"]["replayed"] is False
+
+
+def test_a_failure_settled_without_an_error_is_told_without_one(api: ApiClient) -> None:
+    api.start_run()
+    first = api.call("create_order", {"c": 1}, business_object_id="c1").json()
+    api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+    resolve_unknown(
+        record=IdempotencyRecord.objects.get(),
+        outcome=Outcome.FAILED,
+        actor="olga",
+        detail="checked the order system: nothing there",
+    )
+    polled = api.get(f"/calls/{first['call_id']}").json()["observation"]
+    assert polled["code"] == "FAILED"
+    assert polled["content"] == "create_order failed: no detail"
 
 
 def test_restricted_errors_keep_their_code(api: ApiClient) -> None:
