@@ -16,8 +16,8 @@ from ledger.calls.selectors import entry_for, entry_with_locked_record
 from ledger.calls.values import Caller, CallResult, Lease, entry_classification
 from ledger.decisions import failure_is_final
 from ledger.domain import DataClassification, Decision, EntryStatus, RecordState
-from ledger.errors import ApprovalError, InvalidInput, InvalidTransition, StaleFencingToken
-from ledger.models import IdempotencyRecord, LedgerEntry, Tool
+from ledger.errors import ApprovalError, InvalidInput, InvalidTransition
+from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tool
 from ledger.records import Outcome
 from ledger.services import approvals
 from ledger.services.entries import transition_entry
@@ -113,7 +113,14 @@ def complete_call(
             if entry.fencing_token is None:
                 raise InvalidTransition("this call was never started, so it cannot be completed")
             if entry.fencing_token != fencing_token:
-                raise StaleFencingToken("the fencing token does not belong to this call")
+                raise records.CompletionRefused(
+                    record,
+                    reason=records.REFUSED_OTHER_CALL,
+                    fencing_token=fencing_token,
+                    outcome=outcome,
+                    actor=caller.identity,
+                    source=AuditEvent.Source.API,
+                )
             if outcome is Outcome.SUCCEEDED:
                 problem = _validate_result(entry.tool, result)
                 if problem is not None:

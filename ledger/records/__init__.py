@@ -12,6 +12,7 @@ from ledger.records.as_seen import answer_as_seen, count_duplicate_as_seen
 from ledger.records.complete import (
     CONTRADICTION_ESCALATION,
     REFUSED_DIFFERENT_RESULT,
+    REFUSED_OTHER_CALL,
     REFUSED_SETTLED,
     REFUSED_STALE,
     CompletionRefused,
@@ -36,6 +37,7 @@ from ledger.records.write_check import apply_write_check, write_check_evidence
 __all__ = [
     "CONTRADICTION_ESCALATION",
     "REFUSED_DIFFERENT_RESULT",
+    "REFUSED_OTHER_CALL",
     "REFUSED_SETTLED",
     "REFUSED_STALE",
     "CompletionRefused",

@@ -25,11 +25,14 @@ from ledger.services.entries import transition_entry
 REFUSED_STALE = "stale"
 REFUSED_SETTLED = "settled"
 REFUSED_DIFFERENT_RESULT = "different_result"
+# The token is not the reporting call's own (``ledger.calls.complete_call`` knows the call).
+REFUSED_OTHER_CALL = "other_call"
 
 
 class CompletionRefused(Exception):
-    """A completion report that must be refused: a stale token, or a record already settled
-    otherwise. Raised before anything is written; ``refuse_completion`` audits it."""
+    """A completion report that must be refused: a stale token or one that is not the
+    reporting call's, or a record already settled otherwise. Raised before anything is
+    written; ``refuse_completion`` audits it."""
 
     def __init__(
         self,
@@ -67,6 +70,10 @@ def refuse_completion(refused: CompletionRefused) -> LedgerError:
     if refused.reason == REFUSED_STALE:
         return StaleFencingToken(
             f"fencing token {refused.fencing_token} is stale (current is {record.fencing_token})"
+        )
+    if refused.reason == REFUSED_OTHER_CALL:
+        return StaleFencingToken(
+            f"fencing token {refused.fencing_token} does not belong to this call"
         )
     if refused.reason == REFUSED_DIFFERENT_RESULT:
         return ResultConflict(

@@ -86,6 +86,10 @@ def heartbeat(
     if row is not None:
         return row[0]
     current = IdempotencyRecord.objects.get(pk=record.pk)
+    # Refused without an audit event, unlike a report (``records.complete``): a heartbeat
+    # changes no state, so neither does its refusal, and a holder that lost its lease may
+    # heartbeat every third of a lease until it hears so. What DESIGN section 3 refuses and
+    # audits is its completion, the report that would change the record.
     if current.fencing_token != fencing_token:
         raise StaleFencingToken("another caller holds this record now")
     if current.state == RecordState.EXECUTING or current.state == RecordState.UNKNOWN:

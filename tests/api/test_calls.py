@@ -382,6 +382,29 @@ def test_a_refused_completion_is_audited(api: ApiClient) -> None:
     )
 
 
+def test_a_token_that_is_not_the_calls_own_is_refused_and_audited(api: ApiClient) -> None:
+    """A report under another call's token, here the current holder's, is refused as a stale
+    token is: audited, and answered with the call as it stands for the model."""
+    api.start_run()
+    first = api.call("read_file", {"p": 1}).json()
+    api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+    replayed = api.call("read_file", {"p": 1}).json()
+    assert replayed["lease"]["fencing_token"] == 2
+    refused = api.post(
+        f"/calls/{first['call_id']}/complete",
+        {"fencing_token": 2, "outcome": "succeeded", "result": {}},
+    )
+    assert refused.status_code == 409
+    body = refused.json()
+    assert body["code"] == "STALE_FENCING_TOKEN"
+    assert body["detail"] == "fencing token 2 does not belong to this call"
+    assert body["record_state"] == "executing"
+    assert body["observation"]["code"] == "IN_PROGRESS"
+    event = AuditEvent.objects.get(action="record.complete_refused", outcome="denied")
+    assert event.detail == "token 2 reported succeeded; record is executing with token 2"
+    assert IdempotencyRecord.objects.get().state == "executing"
+
+
 def test_a_redacted_recorded_result_says_so(api: ApiClient) -> None:
     api.start_run()
     first = api.call("create_order", {"c": 1}, business_object_id="c1").json()
