@@ -15,6 +15,7 @@ from ledger.domain import DataClassification, EntryStatus, EscalationKind, Recor
 from ledger.errors import LedgerError, RecordSettled, ResultConflict, StaleFencingToken
 from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry
 from ledger.records import transitions
+from ledger.records.escalation import escalated_as
 from ledger.records.locking import lock_record
 from ledger.records.transitions import Outcome
 from ledger.redaction import RESULT_MAX_TEXT, redact_for_storage
@@ -243,11 +244,12 @@ CONTRADICTION_ESCALATION = (
 
 
 def _already_contradicted(record: IdempotencyRecord) -> bool:
-    return (
-        record.state == RecordState.UNKNOWN
-        and record.escalated_at is not None
-        and record.escalation_kind == EscalationKind.CONTRADICTED_SETTLEMENT
-    )
+    """Whether a human already has ``record`` for a contradicted settlement: one more query,
+    on the row the caller holds locked, only for a report on an unknown record."""
+    if record.state != RecordState.UNKNOWN:
+        return False
+    contradicted = escalated_as(EscalationKind.CONTRADICTED_SETTLEMENT)
+    return IdempotencyRecord.objects.filter(contradicted, pk=record.pk).exists()
 
 
 def _contradicted(
