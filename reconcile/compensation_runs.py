@@ -88,13 +88,12 @@ def run_compensation(compensation_id: int, *, worker: str) -> str:
                 .filter(record=locked)
                 .latest("pk")
             )
-            approvals.consume(record=locked, entry=entry, actor=actor)
             started = records.start_execution(
                 record=locked,
+                entry=entry,
                 lease_owner=actor,
                 actor=actor,
                 source=AuditEvent.Source.WORKER,
-                approved=True,
             )
             transition_entry(entry, EntryStatus.APPROVED)
             transition_entry(

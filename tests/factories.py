@@ -5,10 +5,13 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from django.contrib.auth import get_user_model
+
 from ledger.domain import ReplayPolicy
 from ledger.keys import fingerprint
 from ledger.models import IdempotencyRecord, LedgerEntry, Run, Tenant, Tool
 from ledger.records import Reservation, reserve_key
+from ledger.services import approvals
 from ledger.services.registry import register_tool
 
 _counter = itertools.count(1)
@@ -69,3 +72,14 @@ def make_entry(tenant: Tenant, tool: Tool, *, status: str = "planned") -> Ledger
         input_source="model",
         data_classification="internal",
     )
+
+
+def granted_entry(record: IdempotencyRecord, tool: Tool) -> LedgerEntry:
+    """A call of ``record``'s action whose approval a human granted: ready to start."""
+    entry = make_entry(record.tenant, tool)
+    entry.record = record
+    entry.save(update_fields=["record"])
+    approval = approvals.request_approval(record=record, entry=entry, requested_by="runtime")
+    approver = get_user_model().objects.create_user(f"approver-{next(_counter)}")
+    approvals.decide(approval=approval, user=approver, approve=True, reason="go ahead")
+    return entry

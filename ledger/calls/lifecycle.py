@@ -17,7 +17,7 @@ from ledger.calls.values import Caller, CallResult, Lease, entry_classification
 from ledger.decisions import failure_is_final
 from ledger.domain import DataClassification, Decision, EntryStatus, RecordState
 from ledger.errors import ApprovalError, InvalidInput, InvalidTransition
-from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tool
+from ledger.models import AuditEvent, LedgerEntry, Tool
 from ledger.records import Outcome
 from ledger.services import approvals
 from ledger.services.entries import transition_entry
@@ -32,12 +32,8 @@ def start_call(*, caller: Caller, call_id: str) -> CallResult:
         raise InvalidTransition("only a call that was waiting for approval can be started")
     try:
         with transaction.atomic():
-            # The record first, then its approval: the order every settling transition takes
-            # (it locks the record, then voids open approvals), so the two cannot deadlock.
-            IdempotencyRecord.objects.select_for_update().filter(pk=record.pk).first()
-            approvals.consume(record=record, entry=entry, actor=caller.identity)
             started = records.start_execution(
-                record=record, lease_owner=caller.identity, actor=caller.identity, approved=True
+                record=record, entry=entry, lease_owner=caller.identity, actor=caller.identity
             )
             transition_entry(entry, EntryStatus.APPROVED)
             transition_entry(

@@ -39,6 +39,7 @@ from ledger.models import (
 from ledger.records import transitions
 from ledger.records.lease import begin_execution, expire_lapsed, lapsed_sql, lease_seconds_granted
 from ledger.records.locking import lock_by_key, lock_record
+from ledger.services import approvals
 from ledger.services.audit import audit, audit_event
 from ledger.services.statements import (
     DbTime,
@@ -410,22 +411,28 @@ def count_duplicate_sql() -> str:
 def start_execution(
     *,
     record: IdempotencyRecord,
+    entry: LedgerEntry,
     lease_owner: str,
     actor: str,
     source: str = AuditEvent.Source.API,
     lease_seconds: int | None = None,
-    approved: bool = False,
 ) -> IdempotencyRecord:
-    """Start a record that was waiting: reserved, or (after an approved replay) unknown or
-    failed. Without ``approved`` only a reserved record that needs no approval may start.
-    """
+    """Start a record that waits for a human: reserved, or (a replay a human approved) unknown
+    or failed without effect, using up the granted approval of ``entry``'s action in the same
+    transaction (``approvals.consume``, which refuses one for another action or expired).
+
+    Every start of a waiting record is an approved one (an automatic replay is the state
+    table's, ``answer_locked``), so the approval is checked here, where the record starts, and
+    not by each caller; the states it may start from are the transition's guard
+    (``transitions.STARTED``)."""
     with transaction.atomic():
         locked, now = lock_record(record.pk)
         deadline.check()
-        if not approved and (locked.requires_approval or locked.state != RecordState.RESERVED):
-            raise InvalidTransition(f"the {locked.state} record needs an approval to start")
         if locked.state == RecordState.FAILED_FINAL and not locked.failed_retryably:
             raise InvalidTransition("the action failed for good; it is never started again")
+        # The record first, then its approval: the order every settling transition takes (it
+        # locks the record, then voids open approvals), so the two cannot deadlock.
+        approvals.consume(record=locked, entry=entry, actor=actor)
         begin_execution(
             transitions.STARTED,
             locked,

@@ -63,7 +63,8 @@ _EXECUTION_AFRESH = _fixed(
     requires_approval=False, error=None, error_retryable=False, completed_at=None
 )
 
-#: A waiting record starts: reserved, or (after an approved replay) unknown or failed.
+#: A waiting record starts with a human's approval (``records.start_execution`` uses it up):
+#: reserved, or (an approved replay) unknown or failed.
 STARTED = Transition(
     "started",
     frozenset({RecordState.RESERVED, RecordState.UNKNOWN, RecordState.FAILED_FINAL}),

@@ -30,7 +30,7 @@ from ledger.records import (
 )
 from ledger.records.lease import lapsed_sql
 from ledger.services.statements import quote
-from tests.factories import make_run, refresh, reserve
+from tests.factories import granted_entry, make_run, refresh, reserve
 
 pytestmark = pytest.mark.django_db
 
@@ -155,7 +155,8 @@ def test_a_duplicate_is_counted_only_while_its_record_is_as_seen(
         _fail(record, 1)
         stale = refresh(record)
         # An approved replay: the record executes again under token 2, then fails the same way.
-        start_execution(record=refresh(record), lease_owner="w2", actor="ops", approved=True)
+        entry = granted_entry(record, create_order)
+        start_execution(record=refresh(record), entry=entry, lease_owner="w2", actor="ops")
         _fail(refresh(record), 2)
         assert refresh(record).state == stale.state == RecordState.FAILED_FINAL
     else:

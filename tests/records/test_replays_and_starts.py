@@ -9,10 +9,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from ledger.errors import InvalidTransition
-from ledger.models import AuditEvent, IdempotencyRecord, Tenant, Tool
+from ledger.errors import ApprovalError, InvalidTransition
+from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, Tenant, Tool
 from ledger.records import Outcome, complete_execution, start_execution
-from tests.factories import refresh, reserve
+from tests.factories import granted_entry, make_entry, refresh, reserve
 
 pytestmark = pytest.mark.django_db
 
@@ -63,7 +63,11 @@ def test_a_retry_clears_the_failure_it_retries(tenant, read_file) -> None:
 def test_an_approved_start_is_no_longer_waiting_for_an_approval(tenant, create_order) -> None:
     record = reserve(tenant, create_order, requires_approval=True).record
     started = start_execution(
-        record=record, lease_owner="w2", actor="w2", approved=True, lease_seconds=ASKED
+        record=record,
+        entry=granted_entry(record, create_order),
+        lease_owner="w2",
+        actor="w2",
+        lease_seconds=ASKED,
     )
     assert started.requires_approval is False
     assert refresh(record).requires_approval is False
@@ -72,12 +76,21 @@ def test_an_approved_start_is_no_longer_waiting_for_an_approval(tenant, create_o
     assert (event.action, event.actor) == ("record.started", "w2")
 
 
-def test_a_start_without_the_approval_it_needs_is_refused(tenant, create_order) -> None:
+def test_a_start_uses_up_the_approval_it_is_made_with(tenant, create_order) -> None:
     record = reserve(tenant, create_order, requires_approval=True).record
-    with pytest.raises(
-        InvalidTransition, match=r"^the reserved record needs an approval to start$"
-    ):
-        start_execution(record=record, lease_owner="w2", actor="w2")
+    entry = granted_entry(record, create_order)
+    start_execution(record=record, entry=entry, lease_owner="w2", actor="w2")
+    assert ApprovalRequest.objects.get(record=record).state == ApprovalRequest.State.CONSUMED
+
+
+def test_a_start_without_a_granted_approval_is_refused(tenant, create_order) -> None:
+    """Whoever calls: the approval is checked where the record starts, not by the caller."""
+    record = reserve(tenant, create_order, requires_approval=True).record
+    entry = make_entry(tenant, create_order)
+    entry.record = record
+    entry.save(update_fields=["record"])
+    with pytest.raises(ApprovalError, match=r"^there is no granted approval for this action$"):
+        start_execution(record=record, entry=entry, lease_owner="w2", actor="w2")
     assert refresh(record).state == "reserved"
 
 
@@ -93,11 +106,14 @@ def test_an_approved_start_of_a_failure_for_good_is_refused(
     with pytest.raises(
         InvalidTransition, match=r"^the action failed for good; it is never started again$"
     ):
-        start_execution(record=record, lease_owner="w2", actor="w2", approved=True)
+        start_execution(
+            record=record, entry=make_entry(tenant, read_file), lease_owner="w2", actor="w2"
+        )
     assert (refresh(record).state, refresh(record).executions) == ("failed_final", 1)
 
 
 def test_an_approved_start_of_a_retryable_failure_starts_it(tenant, read_file) -> None:
     record = _failed(tenant, read_file, "UPSTREAM_5XX", retryable=True)
-    started = start_execution(record=record, lease_owner="w2", actor="w2", approved=True)
+    entry = granted_entry(record, read_file)
+    started = start_execution(record=record, entry=entry, lease_owner="w2", actor="w2")
     assert (started.state, started.fencing_token, started.executions) == ("executing", 2, 2)

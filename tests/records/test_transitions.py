@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from ledger.domain import Decision, EntryStatus, ObservationCode, RecordState, ReplayPolicy
 from ledger.errors import (
+    ApprovalError,
     InvalidTransition,
     LeaseExpired,
     RecordSettled,
@@ -29,7 +30,7 @@ from ledger.records import (
     transitions,
 )
 from ledger.services.entries import transition_entry
-from tests.factories import refresh, reserve
+from tests.factories import granted_entry, make_entry, refresh, reserve
 
 pytestmark = pytest.mark.django_db
 
@@ -110,14 +111,17 @@ def test_a_key_needing_approval_is_only_reserved(tenant, create_order) -> None:
     reservation = reserve(tenant, create_order, requires_approval=True)
     assert reservation.decision is Decision.APPROVAL_REQUIRED
     assert refresh(reservation.record).state == RecordState.RESERVED
-    with pytest.raises(InvalidTransition):
-        start_execution(record=reservation.record, lease_owner="w", actor="w")
+    entry = make_entry(tenant, create_order)
+    entry.record = reservation.record
+    entry.save(update_fields=["record"])
+    with pytest.raises(ApprovalError):
+        start_execution(record=reservation.record, entry=entry, lease_owner="w", actor="w")
 
 
 def test_start_moves_reserved_to_executing_once_approved(tenant, create_order) -> None:
     record = reserve(tenant, create_order, requires_approval=True).record
-    IdempotencyRecord.objects.filter(pk=record.pk).update(requires_approval=False)
-    started = start_execution(record=record, lease_owner="w2", actor="w2")
+    entry = granted_entry(record, create_order)
+    started = start_execution(record=record, entry=entry, lease_owner="w2", actor="w2")
     assert (started.state, started.fencing_token, started.executions) == ("executing", 1, 1)
 
 
