@@ -10,7 +10,7 @@ nothing here touches it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from ledger.domain import (
@@ -36,6 +36,11 @@ class ExistingRecordAnswer:
     recovery: RecoveryAction | None = None
 
 
+_AWAITING_APPROVAL = ExistingRecordAnswer(
+    Decision.APPROVAL_REQUIRED, ObservationCode.APPROVAL_REQUIRED, "await_approval"
+)
+
+
 def answer_existing_record(
     *,
     state: RecordState,
@@ -55,9 +60,7 @@ def answer_existing_record(
         )
     if state is RecordState.RESERVED:
         if awaiting_approval:
-            return ExistingRecordAnswer(
-                Decision.APPROVAL_REQUIRED, ObservationCode.APPROVAL_REQUIRED, "await_approval"
-            )
+            return _AWAITING_APPROVAL
         return ExistingRecordAnswer(Decision.WAIT, ObservationCode.IN_PROGRESS, "wait")
     if state is RecordState.EXECUTING:
         return ExistingRecordAnswer(Decision.WAIT, ObservationCode.IN_PROGRESS, "wait")
@@ -103,12 +106,7 @@ def _recovery_answer(recovery: RecoveryDecision) -> ExistingRecordAnswer:
             Decision.EXECUTE, None, "execute", reexecute=True, recovery=action
         )
     if action in (RecoveryAction.CHECK_CONDITION, RecoveryAction.ASK_HUMAN):
-        return ExistingRecordAnswer(
-            Decision.APPROVAL_REQUIRED,
-            ObservationCode.APPROVAL_REQUIRED,
-            "await_approval",
-            recovery=action,
-        )
+        return replace(_AWAITING_APPROVAL, recovery=action)
     if action is RecoveryAction.LOOKUP:
         return ExistingRecordAnswer(
             Decision.FORBIDDEN, ObservationCode.SIDE_EFFECT_UNCERTAIN, "lookup", recovery=action
@@ -225,9 +223,7 @@ def answer_write_check(check: WriteCheck, *, uncertain: bool) -> WriteCheckAnswe
     one whose file someone else changed is escalated: a human decides. A failed write had no
     effect: there is no outcome to settle or escalate, and whatever the file shows, only a
     human may write it again, told what the check found."""
-    approval = ExistingRecordAnswer(
-        Decision.APPROVAL_REQUIRED, ObservationCode.APPROVAL_REQUIRED, "await_approval"
-    )
+    approval = _AWAITING_APPROVAL
     if not uncertain:
         return WriteCheckAnswer(check, WriteCheckAction.ASK_APPROVAL, None, approval)
     if check is WriteCheck.ALREADY_APPLIED:
