@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from ledger.compensation import compensation_state
 from ledger.domain import Decision, RecordState
 from ledger.models import (
     ApprovalRequest,
@@ -154,8 +155,7 @@ class LedgerCollector(Collector):
             .annotate(n=Count("pk"))
         )
         for row in _rows(rows):
-            state = row["record_state"] or "missing"
-            label = "compensated" if state == RecordState.SUCCEEDED else state
+            label = compensation_state(row["record_state"])
             family.add_metric([row["tenant__slug"], label], row["n"])
         return family
 

@@ -1,5 +1,5 @@
-"""The pure rules of a compensation (docs/compensation.md): its key, and the exact call it makes,
-built from the original call's input and result. No ORM here."""
+"""The pure rules of a compensation (docs/compensation.md): its key, the exact call it makes,
+built from the original call's input and result, and the state it shows. No ORM here."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
+from ledger.domain import RecordState
 from ledger.keys import MAX_KEY_LENGTH, value_at
 
 #: A compensation's key is the original action's key with this suffix, so it is derived by the
@@ -71,6 +72,18 @@ def compensation_arguments(
             raise CompensationError(f"{path} is missing from the original call (for {name})")
         built[name] = value
     return built
+
+
+#: What a compensation shows once its own record succeeded: the original action is undone.
+COMPENSATED = "compensated"
+
+
+def compensation_state(record_state: str | None) -> str:
+    """What a compensation shows of its own record's state (None: the record is gone):
+    ``compensated`` once it succeeded, else the record's state, or ``missing``."""
+    if record_state is None:
+        return "missing"
+    return COMPENSATED if record_state == RecordState.SUCCEEDED else str(record_state)
 
 
 def example_url(url_template: str) -> str:

@@ -20,6 +20,7 @@ from ledger.api.schemas import (
     SagaOut,
     SagaStepOut,
 )
+from ledger.compensation import compensation_state
 from ledger.errors import NotFound
 from ledger.models import AuditEvent, Compensation, IdempotencyRecord, LedgerEntry, Run, Tool
 from ledger.services.compensations import compensation_record
@@ -51,11 +52,10 @@ def _call_out(call: compensations.Preview) -> CompensationCallOut:
 
 def _compensation_out(compensation: Compensation) -> CompensationOut:
     record = compensation_record(compensation)
-    state = record.state if record is not None else "missing"
     approval = compensations.pending_approval(compensation)
     return CompensationOut(
         call=_call_out(compensations.preview(record=compensation.original)),
-        state="compensated" if state == "succeeded" else state,
+        state=compensation_state(record.state if record is not None else None),
         requested_by=compensation.requested_by,
         approval_id=approval.pk if approval else None,
         approval_state=approval.state if approval else None,

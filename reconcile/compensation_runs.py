@@ -13,6 +13,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from ledger import records
+from ledger.compensation import COMPENSATED
 from ledger.domain import EntryStatus, RecordState
 from ledger.errors import ApprovalError, InvalidTransition
 from ledger.models import AuditEvent, Compensation, LedgerEntry, Run
@@ -152,7 +153,7 @@ def run_saga(run_pk: int, *, worker: str) -> dict[str, Any]:
             return {"done": done, "stopped_at": compensation.key, "state": state, "not_run": left}
         done.append(compensation.key)
     _audit_saga(run, worker, "compensation.saga_done", after={"done": done})
-    return {"done": done, "stopped_at": None, "state": "compensated", "not_run": []}
+    return {"done": done, "stopped_at": None, "state": COMPENSATED, "not_run": []}
 
 
 def _audit_saga(

@@ -21,6 +21,7 @@ from ledger.compensation import (
     CompensationError,
     compensation_arguments,
     compensation_key,
+    compensation_state,
     fill_url,
     validate_arguments,
 )
@@ -263,9 +264,7 @@ class SagaStep:
         """``compensated``, the compensation record's state, ``planned``, or ``none``."""
         if self.compensation is not None:
             record = compensation_record(self.compensation)
-            if record is None:
-                return "missing"
-            return "compensated" if record.state == RecordState.SUCCEEDED else str(record.state)
+            return compensation_state(record.state if record is not None else None)
         return "planned" if self.preview is not None else "none"
 
 

@@ -13,6 +13,7 @@ from ledger.compensation import (
     CompensationError,
     compensation_arguments,
     compensation_key,
+    compensation_state,
     fill_url,
     validate_arguments,
 )
@@ -125,3 +126,20 @@ def test_no_argument_can_leave_its_path_segment(value: str) -> None:
     url = fill_url("https://shop.example/orders/{id}/cancel", {"id": value})
     middle = url.removeprefix("https://shop.example/orders/").removesuffix("/cancel")
     assert "/" not in middle and "?" not in middle and "#" not in middle
+
+
+@pytest.mark.parametrize(
+    ("record_state", "shown"),
+    [
+        ("succeeded", "compensated"),
+        ("reserved", "reserved"),
+        ("executing", "executing"),
+        ("unknown", "unknown"),
+        ("failed_final", "failed_final"),
+        (None, "missing"),
+    ],
+)
+def test_a_compensation_is_shown_by_its_own_record_state_and_compensated_once_it_succeeded(
+    record_state: str | None, shown: str
+) -> None:
+    assert compensation_state(record_state) == shown

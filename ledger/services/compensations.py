@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger.domain import RecordState
+from ledger.compensation import compensation_state
 from ledger.models import Compensation, IdempotencyRecord
 
 
@@ -24,12 +24,11 @@ def compensation_view(record: IdempotencyRecord) -> dict[str, Any] | None:
     compensation = Compensation.objects.filter(original=record).first()
     if compensation is not None:
         comp_record = compensation_record(compensation)
-        state = comp_record.state if comp_record is not None else "missing"
         return {
             "role": "compensated_by",
             "key": compensation.key,
             "record_id": comp_record.pk if comp_record else None,
-            "state": "compensated" if state == RecordState.SUCCEEDED else state,
+            "state": compensation_state(comp_record.state if comp_record else None),
         }
     undone = (
         Compensation.objects.select_related("original")
