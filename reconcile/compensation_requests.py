@@ -44,7 +44,7 @@ def request_compensation(
     look-up for an unknown one, a new approval request for one known not to have run)."""
     existing = Compensation.objects.filter(original=record).first()
     if existing is not None:
-        _move_on(existing, actor=actor, requester_id=requester_id)
+        _move_on(existing, actor=actor, requester_id=requester_id, source=source)
         return existing
     planned = preview(record=record)
     first = _first_entry(record)
@@ -55,6 +55,7 @@ def request_compensation(
         if existing is not None:
             return existing
         tool = planned.tool
+        run = compensation_run(first.run, actor=actor, source=source)
         reservation = records.reserve_key(
             tenant=record.tenant,
             tool=tool,
@@ -65,13 +66,13 @@ def request_compensation(
             actor=actor,
             source=source,
             requires_approval=True,
-            run=compensation_run(first.run),
+            run=run,
             combination=None,
         )
         if not reservation.created:
             raise InvalidTransition(f"the key {planned.key} is already used by another action")
         comp_record = reservation.record
-        entry = _entry_for(planned, first, comp_record)
+        entry = _entry_for(planned, first, comp_record, run=run)
         compensation = Compensation.objects.create(
             tenant_id=record.tenant_id,
             original=record,
@@ -101,7 +102,12 @@ def request_compensation(
 
 
 def _move_on(
-    compensation: Compensation, *, actor: str, requester_id: int | None, send: bool = True
+    compensation: Compensation,
+    *,
+    actor: str,
+    requester_id: int | None,
+    source: str,
+    send: bool = True,
 ) -> None:
     """A repeated request: never a second execution; at most a look-up, a lost message sent
     again (unless not ``send``: a saga sends its own), or a new approval request (for one whose
@@ -129,7 +135,9 @@ def _move_on(
         original = compensation.original
         call = Preview(original, compensation.tool, compensation.arguments, compensation.key, "")
         with transaction.atomic():
-            entry = _entry_for(call, _first_entry(original), record, retry=True)
+            first = _first_entry(original)
+            run = compensation_run(first.run, actor=actor, source=source)
+            entry = _entry_for(call, first, record, run=run, retry=True)
             approvals.request_approval(
                 record=record,
                 entry=entry,
@@ -214,7 +222,13 @@ def request_saga(
         raise InvalidInput("no action of this run has a compensation to run")
     for step in steps:
         if step.compensation is not None:
-            _move_on(step.compensation, actor=actor, requester_id=requester_id, send=False)
+            _move_on(
+                step.compensation,
+                actor=actor,
+                requester_id=requester_id,
+                source=source,
+                send=False,
+            )
         elif step.preview is not None:
             request_compensation(
                 record=step.original, actor=actor, requester_id=requester_id, source=source

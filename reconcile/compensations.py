@@ -45,9 +45,10 @@ from ledger.models import (
     Tool,
 )
 from ledger.outbound import OutboundRefused, check_url
-from ledger.services import approvals
+from ledger.services import approvals, runs
 from ledger.services.audit import audit
 from ledger.services.compensations import compensation_record
+from ledger.services.runs import RUN_ID_MAX
 from reconcile.models import CompensationAdapter
 
 logger = logging.getLogger(__name__)
@@ -188,29 +189,38 @@ def preview(*, record: IdempotencyRecord) -> Preview:
     return Preview(record, tool, arguments, key, url)
 
 
-def compensation_run(original_run: Run) -> Run:
-    """The run a run's compensations are entered in: a human's clean-up, under no version
-    combination, so that halting or rolling back the original's combination (which halts the
-    original run and voids its approvals) never blocks undoing what it did."""
-    run, _created = Run.objects.get_or_create(
-        tenant_id=original_run.tenant_id,
-        run_id=f"{original_run.run_id}{KEY_SUFFIX}"[:200],
-        defaults={"user_id": original_run.user_id},
+def compensation_run(original_run: Run, *, actor: str, source: str) -> Run:
+    """The run a run's compensations are entered in, started (and audited) by the first
+    request: a human's clean-up, under no version combination, so that halting or rolling back
+    the original's combination (which halts the original run and voids its approvals) never
+    blocks undoing what it did."""
+    run, _created = runs.start_run(
+        tenant=original_run.tenant,
+        user_id=original_run.user_id,
+        actor=actor,
+        run_id=f"{original_run.run_id}{KEY_SUFFIX}"[:RUN_ID_MAX],
+        uncombined=True,
+        source=source,
     )
     return run
 
 
 def _entry_for(
-    call: Preview, first: LedgerEntry, record: IdempotencyRecord, *, retry: bool = False
+    call: Preview,
+    first: LedgerEntry,
+    record: IdempotencyRecord,
+    *,
+    run: Run,
+    retry: bool = False,
 ) -> LedgerEntry:
     """A ledger entry of the compensation: a call of the compensating tool that waits for a
-    human, in the compensation run of the original's (``first`` is the original's first
-    entry)."""
+    human, in ``run``, the compensation run of the original's (``first`` is the original's
+    first entry)."""
     tool = call.tool
     return LedgerEntry.objects.create(
         tenant_id=record.tenant_id,
         step_id=f"compensate:{first.step_id}"[:200],
-        run=compensation_run(first.run),
+        run=run,
         tool=tool,
         input_hash=fingerprint(call.arguments),
         input=call.arguments,

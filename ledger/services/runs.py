@@ -94,17 +94,23 @@ def start_run(
     agent_id: str = "",
     combination_id: int | None = None,
     shadow_of: str | None = None,
+    uncombined: bool = False,
+    source: str = AuditEvent.Source.API,
 ) -> tuple[Run, bool]:
     """Start a run (or return the same run again); returns (run, created).
 
     Starting the same ``run_id`` twice for the same user is harmless and returns the first run,
     so a runtime may retry this call too. With ``shadow_of`` (a live run's id) the run is a
     shadow run mirroring it, under the given combination or the tenant's one in ``shadow``
-    (``ledger.shadow`` says what such a run may do).
+    (``ledger.shadow`` says what such a run may do). An ``uncombined`` run is under no version
+    combination, so no halt or rollback stops it: a human's clean-up (the run compensations
+    are entered in, ``reconcile.compensations.compensation_run``).
     """
     run_id = run_id or str(uuid.uuid4())
     live = _live_run(tenant, shadow_of) if shadow_of is not None else None
-    if combination_id is not None:
+    if uncombined:
+        combination = None
+    elif combination_id is not None:
         combination = VersionCombination.objects.filter(tenant=tenant, pk=combination_id).first()
         if combination is None:
             raise NotFound(f"no version combination {combination_id}")
@@ -135,7 +141,7 @@ def start_run(
                 actor=actor,
                 action="run.started",
                 target=run,
-                source=AuditEvent.Source.API,
+                source=source,
                 after={
                     "run_id": run_id,
                     "combination": combination.pk if combination else None,

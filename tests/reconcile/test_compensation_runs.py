@@ -13,7 +13,14 @@ from django.db import connection
 from django.utils import timezone
 
 from ledger.domain import RecordState
-from ledger.models import ApprovalRequest, Compensation, IdempotencyRecord, Run, Tenant
+from ledger.models import (
+    ApprovalRequest,
+    AuditEvent,
+    Compensation,
+    IdempotencyRecord,
+    Run,
+    Tenant,
+)
 from ledger.services import combinations
 from ledger.services.cleanup import cleanup_expired_records
 from ledger.services.compensations import compensation_record
@@ -219,3 +226,17 @@ def test_asking_again_after_the_request_expired_asks_a_human_again(
     decide_compensation(compensation=compensation, user=bob, approve=True, reason="still needed")
     assert run_compensation(compensation.pk, worker="w") == "succeeded"
     assert _cancellations(sandbox) == 1
+
+
+def test_the_run_compensations_are_entered_in_is_started_once_and_audited(
+    tenant, sandbox, django_user_model
+) -> None:
+    compensation = _approved(tenant, sandbox, django_user_model, approve=False)
+    request_compensation(
+        record=compensation.original, actor="olga", requester_id=None, source="console"
+    )
+    run = Run.objects.get(run_id="run-1:compensate")
+    assert run.combination_id is None and run.user_id == compensation.original.run.user_id
+    started = AuditEvent.objects.get(action="run.started", target_id=str(run.pk))
+    assert (started.actor, started.source) == ("olga", "console")
+    assert started.after["combination"] is None
