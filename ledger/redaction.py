@@ -115,6 +115,21 @@ def redact(value: Any, *, limit: int = MAX_TEXT) -> Any:
 
 RESULT_MAX_TEXT = 65_536  # results are handed back to duplicates: keep more of them
 
+# From least to most restricted.
+_STRICTNESS = (
+    DataClassification.PUBLIC,
+    DataClassification.INTERNAL,
+    DataClassification.CONFIDENTIAL,
+    DataClassification.RESTRICTED,
+)
+
+
+def strictest(first: str, *others: str) -> DataClassification:
+    """The most restricted of the classifications given: what is stored for an action is
+    redacted by its own classification, or by its reporting call's if that one asks for more
+    (``ledger.records.complete``)."""
+    return max((DataClassification(c) for c in (first, *others)), key=_STRICTNESS.index)
+
 
 def redact_for_storage(
     value: Any, classification: DataClassification, *, limit: int = MAX_TEXT

@@ -8,7 +8,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from ledger import records
-from ledger.domain import RecordState, ReplayPolicy
+from ledger.domain import DataClassification, RecordState, ReplayPolicy
 from ledger.errors import ApprovalError, InvalidInput, InvalidTransition
 from ledger.keys import fingerprint
 from ledger.models import (
@@ -62,6 +62,7 @@ def request_compensation(
             key=planned.key,
             fingerprint=fingerprint(planned.arguments),
             replay_policy=ReplayPolicy(tool.replay_policy),
+            data_classification=DataClassification(record.data_classification),
             lease_owner=actor,
             actor=actor,
             source=source,

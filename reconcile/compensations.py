@@ -45,6 +45,8 @@ from ledger.models import (
     Tool,
 )
 from ledger.outbound import OutboundRefused, check_url
+from ledger.records import stored_classification
+from ledger.redaction import redact_for_storage
 from ledger.services import approvals, runs
 from ledger.services.audit import audit
 from ledger.services.compensations import compensation_record
@@ -223,7 +225,7 @@ def _entry_for(
         run=run,
         tool=tool,
         input_hash=fingerprint(call.arguments),
-        input=call.arguments,
+        input=redact_for_storage(call.arguments, stored_classification(record)),
         status=EntryStatus.PLANNED,
         idempotency=tool.idempotency,
         replay_policy=tool.replay_policy,
@@ -235,7 +237,7 @@ def _entry_for(
         decision=Decision.APPROVAL_REQUIRED,
         observation_code=ObservationCode.APPROVAL_REQUIRED,
         input_source=InputSource.USER,
-        data_classification=first.data_classification,
+        data_classification=record.data_classification,
         combination=None,
         reused_record=retry,
     )

@@ -36,10 +36,11 @@ from ledger.records import (
     apply_write_check,
     lock_record,
     resolve_locked,
+    stored_classification,
     write_check_evidence,
 )
 from ledger.records.escalation import escalate
-from ledger.redaction import redact, redact_text
+from ledger.redaction import redact_for_storage, redact_text
 from ledger.services.audit import audit_event
 from ledger.services.statements import (
     DB_NOW,
@@ -215,10 +216,7 @@ def _look_up(record: IdempotencyRecord, adapter: DownstreamAdapter) -> Finding:
     except Exception as exc:
         result = LookupResult(LookupOutcome.UNREACHABLE, f"adapter failed: {exc!r}"[:500])
     return Finding(
-        ReconcileAttempt.Kind.DOWNSTREAM,
-        result.outcome.value,
-        result.detail,
-        redact(result.evidence) if result.evidence is not None else None,
+        ReconcileAttempt.Kind.DOWNSTREAM, result.outcome.value, result.detail, result.evidence
     )
 
 
@@ -252,7 +250,7 @@ def _apply(
             kind=finding.kind,
             outcome=finding.outcome,
             detail=finding.detail,
-            evidence=finding.evidence,
+            evidence=_stored_evidence(locked, finding.evidence),
             worker=worker,
         )
         event = audit_event(
@@ -276,6 +274,14 @@ def _apply(
         "reconcile", extra={"record": record.pk, "outcome": finding.outcome, "result": result}
     )
     return result
+
+
+def _stored_evidence(record: IdempotencyRecord, evidence: Any) -> Any:
+    """What an attempt keeps of what it found: redacted by the action's data classification,
+    as the record's result is when the evidence settles it (``records.resolve_locked``)."""
+    if evidence is None:
+        return None
+    return redact_for_storage(evidence, stored_classification(record))
 
 
 def _settle(

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 
-from ledger.domain import ReplayPolicy
+from ledger.domain import DataClassification, ReplayPolicy
 from ledger.keys import fingerprint
 from ledger.models import IdempotencyRecord, LedgerEntry, Run, Tenant, Tool
 from ledger.records import Reservation, reserve_key
@@ -35,6 +35,7 @@ def reserve(
     owner: str = "worker-1",
     **kwargs: Any,
 ) -> Reservation:
+    kwargs.setdefault("data_classification", DataClassification.INTERNAL)
     return reserve_key(
         tenant=tenant,
         tool=tool,

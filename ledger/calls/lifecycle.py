@@ -15,7 +15,7 @@ from ledger.calls.observe import observation_for
 from ledger.calls.selectors import entry_for, entry_with_locked_record
 from ledger.calls.values import Caller, CallResult, Lease, entry_classification
 from ledger.decisions import failure_is_final
-from ledger.domain import DataClassification, Decision, EntryStatus, RecordState
+from ledger.domain import Decision, EntryStatus, RecordState
 from ledger.errors import ApprovalError, InvalidInput, InvalidTransition
 from ledger.models import AuditEvent, LedgerEntry, Tool
 from ledger.records import Outcome
@@ -138,7 +138,6 @@ def complete_call(
                 result=result,
                 error=error,
                 retryable=retryable,
-                data_classification=DataClassification(entry.data_classification),
                 entry=entry,
                 evidence=evidence,
             )

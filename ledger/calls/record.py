@@ -127,6 +127,7 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
             key=key,
             fingerprint=input_hash,
             replay_policy=classification.replay_policy,
+            data_classification=request.data_classification,
             lease_owner=caller.identity,
             actor=caller.identity,
             run=run,

@@ -9,7 +9,14 @@ from django.db import models
 from django.db.models import Q
 
 from ledger.decisions import failure_is_final
-from ledger.domain import TERMINAL_RECORD_STATES, EscalationKind, Idempotency, RecordState, choices
+from ledger.domain import (
+    TERMINAL_RECORD_STATES,
+    DataClassification,
+    EscalationKind,
+    Idempotency,
+    RecordState,
+    choices,
+)
 from ledger.models.combinations import Run, VersionCombination
 from ledger.models.constraints import SHA256_HEX, one_of
 from ledger.models.registry import Tool
@@ -65,6 +72,15 @@ class IdempotencyRecord(models.Model):
     classified_as = models.CharField(
         max_length=16, choices=choices(Idempotency), default=Idempotency.NON_IDEMPOTENT
     )
+    # The data classification of the action's input, declared by the call that reserved it:
+    # what is stored of its result, error and evidence, whoever finds the outcome, is redacted
+    # by it (``ledger.redaction.redact_for_storage``; DESIGN sections 4 and 10).
+    data_classification = models.CharField(
+        max_length=16,
+        choices=choices(DataClassification),
+        default=DataClassification.INTERNAL.value,
+        db_default=DataClassification.INTERNAL.value,
+    )
     # Reserved by a shadow run: only a read may ever hold such a record (``ledger.shadow``).
     shadow = models.BooleanField(default=False)
     # Executions known to have failed without effect (failed_final from a run or a look-up).
@@ -91,6 +107,10 @@ class IdempotencyRecord(models.Model):
             models.CheckConstraint(
                 condition=Q(escalation_kind="") | one_of("escalation_kind", EscalationKind),
                 name="record_escalation_kind_valid",
+            ),
+            models.CheckConstraint(
+                condition=one_of("data_classification", DataClassification),
+                name="record_data_classification_valid",
             ),
             models.CheckConstraint(
                 condition=~Q(state=RecordState.EXECUTING)

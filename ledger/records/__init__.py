@@ -19,6 +19,7 @@ from ledger.records.complete import (
     complete_execution,
     complete_locked,
     refuse_completion,
+    stored_classification,
 )
 from ledger.records.lease import expire_leases, heartbeat, lease_seconds_granted
 from ledger.records.locking import Locked, lock_by_key, lock_record
@@ -62,5 +63,6 @@ __all__ = [
     "resolve_locked",
     "resolve_unknown",
     "start_execution",
+    "stored_classification",
     "write_check_evidence",
 ]

@@ -18,7 +18,7 @@ from ledger.records import transitions
 from ledger.records.escalation import escalated_as
 from ledger.records.locking import lock_record
 from ledger.records.transitions import Outcome
-from ledger.redaction import RESULT_MAX_TEXT, redact_for_storage
+from ledger.redaction import RESULT_MAX_TEXT, redact_for_storage, strictest
 from ledger.services.audit import audit
 from ledger.services.entries import transition_entry
 
@@ -96,14 +96,13 @@ def complete_execution(
     result: Any = None,
     error: dict[str, Any] | None = None,
     retryable: bool = False,
-    data_classification: DataClassification = DataClassification.INTERNAL,
     entry: LedgerEntry | None = None,
     evidence: Any = None,
 ) -> IdempotencyRecord:
     """Record the outcome reported by the holder of ``fencing_token``.
 
     When ``entry`` (the ledger entry of the reporting call) is given, its status changes in
-    the same transaction.
+    the same transaction. What is stored is redacted as ``stored_classification`` says.
 
     A late report for a record whose lease lapsed (now ``unknown``) is accepted when the token is
     still current: it is the best evidence there is. A report with an older token is refused and
@@ -122,7 +121,6 @@ def complete_execution(
                 result=result,
                 error=error,
                 retryable=retryable,
-                data_classification=data_classification,
                 entry=entry,
                 evidence=evidence,
             )
@@ -141,7 +139,6 @@ def complete_locked(
     result: Any = None,
     error: dict[str, Any] | None = None,
     retryable: bool = False,
-    data_classification: DataClassification = DataClassification.INTERNAL,
     entry: LedgerEntry | None = None,
     evidence: Any = None,
 ) -> IdempotencyRecord:
@@ -160,6 +157,7 @@ def complete_locked(
     )
     if locked.fencing_token != fencing_token:
         raise refused(reason=REFUSED_STALE)
+    data_classification = stored_classification(locked, entry)
     stored = (
         redact_for_storage(result, data_classification, limit=RESULT_MAX_TEXT)
         if target is RecordState.SUCCEEDED
@@ -200,6 +198,19 @@ def complete_locked(
         error_retryable=retryable and target is RecordState.FAILED_FINAL,
     )
     return locked
+
+
+def stored_classification(
+    record: IdempotencyRecord, entry: LedgerEntry | None = None
+) -> DataClassification:
+    """The data classification what is stored of an action's outcome is redacted by: the
+    action's (its record's, declared by the call that reserved it), or the reporting call's
+    (``entry``) when that one is stricter, so a report is never kept with less redaction than
+    its caller asked for. Every result, error and evidence the records store is redacted by
+    it (``complete_locked``, ``resolve.resolve_locked``, ``reconcile.services._apply``)."""
+    if entry is None:
+        return DataClassification(record.data_classification)
+    return strictest(record.data_classification, entry.data_classification)
 
 
 def _evidence(evidence: Any, data_classification: DataClassification) -> dict[str, Any]:

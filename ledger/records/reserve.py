@@ -21,6 +21,7 @@ from ledger import deadline, shadow
 from ledger.decisions import ExistingRecordAnswer, answer_existing_record
 from ledger.domain import (
     POLICY_FOR,
+    DataClassification,
     Decision,
     ObservationCode,
     RecordState,
@@ -97,7 +98,8 @@ def reserve_new_key(
     When the key is already taken it writes nothing, and the same statement reads the key's
     record (unlocked): a duplicate can often be answered from it (``answer_as_seen``). Else
     the caller goes the general way (``reserve_key`` in a transaction, told the key is
-    ``taken``), which answers from the locked record."""
+    ``taken``), which answers from the locked record. The action takes the data
+    classification of ``entry``'s call."""
     deadline.check()
     record, event = _new_record(
         tenant=tenant,
@@ -105,6 +107,7 @@ def reserve_new_key(
         key=key,
         fingerprint=fingerprint,
         replay_policy=replay_policy,
+        data_classification=DataClassification(entry.data_classification),
         lease_owner=lease_owner,
         actor=actor,
         source=AuditEvent.Source.API,
@@ -204,6 +207,7 @@ def _new_record(
     key: str,
     fingerprint: str,
     replay_policy: ReplayPolicy,
+    data_classification: DataClassification,
     lease_owner: str,
     actor: str,
     source: str,
@@ -221,6 +225,7 @@ def _new_record(
         key=key,
         tool=tool,
         fingerprint=fingerprint,
+        data_classification=data_classification.value,
         ttl_seconds=ttl_seconds or settings.LEDGER_DEFAULT_TTL_SECONDS,
         run=run,
         combination=combination,
@@ -254,6 +259,7 @@ def reserve_key(
     key: str,
     fingerprint: str,
     replay_policy: ReplayPolicy,
+    data_classification: DataClassification,
     lease_owner: str,
     actor: str,
     source: str = AuditEvent.Source.API,
@@ -267,7 +273,8 @@ def reserve_key(
     """Take ``key`` for one business action, or answer from the record that already has it.
 
     A new key starts executing at once (lease and fencing token 1), or is only reserved when
-    the action needs an approval first. An existing key is answered by the state table of
+    the action needs an approval first; it keeps ``data_classification``, its input's, which
+    decides what is stored of its outcome. An existing key is answered by the state table of
     DESIGN section 3; it is never executed a second time unless the replay decision allows it.
     ``taken``: the caller has just seen the key taken (``reserve_new_key`` wrote nothing), so
     the existing record is locked first, and a new one is inserted only if it has gone since
@@ -285,6 +292,7 @@ def reserve_key(
                 key=key,
                 fingerprint=fingerprint,
                 replay_policy=replay_policy,
+                data_classification=data_classification,
                 lease_owner=lease_owner,
                 actor=actor,
                 source=source,

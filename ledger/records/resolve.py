@@ -8,10 +8,11 @@ from typing import Any
 
 from django.db import transaction
 
-from ledger.domain import DataClassification, RecordState
+from ledger.domain import RecordState
 from ledger.errors import InvalidTransition
 from ledger.models import AuditEvent, IdempotencyRecord
 from ledger.records import transitions
+from ledger.records.complete import stored_classification
 from ledger.records.locking import lock_record
 from ledger.records.transitions import Outcome
 from ledger.redaction import redact_for_storage
@@ -60,9 +61,11 @@ def resolve_locked(
     """``resolve_unknown`` for a caller that already holds ``locked`` (read ``SELECT ... FOR
     UPDATE`` in its open transaction, with ``now``, the database's clock after the lock), such
     as a reconciliation worker; ``record_changes`` (other columns of the record, such as its
-    look-up count) are written with it."""
+    look-up count) are written with it. The evidence is stored redacted by the action's data
+    classification (``complete.stored_classification``)."""
     resolved = _resolved(outcome)
     succeeded = resolved.target is RecordState.SUCCEEDED
+    classification = stored_classification(locked)
     transitions.run(
         resolved,
         locked,
@@ -70,8 +73,8 @@ def resolve_locked(
         actor=actor,
         source=source,
         detail=detail,
-        result=redact_for_storage(result, DataClassification.INTERNAL) if succeeded else None,
-        error=redact_for_storage(error, DataClassification.INTERNAL) if error else None,
+        result=redact_for_storage(result, classification) if succeeded else None,
+        error=redact_for_storage(error, classification) if error else None,
         **(record_changes or {}),
     )
 

@@ -11,7 +11,7 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from ledger import records
-from ledger.domain import ReplayPolicy
+from ledger.domain import DataClassification, ReplayPolicy
 from ledger.keys import fingerprint
 from ledger.models import (
     ApprovalRequest,
@@ -256,6 +256,7 @@ def test_the_database_refuses_a_shadow_runs_side_effecting_record(
                 key=f"agent:acme:u1:shadow-1:create_order:{policy}",
                 fingerprint=fingerprint({}),
                 replay_policy=policy,
+                data_classification=DataClassification.INTERNAL,
                 lease_owner="test",
                 actor="test",
                 run=run,

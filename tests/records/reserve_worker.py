@@ -17,7 +17,7 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 django.setup()
 
-from ledger.domain import ReplayPolicy  # noqa: E402
+from ledger.domain import DataClassification, ReplayPolicy  # noqa: E402
 from ledger.models import Tenant, Tool  # noqa: E402
 from ledger.records import reserve_key  # noqa: E402
 
@@ -36,6 +36,7 @@ def main() -> None:
         key=key,
         fingerprint=fingerprint,
         replay_policy=ReplayPolicy(tool.replay_policy),
+        data_classification=DataClassification.INTERNAL,
         lease_owner=owner,
         actor=owner,
     )

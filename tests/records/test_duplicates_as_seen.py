@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger.clock import db_now
-from ledger.domain import Decision, ObservationCode, RecordState, ReplayPolicy
+from ledger.domain import DataClassification, Decision, ObservationCode, RecordState, ReplayPolicy
 from ledger.keys import fingerprint
 from ledger.models import IdempotencyRecord, LedgerEntry, Tool
 from ledger.records import (
@@ -253,6 +253,7 @@ def _locked_answer(record: IdempotencyRecord, tool: Tool, policy: ReplayPolicy, 
             key=record.key,
             fingerprint=fingerprint(params),
             replay_policy=policy,
+            data_classification=DataClassification.INTERNAL,
             lease_owner="w2",
             actor="w2",
             taken=True,

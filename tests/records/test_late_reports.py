@@ -30,10 +30,13 @@ pytestmark = pytest.mark.django_db
 
 
 def _settled_as_not_run(
-    tenant: Tenant, tool: Tool, error: dict[str, Any] | None
+    tenant: Tenant,
+    tool: Tool,
+    error: dict[str, Any] | None,
+    data_classification: DataClassification = DataClassification.INTERNAL,
 ) -> IdempotencyRecord:
     """A record whose executor went uncertain, then a look-up found nothing downstream."""
-    record = reserve(tenant, tool).record
+    record = reserve(tenant, tool, data_classification=data_classification).record
     complete_execution(record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="w")
     resolve_unknown(record=record, outcome=Outcome.FAILED, actor="look-up", error=error, detail="")
     return refresh(record)
@@ -49,7 +52,9 @@ def _started_entry(tenant: Tenant, tool: Tool, record: IdempotencyRecord) -> Led
 def test_the_same_failure_reported_again_settles_the_reporting_entry_with_its_evidence(
     tenant, create_order
 ) -> None:
-    record = _settled_as_not_run(tenant, create_order, {"code": "NOT_EXECUTED"})
+    record = _settled_as_not_run(
+        tenant, create_order, {"code": "NOT_EXECUTED"}, DataClassification.RESTRICTED
+    )
     entry = _started_entry(tenant, create_order, record)
     complete_execution(
         record=record,
@@ -59,7 +64,6 @@ def test_the_same_failure_reported_again_settles_the_reporting_entry_with_its_ev
         error={"code": "NOT_EXECUTED"},
         entry=entry,
         evidence={"token": "secret-value"},
-        data_classification=DataClassification.RESTRICTED,
     )
     settled = LedgerEntry.objects.get(pk=entry.pk)
     assert settled.status == "failed" and settled.finished_at is not None

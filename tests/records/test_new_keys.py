@@ -10,7 +10,7 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from ledger.domain import POLICY_FOR, Decision, Idempotency, ObservationCode
+from ledger.domain import POLICY_FOR, DataClassification, Decision, Idempotency, ObservationCode
 from ledger.keys import fingerprint
 from ledger.models import AuditEvent, Run
 from ledger.records import reserve_key
@@ -81,6 +81,7 @@ def test_a_new_key_keeps_its_class_and_the_shadow_run_that_took_it(tenant, creat
         key="agent:acme:u1:shadow-1:create_order:read",
         fingerprint=fingerprint({}),
         replay_policy=POLICY_FOR[Idempotency.IDEMPOTENT],
+        data_classification=DataClassification.INTERNAL,
         lease_owner="w",
         actor="w",
         run=shadow_run,

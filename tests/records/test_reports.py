@@ -28,14 +28,13 @@ pytestmark = pytest.mark.django_db
 
 
 def test_a_result_is_kept_as_its_data_classification_allows(tenant, create_order) -> None:
-    record = reserve(tenant, create_order).record
+    record = reserve(tenant, create_order, data_classification=DataClassification.RESTRICTED).record
     complete_execution(
         record=record,
         fencing_token=1,
         outcome=Outcome.SUCCEEDED,
         actor="w",
         result={"order": "o-1"},
-        data_classification=DataClassification.RESTRICTED,
     )
     kept = refresh(record).result
     assert kept["redacted"] == "restricted" and "o-1" not in str(kept)
@@ -111,7 +110,7 @@ def test_a_failure_reported_under_the_callers_lock_is_not_retryable_unless_said(
 
 
 def test_a_report_finishes_its_entry_with_the_evidence_as_classified(tenant, create_order) -> None:
-    record = reserve(tenant, create_order).record
+    record = reserve(tenant, create_order, data_classification=DataClassification.RESTRICTED).record
     entry = make_entry(tenant, create_order, status="started")
     LedgerEntry.objects.filter(pk=entry.pk).update(record=record, fencing_token=1)
     evidence = {"receipt": "r-1"}
@@ -123,7 +122,6 @@ def test_a_report_finishes_its_entry_with_the_evidence_as_classified(tenant, cre
         result={"order": "o-1"},
         entry=LedgerEntry.objects.get(pk=entry.pk),
         evidence=evidence,
-        data_classification=DataClassification.RESTRICTED,
     )
     finished = LedgerEntry.objects.get(pk=entry.pk)
     assert finished.status == "succeeded" and finished.finished_at is not None
@@ -133,7 +131,7 @@ def test_a_report_finishes_its_entry_with_the_evidence_as_classified(tenant, cre
 
 
 def test_a_restricted_error_keeps_only_its_hash_and_code(tenant, create_order) -> None:
-    record = reserve(tenant, create_order).record
+    record = reserve(tenant, create_order, data_classification=DataClassification.RESTRICTED).record
     error = {"code": "UPSTREAM_5XX", "message": "card 4111 declined"}
     complete_execution(
         record=record,
@@ -141,7 +139,6 @@ def test_a_restricted_error_keeps_only_its_hash_and_code(tenant, create_order) -
         outcome=Outcome.FAILED,
         actor="w",
         error=error,
-        data_classification=DataClassification.RESTRICTED,
     )
     kept = {"redacted": "restricted", "sha256": fingerprint(error), "code": "UPSTREAM_5XX"}
     assert refresh(record).error == kept

@@ -10,7 +10,14 @@ from functools import partial
 import pytest
 from django.utils import timezone
 
-from ledger.domain import Decision, EntryStatus, ObservationCode, RecordState, ReplayPolicy
+from ledger.domain import (
+    DataClassification,
+    Decision,
+    EntryStatus,
+    ObservationCode,
+    RecordState,
+    ReplayPolicy,
+)
 from ledger.errors import (
     ApprovalError,
     InvalidTransition,
@@ -390,6 +397,7 @@ def test_reserve_key_takes_its_arguments_by_name_only(tenant, create_order) -> N
         "key": "k-positional",
         "fingerprint": "0" * 64,
         "replay_policy": ReplayPolicy.NEVER,
+        "data_classification": DataClassification.INTERNAL,
         "lease_owner": "w",
         "actor": "w",
     }
