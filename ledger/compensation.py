@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 from ledger.domain import RecordState
 from ledger.keys import MAX_KEY_LENGTH, value_at
+from ledger.redaction import is_altered, is_restricted
 
 #: A compensation's key is the original action's key with this suffix, so it is derived by the
 #: same runtime rule, unique per original action, and recognisable downstream.
@@ -61,17 +62,45 @@ def _result_object(result: Any) -> Any:
 def compensation_arguments(
     arguments: dict[str, str], *, tool_input: Any, result: Any
 ) -> dict[str, Any]:
-    """The compensating call's arguments, taken from the original input and result. A path
-    that is missing or empty is an error: a compensation never runs with a guessed argument."""
+    """The compensating call's arguments, taken from the original input and result as the
+    ledger stored them. A path that is missing or empty is an error, and so is one whose
+    stored value was redacted (or the whole input or result, for restricted data): a
+    compensation never runs with a guessed argument, nor sends a redaction marker downstream.
+    """
     sources = {"input": tool_input, "result": _result_object(result)}
     built: dict[str, Any] = {}
     for name, path in arguments.items():
         source, _, rest = path.partition(".")
+        if is_restricted(sources[source]):
+            raise CompensationError(
+                f"the original call's {source} is restricted data: the ledger keeps only its "
+                f"hash, so {path} (for {name}) cannot be taken from it; {_WHAT_TO_DO}"
+            )
         value = value_at(sources[source], rest)
         if value is None or (isinstance(value, str | list | dict) and not value):
             raise CompensationError(f"{path} is missing from the original call (for {name})")
         built[name] = value
+    refuse_redacted(built, paths=arguments)
     return built
+
+
+_WHAT_TO_DO = (
+    "declare the compensation from a value the ledger keeps as it is (such as the "
+    "downstream object's id), or undo the action by hand"
+)
+
+
+def refuse_redacted(arguments: dict[str, Any], *, paths: dict[str, str] | None = None) -> None:
+    """Raise when an argument holds a value the ledger redacted or truncated when it stored
+    the original call (``ledger.redaction.is_altered``): sent downstream it would be the
+    marker, not the value. ``paths`` (the declaration) names where each argument came from."""
+    for name, value in arguments.items():
+        if is_altered(value):
+            where = f"{paths[name]} (for {name})" if paths and name in paths else name
+            raise CompensationError(
+                f"{where} was redacted when the ledger stored the original call, so the "
+                f"compensation cannot be built from it; {_WHAT_TO_DO}"
+            )
 
 
 #: What a compensation shows once its own record succeeded: the original action is undone.

@@ -149,10 +149,15 @@ def redact_for_storage(
     return redact(value, limit=limit)
 
 
+def is_restricted(value: Any) -> bool:
+    """Whether a stored value is what restricted data keeps: its hash, not the data."""
+    return isinstance(value, dict) and value.get("redacted") == "restricted"
+
+
 def is_altered(value: Any) -> bool:
     """Whether a stored value was redacted or truncated, i.e. is not the original."""
     if isinstance(value, dict):
-        if value.get("redacted") == "restricted":
+        if is_restricted(value):
             return True
         return any(is_altered(item) for item in value.values())
     if isinstance(value, list):

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from ledger import records
-from ledger.compensation import COMPENSATED
+from ledger.compensation import COMPENSATED, CompensationError, refuse_redacted
 from ledger.domain import EntryStatus, RecordState
 from ledger.errors import ApprovalError, InvalidTransition
 from ledger.models import AuditEvent, Compensation, LedgerEntry, Run
@@ -38,7 +38,13 @@ class Sent:
 
 
 def _send(adapter: CompensationAdapter, compensation: Compensation) -> Sent:
-    """POST the compensating call with its key; what came of it."""
+    """POST the compensating call with its key; what came of it. Arguments holding a redacted
+    value are never sent (``compensation.refuse_redacted``): a final failure, since sending
+    them again would not help."""
+    try:
+        refuse_redacted(compensation.arguments)
+    except CompensationError as exc:
+        return Sent(Outcome.FAILED, error={"code": "REDACTED_ARGUMENT", "message": str(exc)})
     try:
         response = post_json(
             compensation.url,

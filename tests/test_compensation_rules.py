@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -143,3 +144,30 @@ def test_a_compensation_is_shown_by_its_own_record_state_and_compensated_once_it
     record_state: str | None, shown: str
 ) -> None:
     assert compensation_state(record_state) == shown
+
+
+@pytest.mark.parametrize(
+    ("stored_input", "stored_result", "path"),
+    [
+        ({"token": "[REDACTED]"}, {"id": "o-1"}, "input.token"),
+        ({"to": "[REDACTED:email]"}, {"id": "o-1"}, "input.to"),
+        ({"cart": "c"}, {"id": "o-1", "note": "x…[truncated 10 chars]"}, "result.note"),
+        ({"cart": "c"}, {"id": "o-1", "card": {"pan": "[REDACTED]"}}, "result.card"),
+        ({"redacted": "restricted", "sha256": "0" * 64}, {"id": "o-1"}, "input.cart"),
+        ({"cart": "c"}, {"redacted": "restricted", "sha256": "0" * 64}, "result.id"),
+    ],
+)
+def test_an_argument_the_ledger_redacted_when_it_stored_the_call_is_refused(
+    stored_input: Any, stored_result: Any, path: str
+) -> None:
+    with pytest.raises(CompensationError, match=re.escape(path)):
+        compensation_arguments({"arg": path}, tool_input=stored_input, result=stored_result)
+
+
+def test_arguments_the_ledger_kept_as_they_are_are_taken() -> None:
+    built = compensation_arguments(
+        {"order_id": "result.id", "cart": "input.cart"},
+        tool_input={"cart": "c-1", "token": "[REDACTED]"},
+        result={"id": "o-1", "email": "[REDACTED:email]"},
+    )
+    assert built == {"order_id": "o-1", "cart": "c-1"}

@@ -3,6 +3,7 @@ unsent request asked for again, two workers at once, and TTL cleanup of a compen
 
 from __future__ import annotations
 
+import re
 import threading
 from datetime import timedelta
 from typing import Any
@@ -13,6 +14,7 @@ from django.db import connection
 from django.utils import timezone
 
 from ledger.domain import RecordState
+from ledger.errors import InvalidInput
 from ledger.models import (
     ApprovalRequest,
     AuditEvent,
@@ -240,3 +242,106 @@ def test_the_run_compensations_are_entered_in_is_started_once_and_audited(
     started = AuditEvent.objects.get(action="run.started", target_id=str(run.pk))
     assert (started.actor, started.source) == ("olga", "console")
     assert started.after["combination"] is None
+
+
+def _order_declared(
+    tenant: Tenant,
+    sandbox: SandboxServer,
+    arguments: dict[str, str],
+    *,
+    tool_input: dict[str, Any],
+    result: dict[str, Any],
+    classification: str = "internal",
+) -> IdempotencyRecord:
+    """An order that happened downstream and succeeded in the ledger, its tool declaring
+    cancel_order (run through the sandbox) with ``arguments`` as its compensation."""
+    orders = make_tool(tenant, "create_order")
+    cancel = make_tool(tenant, "cancel_order")
+    CompensationAdapter.objects.create(
+        tenant=tenant,
+        tool=cancel,
+        url_template=f"{sandbox.url}/orders/objects/{{order_id}}/cancel",
+        success_statuses=[200, 201],
+    )
+    declare_compensation(
+        tool=orders,
+        compensating_tool="cancel_order",
+        arguments=arguments,
+        actor="test",
+        source="system",
+    )
+    api = client_for(tenant)
+    api.start_run()
+    call = api.call("create_order", tool_input, data_classification=classification).json()
+    order = httpx.post(
+        f"{sandbox.url}/orders/objects",
+        json={"reference": "c-1"},
+        headers={"Idempotency-Key": call["idempotency_key"]},
+    ).json()
+    done = api.post(
+        f"/calls/{call['call_id']}/complete",
+        {"fencing_token": 1, "outcome": "succeeded", "result": {"id": order["id"], **result}},
+    )
+    assert done.status_code == 200, done.content
+    return IdempotencyRecord.objects.get(key=call["idempotency_key"])
+
+
+@pytest.mark.parametrize(
+    ("argument", "tool_input", "result", "marker"),
+    [
+        ("input.session", {"cart": "c-1", "session": "s-123"}, {}, "[REDACTED]"),
+        ("result.contact", {"cart": "c-1"}, {"contact": "ann@example.com"}, "[REDACTED:email]"),
+        ("input.card", {"cart": "c-1", "card": "4111 1111 1111 1111"}, {}, "[REDACTED"),
+        ("result.note", {"cart": "c-1"}, {"note": "paid by 4111 1111 1111 1111"}, "[REDACTED"),
+    ],
+)
+def test_a_compensation_that_needs_a_redacted_value_is_refused_and_nothing_is_sent(
+    tenant, sandbox, argument: str, tool_input: dict, result: dict, marker: str
+) -> None:
+    record = _order_declared(
+        tenant,
+        sandbox,
+        {"order_id": "result.id", "detail": argument},
+        tool_input=tool_input,
+        result=result,
+    )
+    with pytest.raises(InvalidInput, match=re.escape(argument)) as refused:
+        request_compensation(record=record, actor="olga", requester_id=None, source="console")
+    assert "redacted" in refused.value.message
+    assert not Compensation.objects.exists()
+    assert _cancellations(sandbox) == 0
+    stats = httpx.get(f"{sandbox.url}/orders/stats", timeout=5).json()
+    assert stats["cancel_requests_per_key"] == {}
+
+
+def test_a_restricted_action_cannot_be_compensated_from_what_the_ledger_keeps(
+    tenant, sandbox
+) -> None:
+    record = _order_declared(
+        tenant,
+        sandbox,
+        {"order_id": "result.id"},
+        tool_input={"cart": "c-1"},
+        result={},
+        classification="restricted",
+    )
+    with pytest.raises(InvalidInput, match="restricted") as refused:
+        request_compensation(record=record, actor="olga", requester_id=None, source="console")
+    assert "result.id" in refused.value.message
+    assert not Compensation.objects.exists() and _cancellations(sandbox) == 0
+
+
+def test_a_compensation_whose_stored_arguments_hold_a_redacted_value_is_never_sent(
+    tenant, sandbox, django_user_model
+) -> None:
+    """Built before redacted values were refused (or written by hand): the worker refuses it,
+    for good, without sending it."""
+    compensation = _approved(tenant, sandbox, django_user_model)
+    Compensation.objects.filter(pk=compensation.pk).update(
+        arguments={**compensation.arguments, "contact": "[REDACTED:email]"}
+    )
+    assert run_compensation(compensation.pk, worker="w") == "failed"
+    record = compensation_record(compensation)
+    assert record.error["code"] == "REDACTED_ARGUMENT" and not record.error_retryable
+    assert "contact" in record.error["message"]
+    assert _cancellations(sandbox) == 0
