@@ -8,9 +8,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from ledger import records
-from ledger.domain import DataClassification, RecordState, ReplayPolicy
+from ledger.calls import entries
+from ledger.calls.values import Caller
+from ledger.domain import DataClassification, Decision, ObservationCode, RecordState
 from ledger.errors import ApprovalError, InvalidInput, InvalidTransition
-from ledger.keys import fingerprint
 from ledger.models import (
     ApprovalRequest,
     AuditEvent,
@@ -24,7 +25,6 @@ from ledger.services.audit import audit
 from ledger.services.compensations import compensation_record
 from reconcile.compensations import (
     Preview,
-    _entry_for,
     _first_entry,
     compensation_run,
     pending_approval,
@@ -55,25 +55,25 @@ def request_compensation(
         if existing is not None:
             return existing
         tool = planned.tool
-        run = compensation_run(first.run, actor=actor, source=source)
+        call = _compensating_call(planned, first, actor=actor, source=source)
         reservation = records.reserve_key(
             tenant=record.tenant,
             tool=tool,
             key=planned.key,
-            fingerprint=fingerprint(planned.arguments),
-            replay_policy=ReplayPolicy(tool.replay_policy),
-            data_classification=DataClassification(record.data_classification),
+            fingerprint=call.input_hash,
+            replay_policy=call.classification.replay_policy,
+            data_classification=call.data_classification,
             lease_owner=actor,
             actor=actor,
             source=source,
             requires_approval=True,
-            run=run,
+            run=call.run,
             combination=None,
         )
         if not reservation.created:
             raise InvalidTransition(f"the key {planned.key} is already used by another action")
         comp_record = reservation.record
-        entry = _entry_for(planned, first, comp_record, run=run)
+        entry = _waiting_entry(call, comp_record, again=False)
         compensation = Compensation.objects.create(
             tenant_id=record.tenant_id,
             original=record,
@@ -100,6 +100,38 @@ def request_compensation(
             detail=f"compensate {record.key}",
         )
     return compensation
+
+
+STEP_ID_MAX = LedgerEntry._meta.get_field("step_id").max_length
+
+
+def _compensating_call(
+    planned: Preview, first: LedgerEntry, *, actor: str, source: str
+) -> entries.NewCall:
+    """The compensating call of ``planned``, in the compensation run of the original's
+    (``first`` is the original's first entry), with the original action's classification."""
+    original = planned.original
+    return entries.compensating_call(
+        tenant=original.tenant,
+        run=compensation_run(first.run, actor=actor, source=source),
+        tool=planned.tool,
+        step_id=f"compensate:{first.step_id}"[:STEP_ID_MAX],
+        arguments=planned.arguments,
+        key=planned.key,
+        data_classification=DataClassification(original.data_classification),
+    )
+
+
+def _waiting_entry(call: entries.NewCall, record: IdempotencyRecord, *, again: bool) -> LedgerEntry:
+    """The compensation's entry, waiting for a human's approval (``again``: a new request for
+    a compensation known not to have run)."""
+    return entries.add(
+        call,
+        decision=Decision.APPROVAL_REQUIRED,
+        record=record,
+        code=ObservationCode.APPROVAL_REQUIRED.value,
+        reused_record=again,
+    )
 
 
 def _move_on(
@@ -133,12 +165,15 @@ def _move_on(
         elif approval.state == ApprovalRequest.State.APPROVED and send:
             send_compensations([compensation.pk])
     elif record.failed_retryably and approvals.open_approval(record) is None:
-        original = compensation.original
-        call = Preview(original, compensation.tool, compensation.arguments, compensation.key, "")
+        latest = (
+            LedgerEntry.objects.select_related("tenant", "tool", "run", "combination")
+            .filter(record=record)
+            .latest("pk")
+        )
+        # Asked again by a human, as the first request was: no token calls it.
+        call = entries.retry_of(latest, Caller(latest.tenant, None))
         with transaction.atomic():
-            first = _first_entry(original)
-            run = compensation_run(first.run, actor=actor, source=source)
-            entry = _entry_for(call, first, record, run=run, retry=True)
+            entry = _waiting_entry(call, record, again=True)
             approvals.request_approval(
                 record=record,
                 entry=entry,

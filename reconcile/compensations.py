@@ -26,15 +26,10 @@ from ledger.compensation import (
     validate_arguments,
 )
 from ledger.domain import (
-    Decision,
-    EntryStatus,
     Idempotency,
-    InputSource,
-    ObservationCode,
     RecordState,
 )
 from ledger.errors import InvalidInput, InvalidTransition, NotFound
-from ledger.keys import fingerprint
 from ledger.models import (
     ApprovalRequest,
     Compensation,
@@ -45,8 +40,6 @@ from ledger.models import (
     Tool,
 )
 from ledger.outbound import OutboundRefused, check_url
-from ledger.records import stored_classification
-from ledger.redaction import redact_for_storage
 from ledger.services import approvals, runs
 from ledger.services.audit import audit
 from ledger.services.compensations import compensation_record
@@ -205,42 +198,6 @@ def compensation_run(original_run: Run, *, actor: str, source: str) -> Run:
         source=source,
     )
     return run
-
-
-def _entry_for(
-    call: Preview,
-    first: LedgerEntry,
-    record: IdempotencyRecord,
-    *,
-    run: Run,
-    retry: bool = False,
-) -> LedgerEntry:
-    """A ledger entry of the compensation: a call of the compensating tool that waits for a
-    human, in ``run``, the compensation run of the original's (``first`` is the original's
-    first entry)."""
-    tool = call.tool
-    return LedgerEntry.objects.create(
-        tenant_id=record.tenant_id,
-        step_id=f"compensate:{first.step_id}"[:200],
-        run=run,
-        tool=tool,
-        input_hash=fingerprint(call.arguments),
-        input=redact_for_storage(call.arguments, stored_classification(record)),
-        status=EntryStatus.PLANNED,
-        idempotency=tool.idempotency,
-        replay_policy=tool.replay_policy,
-        destructive=tool.destructive,
-        classification_reason=tool.reason,
-        classification_rule=tool.rule,
-        idempotency_key=call.key,
-        record=record,
-        decision=Decision.APPROVAL_REQUIRED,
-        observation_code=ObservationCode.APPROVAL_REQUIRED,
-        input_source=InputSource.USER,
-        data_classification=record.data_classification,
-        combination=None,
-        reused_record=retry,
-    )
 
 
 # --- the human decision ---------------------------------------------------------------------

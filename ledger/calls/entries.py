@@ -1,17 +1,19 @@
-"""The ledger entry of each call: a new call's, written before the tool runs, and a retry's,
-which shares the action of the call it retries."""
+"""The ledger entry of each call, written before the tool runs (DESIGN section 4), by one
+builder (``build``) for every kind of call: a new call (``new_call``), a retry, which shares
+the action of the call it retries (``retry_of``), and a compensation, a call the ledger makes
+for a human (``compensating_call``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models.functions import Now
-
-from ledger.calls.values import Caller, CallInput, Lease
+from ledger.calls.values import Caller, CallInput, entry_classification
 from ledger.classification import Classification
-from ledger.domain import Decision, EntryStatus, RecordState
-from ledger.models import IdempotencyRecord, LedgerEntry, Run, Tool
+from ledger.classification.calls import classify_tool_call
+from ledger.domain import DataClassification, Decision, EntryStatus, InputSource, RecordState
+from ledger.keys import fingerprint
+from ledger.models import IdempotencyRecord, LedgerEntry, Run, Tenant, Tool, VersionCombination
 from ledger.redaction import redact_for_storage
 from ledger.services.statements import DbTime, insert_returning_id
 
@@ -27,15 +29,97 @@ _ENTRY_STATUS_FOR = {
 
 @dataclass(frozen=True, slots=True)
 class NewCall:
-    """What every entry of one recorded call shares, whatever its decision."""
+    """What every entry of one call shares, whatever its decision: who calls, and the call as
+    the ledger stores it (``input`` redacted by ``data_classification``)."""
 
     caller: Caller
     run: Run
     tool: Tool
-    request: CallInput
+    step_id: str
+    input: Any
     input_hash: str
     classification: Classification
     key: str
+    input_source: str
+    end_user_id: str
+    data_classification: DataClassification
+    combination: VersionCombination | None
+
+
+def new_call(
+    caller: Caller,
+    run: Run,
+    tool: Tool,
+    request: CallInput,
+    input_hash: str,
+    classification: Classification,
+    key: str,
+) -> NewCall:
+    """A runtime's call (``classification`` is ``classify_tool_call``'s): its input redacted
+    for storage by the data classification the runtime declares."""
+    return NewCall(
+        caller=caller,
+        run=run,
+        tool=tool,
+        step_id=request.step_id,
+        input=redact_for_storage(request.input, request.data_classification),
+        input_hash=input_hash,
+        classification=classification,
+        key=key,
+        input_source=request.input_source,
+        end_user_id=request.end_user_id,
+        data_classification=request.data_classification,
+        combination=run.combination,
+    )
+
+
+def retry_of(original: LedgerEntry, caller: Caller) -> NewCall:
+    """A retry of ``original``'s call by ``caller``: the same action, so the same step, input
+    (as stored: redacting it again would hash a restricted input's hash), classification and
+    key."""
+    return NewCall(
+        caller=caller,
+        run=original.run,
+        tool=original.tool,
+        step_id=original.step_id,
+        input=original.input,
+        input_hash=original.input_hash,
+        classification=entry_classification(original),
+        key=original.idempotency_key,
+        input_source=original.input_source,
+        end_user_id=original.end_user_id,
+        data_classification=DataClassification(original.data_classification),
+        combination=original.combination,
+    )
+
+
+def compensating_call(
+    *,
+    tenant: Tenant,
+    run: Run,
+    tool: Tool,
+    step_id: str,
+    arguments: dict[str, Any],
+    key: str,
+    data_classification: DataClassification,
+) -> NewCall:
+    """The call that compensates an action, asked for by a human (so no token calls it), in
+    ``run``: classified from its arguments as any call is, its arguments stored as the
+    original action's data classification allows."""
+    return NewCall(
+        caller=Caller(tenant, None),
+        run=run,
+        tool=tool,
+        step_id=step_id,
+        input=redact_for_storage(arguments, data_classification),
+        input_hash=fingerprint(arguments),
+        classification=classify_tool_call(tool, arguments),
+        key=key,
+        input_source=InputSource.USER,
+        end_user_id="",
+        data_classification=data_classification,
+        combination=run.combination,
+    )
 
 
 def build(
@@ -46,8 +130,10 @@ def build(
     code: str = "",
     reused_record: bool = False,
 ) -> LedgerEntry:
-    """The entry of a new call (not saved), in the status its decision gives it."""
-    caller, request, classification = call.caller, call.request, call.classification
+    """The entry of a call (not saved), in the status its decision gives it: started with the
+    record's fencing token to execute, finished as the record ended for its recorded result,
+    else planned."""
+    caller, classification = call.caller, call.classification
     now: Any = DbTime()  # the database's clock, written by the INSERT
     if decision is Decision.RECORDED_RESULT:
         assert record is not None
@@ -58,11 +144,11 @@ def build(
         status = _ENTRY_STATUS_FOR[decision]
     return LedgerEntry(
         tenant=caller.tenant,
-        step_id=request.step_id,
+        step_id=call.step_id,
         run=call.run,
         tool=call.tool,
         input_hash=call.input_hash,
-        input=redact_for_storage(request.input, request.data_classification),
+        input=call.input,
         status=status,
         idempotency=classification.idempotency,
         replay_policy=classification.replay_policy,
@@ -73,12 +159,12 @@ def build(
         record=record,
         decision=decision,
         observation_code=code,
-        input_source=request.input_source,
+        input_source=call.input_source,
         caller_token=caller.token,
         agent_id=caller.agent_id,
-        end_user_id=request.end_user_id,
-        data_classification=request.data_classification,
-        combination=call.run.combination,
+        end_user_id=call.end_user_id,
+        data_classification=call.data_classification,
+        combination=call.combination,
         fencing_token=record.fencing_token if decision is Decision.EXECUTE and record else None,
         started_at=now if decision is Decision.EXECUTE else None,
         finished_at=now if decision is Decision.RECORDED_RESULT else None,
@@ -91,48 +177,3 @@ def add(call: NewCall, **decided: Any) -> LedgerEntry:
     made = build(call, **decided)
     insert_returning_id(made)
     return made
-
-
-# What a retry of a call shares with the call it retries.
-_RETRY_COPIES = (
-    "step_id",
-    "run",
-    "tool",
-    "input_hash",
-    "input",
-    "idempotency",
-    "replay_policy",
-    "destructive",
-    "classification_reason",
-    "classification_rule",
-    "idempotency_key",
-    "input_source",
-    "end_user_id",
-    "data_classification",
-    "combination",
-)
-
-
-def add_retry(
-    original: LedgerEntry,
-    *,
-    caller: Caller,
-    record: IdempotencyRecord,
-    decision: Decision,
-    code: str,
-    lease: Lease | None,
-) -> LedgerEntry:
-    """A new entry for a retry of ``original``: same action, new caller and decision."""
-    return LedgerEntry.objects.create(
-        tenant=caller.tenant,
-        caller_token=caller.token,
-        agent_id=caller.agent_id,
-        record=record,
-        decision=decision,
-        observation_code=code,
-        status=EntryStatus.STARTED if lease else EntryStatus.PLANNED,
-        reused_record=True,
-        fencing_token=lease.fencing_token if lease else None,
-        started_at=Now() if lease else None,
-        **{field: getattr(original, field) for field in _RETRY_COPIES},
-    )

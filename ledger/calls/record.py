@@ -99,7 +99,7 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
         dry_run = shadow.dry_run_required(run, classified[0].idempotency)
         if request.write_plan is None and not _is_halted(run) and not dry_run:
             fast = _first_call_of_key(
-                entries.NewCall(caller, run, registered, request, input_hash, *classified)
+                entries.new_call(caller, run, registered, request, input_hash, *classified)
             )
             if fast is not None:
                 return fast
@@ -109,7 +109,7 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
     with transaction.atomic():
         tool = _tool(caller.tenant, request.tool, caller.identity, registered)
         classification, key = classified or _classify(caller, run, tool, request)
-        call = entries.NewCall(caller, run, tool, request, input_hash, classification, key)
+        call = entries.new_call(caller, run, tool, request, input_hash, classification, key)
         if _is_halted(run):
             entry = entries.add(
                 call,
@@ -120,7 +120,7 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
             observation = observation_for(entry, None, next_action="stop")
             return CallResult(entry, Decision.FORBIDDEN, classification, observation)
         if shadow.dry_run_required(run, classification.idempotency):
-            return _shadow_dry_run(call)
+            return _shadow_dry_run(call, request.write_plan)
         reservation = records.reserve_key(
             tenant=caller.tenant,
             tool=tool,
@@ -155,15 +155,15 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
     return result
 
 
-def _shadow_dry_run(call: entries.NewCall) -> CallResult:
+def _shadow_dry_run(call: entries.NewCall, write_plan: WritePlanInput | None) -> CallResult:
     """A shadow run's side-effecting call: no reservation, nothing runs. Its entry (tool,
     classification, input fingerprint, the key it would have used) and its write plan (with
     the dry-run diff) are the evidence of the intended action (``ledger.shadow``)."""
     entry = entries.add(
         call, decision=Decision.SHADOW_DRY_RUN, record=None, code=ObservationCode.SHADOW_DRY_RUN
     )
-    if call.request.write_plan is not None:
-        _save_write_plan(call.caller.tenant, entry, call.request.write_plan)
+    if write_plan is not None:
+        _save_write_plan(call.caller.tenant, entry, write_plan)
     observation = observation_for(entry, None, next_action="continue")
     return CallResult(entry, Decision.SHADOW_DRY_RUN, call.classification, observation)
 

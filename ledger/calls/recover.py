@@ -64,13 +64,12 @@ def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None
         if checked is not None:
             answer = checked.answered.answer
         decision, next_action = answer.decision, answer.next_action
-        entry = entries.add_retry(
-            original,
-            caller=caller,
-            record=locked,
+        entry = entries.add(
+            entries.retry_of(original, caller),
             decision=decision,
+            record=locked,
             code=answer.code.value if answer.code else "",
-            lease=lease,
+            reused_record=True,
         )
         approval = rejection_of(locked, entry) if decision is Decision.APPROVAL_REQUIRED else None
         if approval is not None:

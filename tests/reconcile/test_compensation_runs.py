@@ -13,7 +13,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from ledger.domain import RecordState
+from ledger.calls.values import entry_classification
+from ledger.classification.arguments import DecidingArgument
+from ledger.classification.calls import classify_tool_call, stored_classification
+from ledger.domain import DataClassification, PerCall, RecordState
 from ledger.errors import InvalidInput
 from ledger.models import (
     ApprovalRequest,
@@ -22,7 +25,9 @@ from ledger.models import (
     IdempotencyRecord,
     Run,
     Tenant,
+    Tool,
 )
+from ledger.redaction import redact_for_storage
 from ledger.services import combinations
 from ledger.services.cleanup import cleanup_expired_records
 from ledger.services.compensations import compensation_record
@@ -252,11 +257,13 @@ def _order_declared(
     tool_input: dict[str, Any],
     result: dict[str, Any],
     classification: str = "internal",
+    **cancel_declared: Any,
 ) -> IdempotencyRecord:
     """An order that happened downstream and succeeded in the ledger, its tool declaring
-    cancel_order (run through the sandbox) with ``arguments`` as its compensation."""
+    cancel_order (run through the sandbox; registered with ``cancel_declared``) with
+    ``arguments`` as its compensation."""
     orders = make_tool(tenant, "create_order")
-    cancel = make_tool(tenant, "cancel_order")
+    cancel = make_tool(tenant, "cancel_order", **cancel_declared)
     CompensationAdapter.objects.create(
         tenant=tenant,
         tool=cancel,
@@ -345,3 +352,30 @@ def test_a_compensation_whose_stored_arguments_hold_a_redacted_value_is_never_se
     assert record.error["code"] == "REDACTED_ARGUMENT" and not record.error_retryable
     assert "contact" in record.error["message"]
     assert _cancellations(sandbox) == 0
+
+
+def test_a_compensations_entry_and_record_are_classified_from_its_arguments(
+    tenant, sandbox
+) -> None:
+    """The compensating call is classified as any call is (``classify_tool_call``): a tool
+    whose argument carries a command is classified from the command it is given."""
+    record = _order_declared(
+        tenant,
+        sandbox,
+        {"order_id": "result.id", "command": "input.undo"},
+        tool_input={"cart": "c-1", "undo": "rm -rf /srv/carts/c-1"},
+        result={},
+        code_argument=DecidingArgument(PerCall.SHELL, "command"),
+    )
+    compensation = request_compensation(
+        record=record, actor="olga", requester_id=None, source="console"
+    )
+    tool = Tool.objects.get(tenant=tenant, name="cancel_order")
+    expected = classify_tool_call(tool, compensation.arguments)
+    assert expected != stored_classification(tool)  # the command decides, not the tool
+    entry = compensation_record(compensation).entries.get()
+    assert entry_classification(entry) == expected
+    assert entry.input == redact_for_storage(
+        compensation.arguments, DataClassification(record.data_classification)
+    )
+    assert compensation_record(compensation).classified_as == expected.idempotency

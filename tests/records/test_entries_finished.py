@@ -5,6 +5,7 @@ lease, a resolution of the unknown record)."""
 
 from __future__ import annotations
 
+import hashlib
 from datetime import timedelta
 
 import pytest
@@ -12,7 +13,8 @@ from django.db.models.functions import Now
 
 from ledger.models import IdempotencyRecord, LedgerEntry, Tenant, Tool
 from ledger.records import Outcome, complete_execution, expire_leases, resolve_unknown
-from tests.factories import make_entry, refresh, reserve
+from tests.api.conftest import client_for
+from tests.factories import make_entry, make_tool, refresh, reserve
 
 pytestmark = pytest.mark.django_db
 
@@ -99,3 +101,43 @@ def test_a_resolution_finishes_the_uncertain_entries_when_it_settles_the_record(
     settled = LedgerEntry.objects.get(pk=entry.pk)
     assert settled.status == status
     assert settled.finished_at == refresh(record).updated_at
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _entry(call: dict) -> LedgerEntry:
+    return LedgerEntry.objects.get(call_id=call["call_id"])
+
+
+def test_a_replay_answered_with_the_recorded_result_is_entered_as_a_duplicate_is(
+    tenant, create_order
+) -> None:
+    """A retry and a duplicate given the recorded result are the same kind of entry: finished,
+    in the status of the outcome they were given."""
+    api = client_for(tenant)
+    api.start_run()
+    first = api.call("create_order", {"cart": "c-1"}).json()
+    api.post(
+        f"/calls/{first['call_id']}/complete",
+        {"fencing_token": 1, "outcome": "succeeded", "result": {"id": "o-1"}},
+    )
+    replay = api.post(f"/calls/{first['call_id']}/replay", {}).json()
+    duplicate = api.call("create_order", {"cart": "c-1"}).json()
+    assert replay["decision"] == duplicate["decision"] == "recorded_result"
+    for entry in (_entry(replay), _entry(duplicate)):
+        assert entry.status == "succeeded" and entry.finished_at is not None
+
+
+def test_a_replay_that_finds_the_write_applied_is_entered_succeeded(tenant) -> None:
+    make_tool(tenant, "write_file")
+    api = client_for(tenant)
+    api.start_run()
+    plan = {"workspace": "repo", "path": "a.py", "before_hash": _sha("a"), "after_hash": _sha("b")}
+    first = api.call("write_file", {"path": "a.py"}, write_plan=plan).json()
+    api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+    replay = api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("b")}).json()
+    assert replay["observation"]["code"] == "ALREADY_APPLIED"
+    entry = _entry(replay)
+    assert entry.status == "succeeded" and entry.finished_at is not None
