@@ -13,6 +13,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from ledger import records
+from ledger.calls.lifecycle import checked_report
 from ledger.compensation import COMPENSATED, CompensationError, refuse_redacted
 from ledger.domain import EntryStatus, RecordState
 from ledger.errors import ApprovalError, InvalidTransition
@@ -119,19 +120,26 @@ def run_compensation(compensation_id: int, *, worker: str) -> str:
         if adapter is not None
         else _not_sent("NO_ADAPTER", f"{compensation.tool.name} has no compensation adapter")
     )
-    records.complete_execution(
-        record=started,
-        fencing_token=started.fencing_token,
+    report = checked_report(
+        compensation.tool,
         outcome=sent.outcome,
-        actor=actor,
-        source=AuditEvent.Source.WORKER,
         result=sent.result,
         error=sent.error,
         retryable=sent.retryable,
+    )
+    records.complete_execution(
+        record=started,
+        fencing_token=started.fencing_token,
+        outcome=report.outcome,
+        actor=actor,
+        source=AuditEvent.Source.WORKER,
+        result=report.result,
+        error=report.error,
+        retryable=report.retryable,
         entry=entry,
     )
-    logger.info("compensation", extra={"compensation": compensation.pk, "outcome": sent.outcome})
-    return sent.outcome.value
+    logger.info("compensation", extra={"compensation": compensation.pk, "outcome": report.outcome})
+    return report.outcome.value
 
 
 def run_saga(run_pk: int, *, worker: str) -> dict[str, Any]:

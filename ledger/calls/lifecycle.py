@@ -3,6 +3,7 @@ heartbeats, and completed with its outcome (DESIGN sections 3 and 4)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -79,6 +80,44 @@ def _validate_result(tool: Tool, result: Any) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A holder's report, as the ledger records it; ``problem`` says why a success reported
+    is not one."""
+
+    outcome: Outcome
+    result: Any
+    error: dict[str, Any] | None
+    retryable: bool
+    problem: str | None = None
+
+
+def checked_report(
+    tool: Tool,
+    *,
+    outcome: Outcome,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    retryable: bool = False,
+) -> Report:
+    """What the report of a call of ``tool`` records, whoever reports it (a runtime,
+    ``complete_call``; the worker that ran a compensation). A result that fails the tool's
+    output schema is not a success: the side effect may have happened, so the outcome is
+    uncertain (``MALFORMED_RESULT``). A failure needs an error with a code, and is retryable
+    as its reporter said unless the code is final whatever it said
+    (``decisions.failure_is_final``)."""
+    problem = None
+    if outcome is Outcome.SUCCEEDED:
+        problem = _validate_result(tool, result)
+        if problem is not None:
+            outcome = Outcome.UNCERTAIN
+            error = {"code": "MALFORMED_RESULT", "message": problem}
+    if outcome is Outcome.FAILED and error is None:
+        raise InvalidInput("a failed call needs an error with a code")
+    retryable = not failure_is_final(error_code=(error or {}).get("code"), retryable=retryable)
+    return Report(outcome, result, error, retryable, problem)
+
+
 def complete_call(
     *,
     caller: Caller,
@@ -90,8 +129,9 @@ def complete_call(
     retryable: bool = False,
     evidence: Any = None,
 ) -> CallResult:
-    """Record how a call ended. A result that fails the tool's output schema is not a success:
-    the side effect may have happened, so the call becomes uncertain.
+    """Record how a call ended, as ``checked_report`` says: a result that fails the tool's
+    output schema is not a success; the side effect may have happened, so the call becomes
+    uncertain.
     """
     notes: list[str] = []
     try:
@@ -117,27 +157,20 @@ def complete_call(
                     actor=caller.identity,
                     source=AuditEvent.Source.API,
                 )
-            if outcome is Outcome.SUCCEEDED:
-                problem = _validate_result(entry.tool, result)
-                if problem is not None:
-                    notes.append(problem)
-                    outcome = Outcome.UNCERTAIN
-                    error = {"code": "MALFORMED_RESULT", "message": problem}
-            if outcome is Outcome.FAILED and error is None:
-                raise InvalidInput("a failed call needs an error with a code")
-            # Stored as the reporter's word, unless the code is final whatever it said.
-            retryable = not failure_is_final(
-                error_code=(error or {}).get("code"), retryable=retryable
+            report = checked_report(
+                entry.tool, outcome=outcome, result=result, error=error, retryable=retryable
             )
+            if report.problem is not None:
+                notes.append(report.problem)
             updated = records.complete_locked(
                 record,
                 now=now,
                 fencing_token=fencing_token,
-                outcome=outcome,
+                outcome=report.outcome,
                 actor=caller.identity,
-                result=result,
-                error=error,
-                retryable=retryable,
+                result=report.result,
+                error=report.error,
+                retryable=report.retryable,
                 entry=entry,
                 evidence=evidence,
             )

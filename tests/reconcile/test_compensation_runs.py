@@ -379,3 +379,32 @@ def test_a_compensations_entry_and_record_are_classified_from_its_arguments(
         compensation.arguments, DataClassification(record.data_classification)
     )
     assert compensation_record(compensation).classified_as == expected.idempotency
+
+
+def test_a_compensations_result_that_fails_its_output_schema_is_uncertain_not_a_success(
+    tenant, sandbox, django_user_model
+) -> None:
+    """The downstream answered 2xx, but not with what cancel_order declares it returns: the
+    cancellation may have happened, so its outcome is unknown (and looked up), as an ordinary
+    call's malformed result is."""
+    record = _order_declared(
+        tenant,
+        sandbox,
+        {"order_id": "result.id"},
+        tool_input={"cart": "c-1"},
+        result={},
+        output_schema={"type": "object", "required": ["refund_id"]},
+    )
+    operator = make_user(django_user_model, "olga", tenant, "operator")
+    compensation = request_compensation(
+        record=record, actor="olga", requester_id=operator.pk, source="console"
+    )
+    approver = make_user(django_user_model, "alice", tenant, "approver")
+    decide_compensation(compensation=compensation, user=approver, approve=True, reason="undo")
+    assert run_compensation(compensation.pk, worker="w") == "uncertain"
+    settled = compensation_record(compensation)
+    assert settled.state == RecordState.UNKNOWN and settled.result is None
+    assert settled.error["code"] == "MALFORMED_RESULT"
+    assert "refund_id" in settled.error["message"]
+    assert settled.entries.get().status == "uncertain"
+    assert _cancellations(sandbox) == 1  # sent once; looked up, never sent again
