@@ -9,22 +9,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from django.db import transaction
-from django.db.models.functions import Now
 
 from ledger import records
-from ledger.calls.lifecycle import checked_report
+from ledger.calls.lifecycle import NotWaiting, checked_report, start_approved
 from ledger.compensation import COMPENSATED, CompensationError, refuse_redacted
-from ledger.domain import EntryStatus, RecordState
+from ledger.domain import RecordState
 from ledger.errors import ApprovalError, InvalidTransition
-from ledger.models import AuditEvent, Compensation, LedgerEntry, Run
+from ledger.models import AuditEvent, Compensation, Run
 from ledger.outbound import OutboundRefused, post_json
 from ledger.records import Outcome
 from ledger.services import approvals
 from ledger.services.audit import audit
 from ledger.services.compensations import compensation_record
-from ledger.services.entries import transition_entry
-from reconcile.compensations import _startable, saga_compensations
+from reconcile.compensations import saga_compensations
 from reconcile.models import CompensationAdapter
 
 logger = logging.getLogger(__name__)
@@ -87,33 +84,19 @@ def run_compensation(compensation_id: int, *, worker: str) -> str:
         return "missing"
     actor = f"worker:{worker}"
     try:
-        with transaction.atomic():
-            locked, _now = records.lock_record(record.pk)
-            if not _startable(locked):
-                return str(locked.state)
-            entry = (
-                LedgerEntry.objects.select_related("tool", "combination", "run")
-                .filter(record=locked)
-                .latest("pk")
-            )
-            started = records.start_execution(
-                record=locked,
-                entry=entry,
-                lease_owner=actor,
-                actor=actor,
-                source=AuditEvent.Source.WORKER,
-            )
-            transition_entry(entry, EntryStatus.APPROVED)
-            transition_entry(
-                entry, EntryStatus.STARTED, started_at=Now(), fencing_token=started.fencing_token
-            )
-    except approvals.ApprovalVoid as void:
-        approvals.invalidate(approval=void.approval, actor=actor, detail=str(void))
+        entry = start_approved(
+            record=record, entry=None, actor=actor, source=AuditEvent.Source.WORKER
+        )
+    except NotWaiting as refused:
+        return refused.state.value  # running, done, or unknown and being looked up
+    except approvals.ApprovalVoid:
         return "approval-void"
     except ApprovalError:
         return "not-approved"
     except InvalidTransition:
         return "refused"
+    started = entry.record
+    assert started is not None
     adapter = CompensationAdapter.objects.filter(tool=compensation.tool).first()
     sent = (
         _send(adapter, compensation)
@@ -151,7 +134,7 @@ def run_saga(run_pk: int, *, worker: str) -> dict[str, Any]:
     done: list[str] = []
     for position, compensation in enumerate(steps):
         record = compensation_record(compensation)
-        if record is not None and _startable(record):
+        if record is not None and record.state != RecordState.SUCCEEDED:
             run_compensation(compensation.pk, worker=worker)
             record = compensation_record(compensation)
         state = record.state if record is not None else "missing"

@@ -49,12 +49,6 @@ from reconcile.models import CompensationAdapter
 logger = logging.getLogger(__name__)
 
 
-def _startable(record: IdempotencyRecord) -> bool:
-    """A worker may still start it (with a granted approval): waiting, or known not to have
-    happened and safe to send again."""
-    return record.state == RecordState.RESERVED or record.failed_retryably
-
-
 # --- declarations ---------------------------------------------------------------------------
 
 

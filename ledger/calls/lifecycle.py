@@ -18,34 +18,95 @@ from ledger.calls.values import Caller, CallResult, Lease, entry_classification
 from ledger.decisions import failure_is_final
 from ledger.domain import Decision, EntryStatus, RecordState
 from ledger.errors import ApprovalError, InvalidInput, InvalidTransition
-from ledger.models import AuditEvent, LedgerEntry, Tool
+from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tool
 from ledger.records import Outcome
 from ledger.services import approvals
 from ledger.services.entries import transition_entry
 
 
+class NotWaiting(ApprovalError):
+    """The action is not waiting to be started: it is running or ended, or its outcome is
+    unknown and nobody asked to run it again (it is being looked up). ``state`` is its
+    record's."""
+
+    def __init__(self, record: IdempotencyRecord) -> None:
+        super().__init__(f"the action is {record.state}; it is not waiting for an approval")
+        self.state = RecordState(record.state)
+
+
+def start_approved(
+    *, record: IdempotencyRecord, entry: LedgerEntry | None, actor: str, source: str
+) -> LedgerEntry:
+    """Start the action of a call whose approval was granted, in one transaction under the
+    record's lock: the approval used up, the record started (lease, fencing token), the
+    entry approved, then started. ``entry`` is the call's; None takes the record's latest,
+    read under the lock (a compensation asked for again has a new one). Returns the entry,
+    its ``record`` the started record.
+
+    Raises ``NotWaiting``, ``ApprovalError`` (no granted approval yet) or ``ApprovalVoid``
+    (granted for another action, or expired; voided, audited, before it is raised), each
+    having changed nothing else. Runtimes (``start_call``) and the worker that runs
+    compensations (``reconcile.compensation_runs``) start through it."""
+    try:
+        with transaction.atomic():
+            # The record first, then its approval: the order every settling transition takes
+            # (it locks the record, then voids open approvals), so the two cannot deadlock.
+            locked, _now = records.lock_record(record.pk)
+            if entry is None:
+                entry = (
+                    LedgerEntry.objects.select_related("tool", "combination", "run")
+                    .filter(record=locked)
+                    .latest("pk")
+                )
+            _refuse_unless_waiting(locked)
+            try:
+                # The approval is used up where the record starts.
+                started = records.start_execution(
+                    record=locked, entry=entry, lease_owner=actor, actor=actor, source=source
+                )
+            except approvals.ApprovalVoid:
+                raise
+            except ApprovalError:
+                if locked.state == RecordState.UNKNOWN and approvals.open_approval(locked) is None:
+                    raise NotWaiting(locked) from None
+                raise
+            transition_entry(entry, EntryStatus.APPROVED)
+            transition_entry(
+                entry, EntryStatus.STARTED, started_at=Now(), fencing_token=started.fencing_token
+            )
+    except approvals.ApprovalVoid as void:
+        approvals.invalidate(approval=void.approval, actor=actor, detail=str(void), source=source)
+        raise
+    entry.record = started
+    return entry
+
+
+def _refuse_unless_waiting(record: IdempotencyRecord) -> None:
+    """A record waits to be started while it is reserved, unknown (a replay a human may
+    approve) or failed without effect and not for good; running or ended, it does not."""
+    state = RecordState(record.state)
+    if state in (RecordState.EXECUTING, RecordState.SUCCEEDED) or (
+        state is RecordState.FAILED_FINAL and not record.failed_retryably
+    ):
+        raise NotWaiting(record)
+
+
 def start_call(*, caller: Caller, call_id: str) -> CallResult:
-    """Start a call whose approval was granted; the approval is used up in the same step."""
+    """Start a call whose approval was granted; the approval is used up in the same step
+    (``start_approved``)."""
     entry = entry_for(caller, call_id)
     shadow.refuse_follow_up(entry.run, entry.decision)
     record = entry.record
     if record is None or entry.decision != Decision.APPROVAL_REQUIRED:
         raise InvalidTransition("only a call that was waiting for approval can be started")
     try:
-        with transaction.atomic():
-            started = records.start_execution(
-                record=record, entry=entry, lease_owner=caller.identity, actor=caller.identity
-            )
-            transition_entry(entry, EntryStatus.APPROVED)
-            transition_entry(
-                entry,
-                EntryStatus.STARTED,
-                started_at=Now(),
-                fencing_token=started.fencing_token,
-            )
+        start_approved(
+            record=record, entry=entry, actor=caller.identity, source=AuditEvent.Source.API
+        )
     except approvals.ApprovalVoid as void:
-        approvals.invalidate(approval=void.approval, actor=caller.identity, detail=str(void))
         raise ApprovalError(str(void)) from None
+    started = entry.record
+    assert started is not None
     result = CallResult(entry, Decision.EXECUTE, entry_classification(entry))
     result.lease = Lease(started.fencing_token, started.lease_expires_at)  # type: ignore[arg-type]
     return result

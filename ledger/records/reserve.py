@@ -440,7 +440,7 @@ def start_execution(
             raise InvalidTransition("the action failed for good; it is never started again")
         # The record first, then its approval: the order every settling transition takes (it
         # locks the record, then voids open approvals), so the two cannot deadlock.
-        approvals.consume(record=locked, entry=entry, actor=actor)
+        approvals.consume(record=locked, entry=entry, actor=actor, source=source)
         begin_execution(
             transitions.STARTED,
             locked,

@@ -229,7 +229,13 @@ class ApprovalVoid(ApprovalError):
         self.approval = approval
 
 
-def consume(*, record: IdempotencyRecord, entry: LedgerEntry, actor: str) -> ApprovalRequest:
+def consume(
+    *,
+    record: IdempotencyRecord,
+    entry: LedgerEntry,
+    actor: str,
+    source: str = AuditEvent.Source.API,
+) -> ApprovalRequest:
     """Use the approval of this record once; it must match the action being started.
 
     Runs inside the caller's transaction, so the approval is used up only if the action
@@ -253,7 +259,7 @@ def consume(*, record: IdempotencyRecord, entry: LedgerEntry, actor: str) -> App
         actor=actor,
         action="approval.consumed",
         target=approval,
-        source=AuditEvent.Source.API,
+        source=source,
     )
     return approval
 

@@ -408,3 +408,26 @@ def test_a_compensations_result_that_fails_its_output_schema_is_uncertain_not_a_
     assert "refund_id" in settled.error["message"]
     assert settled.entries.get().status == "uncertain"
     assert _cancellations(sandbox) == 1  # sent once; looked up, never sent again
+
+
+def test_the_worker_uses_a_compensations_approval_as_the_worker(
+    tenant, sandbox, django_user_model
+) -> None:
+    compensation = _approved(tenant, sandbox, django_user_model)
+    assert run_compensation(compensation.pk, worker="w") == "succeeded"
+    used = AuditEvent.objects.get(action="approval.consumed")
+    assert (used.actor, used.source) == ("worker:w", "worker")
+
+
+def test_an_expired_approval_is_voided_by_the_worker_and_nothing_is_sent(
+    tenant, sandbox, django_user_model
+) -> None:
+    compensation = _approved(tenant, sandbox, django_user_model)
+    ApprovalRequest.objects.filter(record=compensation_record(compensation)).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert run_compensation(compensation.pk, worker="w") == "approval-void"
+    voided = AuditEvent.objects.get(action="approval.invalidated")
+    assert (voided.actor, voided.source) == ("worker:w", "worker")
+    assert compensation_record(compensation).state == RecordState.RESERVED
+    assert _cancellations(sandbox) == 0
