@@ -5,11 +5,14 @@ file check, a human (DESIGN sections 4 and 10; ``ledger.redaction.redact_for_sto
 from __future__ import annotations
 
 import hashlib
+import importlib
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from django.apps import apps
+from django.db import connection
 
 from ledger.domain import DataClassification
 from ledger.models import IdempotencyRecord
@@ -210,3 +213,33 @@ def test_an_action_keeps_the_classification_its_first_call_declared(
     call = _call(api, "create_order", classification.value)
     record = IdempotencyRecord.objects.get(key=call["idempotency_key"])
     assert record.data_classification == classification
+
+
+def test_the_migration_gives_earlier_records_the_strictest_classification_of_their_calls(
+    api, create_order
+) -> None:
+    migration = importlib.import_module("ledger.migrations.0019_record_data_classification")
+    api.start_run()
+    calls = {
+        "mixed": ["internal", "restricted", "confidential"],
+        "public": ["public", "public"],
+        "one": ["confidential"],
+    }
+    keys = {}
+    for name, classifications in calls.items():
+        for classification in classifications:
+            answer = api.call(
+                "create_order",
+                {"cart": name},
+                business_object_id=name,
+                data_classification=classification,
+            ).json()
+            keys[name] = answer["idempotency_key"]
+    IdempotencyRecord.objects.update(data_classification="internal")  # as the column's default
+    with connection.schema_editor() as schema_editor:
+        migration.classify_earlier_records(apps, schema_editor)
+    found = {
+        name: IdempotencyRecord.objects.get(key=key).data_classification
+        for name, key in keys.items()
+    }
+    assert found == {"mixed": "restricted", "public": "public", "one": "confidential"}

@@ -6,8 +6,8 @@ CLASSIFICATIONS = ["public", "internal", "confidential", "restricted"]
 
 def classify_earlier_records(apps, schema_editor):
     """A record reserved before records had a classification takes the strictest one its
-    calls declared: the redaction of whatever is stored for it from now on (a look-up's
-    evidence, a human's resolution) is never weaker than any of its callers asked for."""
+    calls declared, so whatever is stored for it by this rule (a look-up's evidence, a human's
+    resolution) is never redacted less than any of its callers asked for."""
     record = apps.get_model("ledger", "IdempotencyRecord")._meta.db_table
     entry = apps.get_model("ledger", "LedgerEntry")._meta.db_table
     schema_editor.execute(
