@@ -4,6 +4,7 @@ and the replay is itself a new ledger entry of the same record."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import NamedTuple
 
 from django.db import transaction
@@ -16,13 +17,14 @@ from ledger.calls.selectors import entry_for
 from ledger.calls.values import Caller, CallResult, Lease, entry_classification
 from ledger.decisions import (
     ExistingRecordAnswer,
+    WriteCheckAction,
     WriteCheckAnswer,
     answer_write_check,
     check_write_plan,
 )
 from ledger.domain import Decision, RecordState, ReplayPolicy
 from ledger.errors import InvalidTransition
-from ledger.models import AuditEvent, IdempotencyRecord, WritePlan
+from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry, WritePlan
 from ledger.services import approvals
 
 
@@ -63,6 +65,10 @@ def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None
         checked = _write_check(locked, answer, current_hash)
         if checked is not None:
             answer = checked.answered.answer
+            if checked.answered.action is WriteCheckAction.SETTLE:
+                # Settled before the retry's entry is written, which then ends as the record did.
+                _apply(checked, locked, now=now, caller=caller, entry=None)
+                checked = None
         decision, next_action = answer.decision, answer.next_action
         entry = entries.add(
             entries.retry_of(original, caller),
@@ -76,17 +82,7 @@ def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None
             rejected(entry)
             decision, next_action = Decision.FORBIDDEN, "stop"
         elif checked is not None:
-            approval = records.apply_write_check(
-                locked,
-                checked.answered,
-                plan=checked.plan,
-                current_hash=checked.current_hash,
-                now=now,
-                actor=caller.identity,
-                source=AuditEvent.Source.API,
-                entry=entry,
-                requester_id=caller.user_id,
-            )
+            approval = _apply(checked, locked, now=now, caller=caller, entry=entry)
         elif decision is Decision.APPROVAL_REQUIRED:
             approval = approvals.request_approval(
                 record=locked,
@@ -98,6 +94,27 @@ def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None
     result = CallResult(entry, decision, classification, lease=lease, approval=approval)
     result.observation = observation_for(entry, approval, next_action=next_action, replay=True)
     return result
+
+
+def _apply(
+    checked: _Checked,
+    locked: IdempotencyRecord,
+    *,
+    now: datetime,
+    caller: Caller,
+    entry: LedgerEntry | None,
+) -> ApprovalRequest | None:
+    return records.apply_write_check(
+        locked,
+        checked.answered,
+        plan=checked.plan,
+        current_hash=checked.current_hash,
+        now=now,
+        actor=caller.identity,
+        source=AuditEvent.Source.API,
+        entry=entry,
+        requester_id=caller.user_id,
+    )
 
 
 class _Checked(NamedTuple):
