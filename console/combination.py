@@ -9,6 +9,7 @@ from django.shortcuts import render
 
 from console import selectors
 from console.access import console_view, get_for_tenant
+from console.lifecycle import actions_for
 from console.navigation import context_for
 from console.roles import Role
 from ledger.models import Tenant, VersionCombination
@@ -31,6 +32,7 @@ def combination_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRes
             request,
             tenant,
             combination=combination,
+            actions=actions_for(combination),
             summary=summary,
             window_hours=WINDOW_MINUTES // 60,
             **selectors.combination_page(combination),

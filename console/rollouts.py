@@ -27,7 +27,7 @@ Combo = VersionCombination.State
 def _candidates(tenant: Tenant) -> list[VersionCombination]:
     return list(
         VersionCombination.objects.filter(
-            tenant=tenant, state__in=[Combo.RETIRED, Combo.CANARY, Combo.SHADOW]
+            tenant=tenant, state__in=[Combo.NEW, Combo.RETIRED, Combo.CANARY, Combo.SHADOW]
         ).order_by("-pk")[:100]
     )
 

@@ -320,7 +320,15 @@ def combination_page(combination: VersionCombination) -> dict[str, object]:
 
 def rollback_changes(tenant: Tenant, report: RollbackReport) -> dict[str, list[Any]]:
     """What a rollback changes (or, in a preview, would change), as they are now: the runs it
-    halts, the approvals it invalidates and the unknown calls it queues for look-up."""
+    halts, the approvals it invalidates, the unknown calls it queues for look-up, those that
+    need a human (``(kind, reason, record)``) and the calls still executing. Three queries."""
+    keys = [*report.executing, *report.unknown, *(i["key"] for i in report.needs_human)]
+    records = {
+        record.key: record
+        for record in IdempotencyRecord.objects.filter(tenant=tenant, key__in=keys)
+        .select_related("tool")
+        .order_by("pk")
+    }
     return {
         "runs": list(
             Run.objects.filter(tenant=tenant, run_id__in=report.halted_runs).order_by("run_id")
@@ -330,9 +338,11 @@ def rollback_changes(tenant: Tenant, report: RollbackReport) -> dict[str, list[A
             .select_related("record__tool")
             .order_by("pk")
         ),
-        "lookups": list(
-            IdempotencyRecord.objects.filter(tenant=tenant, key__in=report.unknown)
-            .select_related("tool")
-            .order_by("pk")
-        ),
+        "queued": [records[key] for key in report.queued_for_lookup if key in records],
+        "needs_human": [
+            (item["kind"], item.get("reason", ""), records[item["key"]])
+            for item in report.needs_human
+            if item["key"] in records
+        ],
+        "executing": [records[key] for key in report.executing if key in records],
     }

@@ -9,6 +9,7 @@ from console import (
     comparison,
     compensations,
     explorer,
+    lifecycle,
     on_call,
     readiness,
     records,
@@ -65,7 +66,15 @@ console_patterns = [
     path("combinations/", views.combinations_page, name="combinations"),
     path("combinations/<int:pk>/", combination.combination_detail, name="combination"),
     path("combinations/<int:pk>/rollback", views.rollback_page, name="rollback"),
-    path("combinations/<int:pk>/action", views.combination_action, name="combination_action"),
+    *(
+        path(
+            f"combinations/<int:pk>/{change}",
+            lifecycle.combination_change,
+            {"change": change},
+            name=f"combination_{change}",
+        )
+        for change in lifecycle.CHANGES
+    ),
     path("rollouts/", rollouts.rollout_plans, name="rollouts"),
     path("rollouts/new", rollouts.rollout_create, name="rollout_create"),
     path("rollouts/<int:pk>/", rollouts.rollout_detail, name="rollout"),

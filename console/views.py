@@ -13,6 +13,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Case, Value, When
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -26,6 +27,7 @@ from console.access import TENANT_SESSION_KEY, console_view, get_for_tenant
 from console.denials import Reason, audit_denial
 from console.forbidden import refusal
 from console.language import save_language
+from console.lifecycle import actions_for
 from console.members import request_has_role, tenants_of
 from console.navigation import context_for
 from console.params import parse_id
@@ -196,15 +198,25 @@ def approval_decide(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
     return redirect("console:approvals")
 
 
+#: The list shows what runs first: active, canaries, shadow, halted, then new and retired.
+_LIFECYCLE_ORDER = Case(
+    *(
+        When(state=state, then=Value(n))
+        for n, state in enumerate(["active", "canary", "shadow", "halted", "new", "retired"])
+    ),
+    default=Value(9),
+)
+
+
 @console_view(Role.MANAGER)
 def combinations_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """Active, canary and previous combinations side by side, with their metrics."""
     window = 60 * 24
     summaries = metrics.by_combination(tenant, since=metrics.window_start(window))
     rows = [
-        (combination, summaries.get(combination.pk, metrics.Summary()))
+        (combination, summaries.get(combination.pk, metrics.Summary()), actions_for(combination))
         for combination in VersionCombination.objects.filter(tenant=tenant).order_by(
-            "state", "-activated_at", "pk"
+            _LIFECYCLE_ORDER, "-activated_at", "-pk"
         )
     ]
     return render(
@@ -221,41 +233,54 @@ def _get_combination_for_user(request: HttpRequest, tenant: Tenant, pk: int) -> 
 
 @console_view(Role.MANAGER, methods=("GET", "POST"), target="versioncombination")
 def rollback_page(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
-    """GET: what a rollback would do (a dry run). POST: do it, then show the report."""
+    """GET: what a rollback would do (a dry run). POST: do it, then show what it did and the
+    new state of everything it changed. When the combination replaced none that can be
+    restored, nothing is chosen for the manager: the page says which combinations a rollback
+    can restore (or that one must be created first) and previews once one is chosen."""
     combination = _get_combination_for_user(request, tenant, pk)
-    actor = request.user.get_username()
     data = request.POST if request.method == "POST" else request.GET
     reason = data.get("reason", "").strip()
     restore = data.get("restore", "")
-    others = list(
-        VersionCombination.objects.filter(tenant=tenant)
-        .exclude(pk=combination.pk)
-        .exclude(state=VersionCombination.State.HALTED)
-        .order_by("-pk")[:50]
-    )
+    choices = combinations.restore_choices(tenant, combination)
+    try:
+        default = combinations.restore_target(tenant, combination, None)
+        no_previous = False
+    except combinations.NoRestoreTarget:
+        default, no_previous = None, True
+    needs_choice = no_previous and not restore
+    report, error = None, ""
     try:
         restore_id = parse_id(restore) if restore else None
         if restore and restore_id is None:
             raise InvalidInput(_("Choose a combination to restore."))
+        if needs_choice:
+            raise InvalidInput(
+                _(
+                    "%(label)s replaced no combination that can be restored: choose the one "
+                    "to make active instead."
+                )
+                % {"label": combination.label}
+            )
         if request.method == "POST" and not reason:
             raise InvalidInput(_("A rollback needs a reason."))
         report = combinations.rollback(
             tenant=tenant,
             combination_id=combination.pk,
-            actor=actor,
+            actor=request.user.get_username(),
             source="console",
             reason=reason or "preview",
             restore_id=restore_id,
             dry_run=request.method != "POST",
         )
     except LedgerError as exc:
-        if request.method == "POST":  # back to the preview, nothing done
-            messages.error(request, exc.message)
-            preview = reverse("console:rollback", kwargs={"pk": combination.pk})
-            return redirect(f"{preview}?restore={restore}" if parse_id(restore) else preview)
-        if others:  # e.g. no previous combination: the page asks which one to restore
-            messages.error(request, exc.message)
-        report = None  # with no other combination, the page says what to do instead
+        error = exc.message
+    if error and request.method == "POST":  # back to the preview, nothing done
+        messages.error(request, error)
+        preview = reverse("console:rollback", kwargs={"pk": combination.pk})
+        return redirect(f"{preview}?restore={restore}" if parse_id(restore) else preview)
+    if report is not None and not report.dry_run:
+        combination.refresh_from_db()
+    known = {c.pk: c for c in [combination, *choices]}
     return render(
         request,
         "console/rollback.html",
@@ -264,118 +289,24 @@ def rollback_page(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse
             tenant,
             combination=combination,
             report=report,
+            error=error if not needs_choice else "",
+            needs_choice=needs_choice,
+            no_previous=no_previous,
             changes=selectors.rollback_changes(tenant, report) if report else None,
-            others=others,
+            choices=choices,
+            default=default,
             restore=restore,
-            restored=next((o for o in others if report and o.pk == report.restored), None),
+            restored=known.get(report.restored) if report and report.restored else None,
+            active=VersionCombination.objects.filter(
+                tenant=tenant, state=VersionCombination.State.ACTIVE
+            ).first(),
+            # Each step with the combination it names, to be worded in the user's language.
+            steps=[
+                (step["kind"], step["args"], known.get(step["args"].get("combination")))
+                for step in (report.steps if report else [])
+            ],
         ),
     )
-
-
-@console_view(Role.MANAGER, methods=("POST",), target="versioncombination")
-def combination_action(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
-    """Halt a combination, set its canary share, retire a canary, put a candidate in shadow
-    (or set its share, or take it out: a reason is required, and audited), or activate one:
-    promote a canary, or resume a halted combination (a reason is required, and audited)."""
-    combination = _get_combination_for_user(request, tenant, pk)
-    actor = request.user.get_username()
-    action = request.POST.get("action")
-    try:
-        if action in ("promote", "resume"):
-            if action == "promote" and combination.state != VersionCombination.State.CANARY:
-                raise InvalidInput(_("Only a canary can be promoted."))
-            if action == "resume" and combination.state != VersionCombination.State.HALTED:
-                raise InvalidInput(_("Only a halted combination can be resumed."))
-            reason = _reason(request)
-            combinations.activate(
-                tenant=tenant,
-                combination_id=combination.pk,
-                actor=actor,
-                source="console",
-                reason=reason,
-            )
-            messages.success(
-                request,
-                _("%(label)s is active; the combination it replaces is retired.")
-                % {"label": combination.label},
-            )
-        elif action == "retire":
-            if combination.state != VersionCombination.State.CANARY:
-                raise InvalidInput(_("Only a canary can be retired here."))
-            combinations.set_canary(
-                tenant=tenant,
-                combination_id=combination.pk,
-                share_bp=0,
-                actor=actor,
-                source="console",
-            )
-            messages.success(request, _("Retired: no new runs go to it."))
-        elif action == "shadow":
-            reason = _reason(request)
-            combinations.set_shadow(
-                tenant=tenant,
-                combination_id=combination.pk,
-                share_bp=_share_bp(request),
-                actor=actor,
-                source="console",
-                reason=reason,
-            )
-            messages.success(
-                request, _("In shadow: its share of live runs is mirrored, with no side effect.")
-            )
-        elif action == "unshadow":
-            if combination.state != VersionCombination.State.SHADOW:
-                raise InvalidInput(_("Only a combination in shadow can be taken out of it."))
-            reason = _reason(request)
-            combinations.set_canary(
-                tenant=tenant,
-                combination_id=combination.pk,
-                share_bp=0,
-                actor=actor,
-                source="console",
-                reason=reason,
-            )
-            messages.success(request, _("Out of shadow: no live run is mirrored into it."))
-        elif action == "halt":
-            combinations.halt(
-                tenant=tenant,
-                combination_id=combination.pk,
-                actor=actor,
-                source="console",
-                reason=request.POST.get("reason", ""),
-            )
-            messages.success(request, _("Halted: new runs and calls under it are refused."))
-        elif action == "canary":
-            combinations.set_canary(
-                tenant=tenant,
-                combination_id=combination.pk,
-                share_bp=_share_bp(request),
-                actor=actor,
-                source="console",
-            )
-            messages.success(request, _("Canary share saved."))
-        else:
-            raise InvalidInput(_("Unknown action."))
-    except LedgerError as exc:
-        messages.error(request, exc.message)
-    if request.POST.get("back") == "combination":
-        return redirect("console:combination", pk=combination.pk)
-    return redirect("console:combinations")
-
-
-def _share_bp(request: HttpRequest) -> int:
-    """The share a combination action names, in basis points."""
-    try:
-        return int(request.POST.get("share_bp", ""))
-    except ValueError:
-        raise InvalidInput(_("A share is a whole number of basis points.")) from None
-
-
-def _reason(request: HttpRequest) -> str:
-    reason = request.POST.get("reason", "").strip()
-    if not reason:
-        raise InvalidInput(_("Say why: the reason is kept in the audit log."))
-    return reason
 
 
 @console_view(Role.MANAGER, Role.OPERATOR, Role.APPROVER)

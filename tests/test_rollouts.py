@@ -322,7 +322,7 @@ def test_a_malformed_plan_is_refused_and_changes_nothing(
         _plan(tenant, candidate, *steps)
     assert not RolloutPlan.objects.exists()
     candidate.refresh_from_db()
-    assert candidate.state == "retired"
+    assert candidate.state == "new"
 
 
 def test_one_open_plan_per_tenant_and_never_for_the_active_combination(

@@ -308,6 +308,11 @@ def _everything_of_both_tenants() -> dict[str, Any]:
     report.halted_runs = list(Run.objects.values_list("run_id", flat=True))
     report.invalidated_approvals = list(ApprovalRequest.objects.values_list("pk", flat=True))
     report.unknown = list(IdempotencyRecord.objects.values_list("key", flat=True))
+    report.queued_for_lookup = report.executing = report.unknown
+    report.needs_human = [
+        {"kind": "no_lookup", "key": key, "record_id": pk, "reason": ""}
+        for pk, key in IdempotencyRecord.objects.values_list("pk", "key")
+    ]
     return {"report": report}
 
 

@@ -47,6 +47,7 @@ TERMS = {
     "expired": _("expired"),
     "pending_approval": _("pending approval"),
     # combinations and runs
+    "new": _("new"),
     "active": _("active"),
     "canary": _("canary"),
     "shadow": _("shadow"),
@@ -73,6 +74,7 @@ TERMS = {
     "approval_requested": _("approval requested"),
     "approval_expiring": _("approval about to expire"),
     "unknown_escalated": _("unknown call escalated"),
+    "no_lookup": _("nothing can look it up"),
     "sla_exceeded": _("past the service level"),
     "combination_halted": _("combination halted"),
     "threshold_crossed": _("threshold crossed"),

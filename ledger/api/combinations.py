@@ -50,11 +50,17 @@ class CombinationOut(Schema):
 
 
 class ReasonIn(Strict):
-    reason: str = Field(min_length=1, max_length=2000)
+    reason: str = Field(
+        min_length=1, max_length=2000, pattern=r"\S", description="Kept in the audit log."
+    )
 
 
 class CanaryIn(Strict):
-    share_bp: JsonInt = Field(ge=0, le=10_000, description="Basis points of new runs (0-10000).")
+    share_bp: JsonInt = Field(
+        ge=1,
+        le=10_000,
+        description="Basis points of new runs (1-10000). A canary is ended by retire.",
+    )
 
 
 class ShadowIn(Strict):
@@ -73,6 +79,27 @@ class RollbackIn(Strict):
     dry_run: StrictBool = False
 
 
+class RollbackStepOut(Schema):
+    kind: str = Field(
+        description="halt, restore, invalidate_approvals, queue_lookups, needs_human (a dry "
+        "run's plan); halted, already_halted, runs_halted, restored, lookups_queued, "
+        "needs_human (what a rollback did)"
+    )
+    args: dict[str, Any] = Field(description="The step's numbers and ids (count, combination).")
+
+
+class NeedsHumanOut(Schema):
+    kind: Literal["unknown_escalated", "no_lookup", "pending_approval"] = Field(
+        description="An unknown call escalated to a human, an unknown call no worker can look "
+        "up (no downstream adapter, or its workspace not registered), or an approval still "
+        "pending."
+    )
+    key: str
+    record_id: int
+    reason: str
+    approval_id: int | None = None
+
+
 class RollbackOut(Schema):
     dry_run: bool
     combination: int
@@ -80,10 +107,13 @@ class RollbackOut(Schema):
     halted_runs: list[str]
     executing: list[str]
     unknown: list[str]
-    queued_for_lookup: list[str]
+    queued_for_lookup: list[str] = Field(
+        description="Keys of the unknown calls sent (in a dry run: to be sent) to the look-up "
+        "workers; the other unknown calls are in needs_human."
+    )
     invalidated_approvals: list[int]
-    needs_human: list[dict[str, Any]]
-    steps: list[str]
+    needs_human: list[NeedsHumanOut]
+    steps: list[RollbackStepOut]
 
 
 def combination_out(c: VersionCombination) -> CombinationOut:
@@ -121,7 +151,8 @@ def _get(request: HttpRequest, combination_id: int) -> VersionCombination:
 )
 def create(request: HttpRequest, payload: CombinationIn) -> Status:
     """Pin model, prompt, rules, tool schema and data version together (the same five
-    versions always give the same combination). New combinations start retired."""
+    versions always give the same combination). A new combination is ``new``: no run goes to
+    it until it is put in shadow, made a canary or activated."""
     caller = caller_of(request)
     combination, created = combinations.create_combination(
         tenant=caller.tenant,
@@ -188,8 +219,8 @@ def shadow(
 ) -> CombinationOut:
     """The share of live runs to mirror into it is its ``canary_share_bp`` (every live run
     unless ``share_bp`` says otherwise); a runtime learns which live runs to mirror from each
-    run's ``mirror``. Setting another share of a combination in shadow changes only the share.
-    Its ``canary`` with a share of 0 takes it out of shadow (retired)."""
+    run's ``mirror``. Setting another share of a combination in shadow changes only the share;
+    ``unshadow`` takes it out, back to where it came from."""
     caller = caller_of(request)
     chosen = payload or ShadowIn()
     combination = combinations.set_shadow(
@@ -210,7 +241,26 @@ def shadow(
 )
 def halt(request: HttpRequest, combination_id: int, payload: ReasonIn) -> CombinationOut:
     caller = caller_of(request)
-    combination, _ = combinations.halt(
+    halted = combinations.halt(
+        tenant=caller.tenant,
+        combination_id=combination_id,
+        actor=caller.identity,
+        source="api",
+        reason=payload.reason,
+    )
+    return combination_out(halted.combination)
+
+
+@router.post(
+    "/{int:combination_id}/unshadow",
+    response={200: CombinationOut, **ERRORS},
+    summary="Take a combination out of shadow, back to where it came from",
+)
+def unshadow(request: HttpRequest, combination_id: int, payload: ReasonIn) -> CombinationOut:
+    """It returns to the state it was put in shadow from: ``new``, ``retired``, or a canary at
+    the share it had (409 if the other canaries leave no room for it)."""
+    caller = caller_of(request)
+    combination = combinations.unshadow(
         tenant=caller.tenant,
         combination_id=combination_id,
         actor=caller.identity,
@@ -221,14 +271,58 @@ def halt(request: HttpRequest, combination_id: int, payload: ReasonIn) -> Combin
 
 
 @router.post(
+    "/{int:combination_id}/resume",
+    response={200: CombinationOut, **ERRORS},
+    summary="Resume a halted combination: it returns to the state and share it halted from",
+)
+def resume(request: HttpRequest, combination_id: int, payload: ReasonIn) -> CombinationOut:
+    """A halted canary is a canary at its former share again, a halted active combination
+    is active again (the one active now is retired), one halted in shadow is in shadow again.
+    Runs halted meanwhile stay halted; voided approvals stay void. 409 when it is not halted
+    (two resumes at once resume once) or a canary's share no longer fits."""
+    caller = caller_of(request)
+    plan = combinations.resume(
+        tenant=caller.tenant,
+        combination_id=combination_id,
+        actor=caller.identity,
+        source="api",
+        reason=payload.reason,
+    )
+    return combination_out(plan.combination)
+
+
+@router.post(
+    "/{int:combination_id}/retire",
+    response={200: CombinationOut, **ERRORS},
+    summary="Retire a new, shadow, canary or halted combination",
+)
+def retire(request: HttpRequest, combination_id: int, payload: ReasonIn) -> CombinationOut:
+    """No new run goes to it. A halted one's runs in flight are halted with it. The active
+    combination is retired by activating another or by a rollback (409 here), and so is a
+    halted one the tenant's runs fail closed on."""
+    caller = caller_of(request)
+    plan = combinations.retire(
+        tenant=caller.tenant,
+        combination_id=combination_id,
+        actor=caller.identity,
+        source="api",
+        reason=payload.reason,
+    )
+    return combination_out(plan.combination)
+
+
+@router.post(
     "/{int:combination_id}/rollback",
     response={200: RollbackOut, **ERRORS},
     summary="Roll back a combination (or see what a rollback would do)",
 )
 def rollback(request: HttpRequest, combination_id: int, payload: RollbackIn) -> RollbackOut:
     """Halts the combination and its running runs, lists in-flight side effects, restores the
-    previous (or the given) combination, queues look-ups of unknown side effects, and reports
-    what needs a human. ``dry_run`` changes nothing. Running it twice is harmless."""
+    previous (or the given) combination, queues look-ups of the unknown side effects a worker
+    can settle, and reports what needs a human (escalated calls, calls nothing can look up,
+    approvals still pending). ``dry_run`` changes nothing. Running it twice is harmless. 409
+    for the only active combination with no ``restore_id``: create and activate another
+    combination, or name one."""
     caller = caller_of(request)
     report = combinations.rollback(
         tenant=caller.tenant,

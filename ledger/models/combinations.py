@@ -16,12 +16,35 @@ class VersionCombination(models.Model):
     """Model, prompt, rules, tool schema and data version, pinned and rolled back together."""
 
     class State(models.TextChoices):
+        # Created, never run: no run goes to it until it is put in shadow, a canary or active.
+        NEW = "new"
         ACTIVE = "active"
         CANARY = "canary"
         # Runs only as shadow runs mirroring live ones: its side-effecting calls never execute.
         SHADOW = "shadow"
+        # Fail closed: new runs and calls under it are refused until it is resumed or retired.
         HALTED = "halted"
+        # Done with: no new run goes to it; rollback may make it active again.
         RETIRED = "retired"
+
+    #: Every allowed change of state (docs/rollout.md has the table with the action of each).
+    #: A halt works from every other state (fail closed); a halted combination only resumes
+    #: (to the state it halted from) or is retired; the active one is retired only by the
+    #: activation of another.
+    TRANSITIONS: ClassVar[dict[str, frozenset[str]]] = {
+        State.NEW: frozenset(
+            {State.SHADOW, State.CANARY, State.ACTIVE, State.HALTED, State.RETIRED}
+        ),
+        State.SHADOW: frozenset(
+            {State.NEW, State.CANARY, State.ACTIVE, State.HALTED, State.RETIRED}
+        ),
+        State.CANARY: frozenset({State.SHADOW, State.ACTIVE, State.HALTED, State.RETIRED}),
+        State.ACTIVE: frozenset({State.HALTED, State.RETIRED}),
+        State.HALTED: frozenset(
+            {State.NEW, State.SHADOW, State.CANARY, State.ACTIVE, State.RETIRED}
+        ),
+        State.RETIRED: frozenset({State.SHADOW, State.CANARY, State.ACTIVE, State.HALTED}),
+    }
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="combinations")
     label = models.CharField(max_length=100)
@@ -31,7 +54,7 @@ class VersionCombination(models.Model):
     tool_schema = models.CharField(max_length=200)
     data_version = models.CharField(max_length=200)
     fingerprint = models.CharField(max_length=64)
-    state = models.CharField(max_length=16, choices=State.choices, default=State.RETIRED)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.NEW)
     canary_share_bp = models.PositiveIntegerField(default=0, help_text="Basis points, 0-10000.")
     previous = models.ForeignKey(
         "self",
@@ -44,6 +67,14 @@ class VersionCombination(models.Model):
     activated_at = models.DateTimeField(null=True, blank=True)
     halted_at = models.DateTimeField(null=True, blank=True)
     halted_reason = models.TextField(blank=True)
+    # What a halt stopped, so a resume restores exactly that (a canary at its share, the
+    # active one, a combination in shadow at its mirrored share): set while halted.
+    halted_from = models.CharField(max_length=16, choices=State.choices, blank=True)
+    halted_from_share_bp = models.PositiveIntegerField(default=0)
+    # Where a combination in shadow came from, so taking it out returns it there (new, retired
+    # or a canary at its share). Kept through a halt and resume of the combination in shadow.
+    shadowed_from = models.CharField(max_length=16, choices=State.choices, blank=True)
+    shadowed_from_share_bp = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -58,6 +89,26 @@ class VersionCombination(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(fingerprint__regex=SHA256_HEX), name="combination_fingerprint_sha256"
+            ),
+            # A halted combination knows what to resume to; no other one claims to.
+            models.CheckConstraint(
+                condition=(Q(state="halted") & ~Q(halted_from__in=["", "halted"]))
+                | (~Q(state="halted") & Q(halted_from="", halted_from_share_bp=0)),
+                name="combination_halted_from_iff_halted",
+            ),
+            # A combination in shadow knows where it came from (kept while it is halted).
+            models.CheckConstraint(
+                condition=(Q(state="shadow") & Q(shadowed_from__in=["new", "retired", "canary"]))
+                | (
+                    Q(state="halted", halted_from="shadow")
+                    & Q(shadowed_from__in=["new", "retired", "canary"])
+                )
+                | (
+                    ~Q(state="shadow")
+                    & ~Q(state="halted", halted_from="shadow")
+                    & Q(shadowed_from="", shadowed_from_share_bp=0)
+                ),
+                name="combination_shadowed_from_in_shadow",
             ),
         ]
 

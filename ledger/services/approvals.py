@@ -128,14 +128,16 @@ def void_reason(approval: ApprovalRequest, *, now: datetime | None = None) -> st
 EXPIRED = "the request expired"
 
 
-def void_open_approvals(*, combination_id: int, actor: str, source: str, detail: str) -> int:
-    """Void every open approval of an action planned under a halted combination (audited)."""
-    voided = 0
-    for approval in ApprovalRequest.objects.filter(
-        entry__combination_id=combination_id, state__in=ApprovalRequest.OPEN_STATES
-    ):
-        voided += invalidate(approval=approval, actor=actor, detail=detail, source=source)
-    return voided
+def void_open_approvals(*, combination_id: int, actor: str, source: str, detail: str) -> list[int]:
+    """Void every open approval of an action planned under a halted combination (audited);
+    returns the ids of those this call voided."""
+    return [
+        approval.pk
+        for approval in ApprovalRequest.objects.filter(
+            entry__combination_id=combination_id, state__in=ApprovalRequest.OPEN_STATES
+        ).order_by("pk")
+        if invalidate(approval=approval, actor=actor, detail=detail, source=source)
+    ]
 
 
 class DeciderRefused(ApprovalError):

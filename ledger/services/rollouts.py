@@ -424,13 +424,14 @@ def act_on_plan(
             step.state = RolloutStep.State.SKIPPED
             step.ended_at = plan.finished_at
             step.save(update_fields=["state", "ended_at"])
-            if plan.candidate.state != Combo.HALTED:  # back to no share of new runs
-                combinations.set_canary(
+            # Back to no share of new runs (a halted candidate stays halted: fail closed).
+            if plan.candidate.state in (Combo.SHADOW, Combo.CANARY):
+                combinations.retire(
                     tenant=tenant,
                     combination_id=plan.candidate_id,
-                    share_bp=0,
                     actor=actor,
                     source=source,
+                    reason=f"rollout plan {plan.pk} aborted: {reason}",
                 )
         plan.save(update_fields=["state", "finished_at", "reason"])
         _audit(

@@ -26,6 +26,7 @@ from ledger.models import (
 from ledger.services import combinations, metrics, thresholds
 from ledger.services.registry import override_tool
 from ledger.services.runs import canary_bucket, pick_combination
+from reconcile.models import DownstreamAdapter
 from tests.api.conftest import ApiClient, client_for
 
 VERSIONS = {"model": "m1", "prompt": "p1", "rules": "r1", "tool_schema": "t1", "data_version": "d1"}
@@ -99,6 +100,12 @@ def test_rollback_end_to_end_through_the_api(tenant, api: ApiClient) -> None:
     }
     first = api.post("/calls", body).json()
     api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+    # The orders' downstream answers look-ups by key: a worker can settle the unknown one.
+    DownstreamAdapter.objects.create(
+        tenant=tenant,
+        tool=Tool.objects.get(tenant=tenant, name="create_order"),
+        url_template="http://127.0.0.1:9/orders/{key}",
+    )
     in_flight = api.post("/calls", {**body, "business_object_id": "c2", "step_id": "s2"}).json()
     assert in_flight["decision"] == "execute"
 
@@ -111,7 +118,7 @@ def test_rollback_end_to_end_through_the_api(tenant, api: ApiClient) -> None:
     report = api.post(f"/combinations/{bad['id']}/rollback", {"reason": "dup spike"}).json()
     assert report["halted_runs"] == ["run-bad"]
     assert len(report["executing"]) == 1 and len(report["unknown"]) == 1
-    assert report["queued_for_lookup"] == report["unknown"]
+    assert report["queued_for_lookup"] == report["unknown"] and report["needs_human"] == []
     assert VersionCombination.objects.get(pk=good["id"]).state == "active"
     assert VersionCombination.objects.get(pk=bad["id"]).state == "halted"
     assert IdempotencyRecord.objects.get(key=report["unknown"][0]).next_reconcile_at is None
@@ -122,7 +129,7 @@ def test_rollback_end_to_end_through_the_api(tenant, api: ApiClient) -> None:
     assert Run.objects.get(run_id="run-new").combination_id == good["id"]
 
     again = api.post(f"/combinations/{bad['id']}/rollback", {"reason": "dup spike"})
-    assert again.status_code == 200 and again.json()["steps"][0] == "already halted"
+    assert again.status_code == 200 and again.json()["steps"][0]["kind"] == "already_halted"
     actions = list(
         AuditEvent.objects.filter(tenant=tenant, action__startswith="rollback.")
         .order_by("pk")

@@ -71,14 +71,14 @@ def test_a_shadow_run_is_not_mirrored_itself(api: ApiClient, candidate: VersionC
     assert (shadow["shadow_of"], shadow["mirror"]) == ("live-1", None)
 
 
-def test_a_share_of_zero_mirrors_nothing_and_canary_zero_takes_it_out_of_shadow(
+def test_a_share_of_zero_mirrors_nothing_and_unshadow_takes_it_out_of_shadow(
     api: ApiClient, candidate: VersionCombination
 ) -> None:
     _shadow(api, candidate, share_bp=0)
     assert _mirrored(api, 20) == [None] * 20
     _shadow(api, candidate)
-    retired = api.post(f"/combinations/{candidate.pk}/canary", {"share_bp": 0}).json()
-    assert retired["state"] == "retired"
+    out = api.post(f"/combinations/{candidate.pk}/unshadow", {"reason": "seen enough"}).json()
+    assert out["state"] == "new"
     assert api.start_run("live-x")["mirror"] is None
 
 
@@ -88,7 +88,7 @@ def test_a_bad_shadow_share_is_refused_and_changes_nothing(
 ) -> None:
     response = api.post(f"/combinations/{candidate.pk}/shadow", body)
     assert response.status_code == 400, response.content
-    assert VersionCombination.objects.get(pk=candidate.pk).state == "retired"
+    assert VersionCombination.objects.get(pk=candidate.pk).state == "new"
 
 
 def test_the_mirror_of_a_live_run_with_the_longest_id_is_a_valid_run_id(

@@ -35,7 +35,10 @@ ROUTES = [
     ("combinations", None, {"GET"}, {"manager"}),
     ("combination", "combination", {"GET"}, {"manager"}),
     ("rollback", "combination", {"GET", "POST"}, {"manager"}),
-    ("combination_action", "combination", {"POST"}, {"manager"}),
+    *(
+        (f"combination_{change}", "combination", {"GET", "POST"}, {"manager"})
+        for change in ("promote", "resume", "canary", "shadow", "unshadow", "halt", "retire")
+    ),
     ("metrics", None, {"GET", "POST"}, {"manager"}),
     ("on_call", None, {"GET", "POST"}, {"manager"}),
     ("tools", None, {"GET"}, STAFF),

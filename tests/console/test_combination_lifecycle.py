@@ -1,14 +1,19 @@
-"""A combination's life from the console: promote a canary, resume a halted combination (with
-a reason, audited), retire a canary; rolling back the only combination says what to do."""
+"""A combination's life from the console: each change is a page that says what it will change,
+then a POST with a reason (audited) that does it and says what it did. A halted canary resumes
+as the canary it was; a halt names the approvals it voids and the runs it stops; retiring needs
+a reason and is a retirement; out of shadow is back where it came from."""
 
 from __future__ import annotations
 
 import pytest
 from django.test import Client
 
-from ledger.models import AuditEvent, VersionCombination
+from console.models import Preferences
+from ledger.models import ApprovalRequest, AuditEvent, Run, VersionCombination
 from ledger.services import combinations
-from tests.console.conftest import make_user, signed_in
+from ledger.services.runs import pick_combination
+from tests.api.conftest import client_for
+from tests.console.conftest import make_pending, make_user, signed_in
 
 pytestmark = pytest.mark.django_db
 
@@ -20,83 +25,213 @@ def manager(django_user_model, tenant):
     return signed_in(make_user(django_user_model, "mgr", tenant, "manager"))
 
 
-def _act(client, combination, **data):
-    return client.post(f"/combinations/{combination.pk}/action", data, secure=True, follow=True)
+def _url(combination, change: str) -> str:
+    return f"/combinations/{combination.pk}/{change}"
+
+
+def _post(client, combination, change: str, **data):
+    return client.post(_url(combination, change), data, secure=True)
+
+
+def _done(client, combination, change: str, **data) -> str:
+    """POST a change that succeeds; the page it returns to, with its message."""
+    response = _post(client, combination, change, **data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    return client.get(response["Location"], secure=True).content.decode()
+
+
+def _stored(combination) -> VersionCombination:
+    return VersionCombination.objects.get(pk=combination.pk)
 
 
 def _state(combination) -> str:
-    return VersionCombination.objects.get(pk=combination.pk).state
+    return _stored(combination).state
 
 
-def test_a_canary_is_promoted_with_a_reason(manager, tenant, combos):
-    good, bad = combos  # bad is active, good retired
-    combinations.set_canary(
-        tenant=tenant, combination_id=good.pk, share_bp=1000, actor="x", source="api"
+def _canary(tenant, combos, share_bp: int = 1000) -> VersionCombination:
+    """``good`` (retired) made a canary of ``share_bp`` beside ``bad``, the active one."""
+    good, _bad = combos
+    return combinations.set_canary(
+        tenant=tenant, combination_id=good.pk, share_bp=share_bp, actor="x", source="api"
     )
-    refused = _act(manager, good, action="promote", reason="")
-    assert _state(good) == "canary" and "Say why" in refused.content.decode()
-    _act(manager, good, action="promote", reason="canary looks healthy")
-    assert _state(good) == "active" and _state(bad) == "retired"
+
+
+def test_halting_a_canary_and_resuming_it_gives_back_the_canary_at_its_share(
+    manager, tenant, combos
+) -> None:
+    canary = _canary(tenant, combos)
+    _good, baseline = combos
+    _done(manager, canary, "halt", reason="error spike")
+    assert (_state(canary), _state(baseline)) == ("halted", "active")
+
+    preview = manager.get(_url(canary, "resume"), secure=True)
+    html = preview.content.decode()
+    assert preview.status_code == 200
+    assert "returns to what it was before the halt: a canary at 10% of new runs" in html
+    assert "active now, is retired" not in html
+    assert _state(canary) == "halted"  # the preview changes nothing
+
+    page = _done(manager, canary, "resume", reason="the spike was the load test")
+    assert "Resumed good: it is a canary at 10% of new runs again." in page
+    resumed = _stored(canary)
+    assert (resumed.state, resumed.canary_share_bp) == ("canary", 1000)
+    assert _state(baseline) == "active"
+    assert {pick_combination(tenant, f"run-{n}") for n in range(300)} == {resumed, baseline}
+    event = AuditEvent.objects.get(action="combination.resumed")
+    assert (event.actor, event.source, event.detail) == (
+        "mgr",
+        "console",
+        "the spike was the load test",
+    )
+    assert (event.before["state"], event.after["state"], event.after["canary_share_bp"]) == (
+        "halted",
+        "canary",
+        1000,
+    )
+
+
+def test_resuming_the_halted_active_combination_says_which_one_it_retires(
+    manager, tenant, combos
+) -> None:
+    good, bad = combos
+    combinations.rollback(
+        tenant=tenant, combination_id=bad.pk, actor="x", source="api", reason="spike"
+    )
+    assert (_state(good), _state(bad)) == ("active", "halted")
+    html = manager.get(_url(bad, "resume"), secure=True).content.decode()
+    assert "returns to what it was before the halt: active" in html
+    assert "good, active now, is retired" in html
+    page = _done(manager, bad, "resume", reason="false alarm")
+    assert "Resumed bad: it is active again; good, active until now, is retired." in page
+    assert (_state(good), _state(bad)) == ("retired", "active")
+
+
+def test_only_a_halted_combination_is_resumed_and_a_second_resume_changes_nothing(
+    manager, tenant, combos
+) -> None:
+    canary = _canary(tenant, combos)
+    page = manager.get(_url(canary, "resume"), secure=True).content.decode()
+    assert "Only a halted combination can be resumed." in page and 'name="reason"' not in page
+    refused = _post(manager, canary, "resume", reason="r")
+    assert refused.status_code == 409 and _state(canary) == "canary"
+    combinations.halt(tenant=tenant, combination_id=canary.pk, actor="x", source="api", reason="r")
+    _done(manager, canary, "resume", reason="first click")
+    again = _post(manager, canary, "resume", reason="second click")
+    assert again.status_code == 409
+    assert "Only a halted combination can be resumed." in again.content.decode()
+    assert AuditEvent.objects.filter(action="combination.resumed").count() == 1
+
+
+def test_a_resume_needs_a_reason_and_keeps_what_was_typed(manager, tenant, combos) -> None:
+    canary = _canary(tenant, combos)
+    combinations.halt(tenant=tenant, combination_id=canary.pk, actor="x", source="api", reason="r")
+    refused = _post(manager, canary, "resume", reason="  ")
+    assert refused.status_code == 400
+    assert "Say why" in refused.content.decode() and _state(canary) == "halted"
+
+
+def test_the_halt_page_names_the_approvals_it_voids_and_the_runs_it_stops(
+    manager, tenant, combos
+) -> None:
+    _good, bad = combos
+    waiting = [make_pending(tenant, path=f"f{n}.py", run_id=f"run-w{n}") for n in range(3)]
+    preview = manager.get(_url(bad, "halt"), secure=True)
+    html = preview.content.decode()
+    assert "3 open approvals will be invalidated" in html
+    assert "3 runs in flight: their next calls are refused" in html
+    for approval in waiting:  # the approvals page is an approver's: a manager reads the ids
+        assert f"Approval #{approval.pk}" in html
+        assert f'href="/ledger/records/{approval.record_id}/"' in html
+    assert f'href="/ledger/runs/{Run.objects.get(run_id="run-w0").pk}/"' in html
+    assert "every new run of this tenant is refused" in html  # it is the active one
+    assert set(ApprovalRequest.objects.values_list("state", flat=True)) == {"pending"}
+
+    page = _done(manager, bad, "halt", reason="duplicate orders")
+    assert (
+        "Halted bad: new runs and calls under it are refused; 3 approvals invalidated; "
+        "3 runs in flight are refused their next calls." in page
+    )
+    assert set(ApprovalRequest.objects.values_list("state", flat=True)) == {"invalidated"}
+    assert _stored(bad).halted_from == "active"
+
+
+def test_retiring_a_canary_asks_a_reason_and_is_audited_as_a_retirement(
+    manager, tenant, combos
+) -> None:
+    canary = _canary(tenant, combos, share_bp=500)
+    refused = _post(manager, canary, "retire", reason="")
+    assert refused.status_code == 400 and _state(canary) == "canary"
+    page = _done(manager, canary, "retire", reason="the candidate lost")
+    assert "Retired good: no new run goes to it." in page
+    assert _state(canary) == "retired"
     event = AuditEvent.objects.filter(
-        action="combination.activated", target_id=str(good.pk)
+        action="combination.retired", target_id=str(canary.pk)
+    ).latest("pk")
+    assert (event.detail, event.before["state"], event.after["state"]) == (
+        "the candidate lost",
+        "canary",
+        "retired",
+    )
+
+
+def test_a_halted_combination_is_retired_with_its_runs_in_flight(manager, tenant, combos) -> None:
+    canary = _canary(tenant, combos, share_bp=10_000)
+    api = client_for(tenant)
+    api.start_run("run-canary")
+    assert Run.objects.get(run_id="run-canary").combination_id == canary.pk
+    combinations.halt(tenant=tenant, combination_id=canary.pk, actor="x", source="api", reason="r")
+    html = manager.get(_url(canary, "retire"), secure=True).content.decode()
+    assert "its runs in flight are halted with it" in html and "run-canary" in html
+    page = _done(manager, canary, "retire", reason="discard the candidate")
+    assert "its 1 run in flight is halted" in page
+    assert _state(canary) == "retired"
+    assert Run.objects.get(run_id="run-canary").status == "halted"
+
+
+def test_the_active_combination_is_not_retired_from_its_page(manager, combos) -> None:
+    _good, bad = combos
+    page = manager.get(_url(bad, "retire"), secure=True).content.decode()
+    assert "it is retired when another combination is made active" in page
+    assert 'name="reason"' not in page
+    assert _post(manager, bad, "retire", reason="r").status_code == 409
+    assert _state(bad) == "active"
+
+
+def test_a_canary_is_promoted_with_a_reason(manager, tenant, combos) -> None:
+    canary = _canary(tenant, combos)
+    _good, baseline = combos
+    html = manager.get(_url(canary, "promote"), secure=True).content.decode()
+    assert "bad, active now, is retired" in html
+    page = _done(manager, canary, "promote", reason="canary looks healthy")
+    assert "good is active; bad, which it replaces, is retired." in page
+    assert (_state(canary), _state(baseline)) == ("active", "retired")
+    event = AuditEvent.objects.filter(
+        action="combination.activated", target_id=str(canary.pk)
     ).latest("pk")
     assert event.detail == "canary looks healthy" and event.actor == "mgr"
 
 
-def test_a_halted_combination_is_resumed_and_only_a_halted_one(manager, tenant, combos):
-    _good, bad = combos
-    combinations.halt(tenant=tenant, combination_id=bad.pk, actor="x", source="api", reason="r")
-    _act(manager, bad, action="resume", reason="the bad rule is fixed")
-    assert _state(bad) == "active"
-    again = _act(manager, bad, action="resume", reason="twice")
-    assert "Only a halted combination can be resumed." in again.content.decode()
-
-
-def test_a_canary_is_retired(manager, tenant, combos):
-    good, _bad = combos
-    combinations.set_canary(
-        tenant=tenant, combination_id=good.pk, share_bp=500, actor="x", source="api"
-    )
-    _act(manager, good, action="retire")
-    assert _state(good) == "retired"
-
-
-def test_rolling_back_the_only_combination_says_what_to_do(manager, tenant):
-    only, _ = combinations.create_combination(
-        tenant=tenant, label="only", actor="x", source="api", **VERSIONS
-    )
-    combinations.activate(tenant=tenant, combination_id=only.pk, actor="x", source="api")
-    page = manager.get(f"/combinations/{only.pk}/rollback", secure=True)
-    assert page.status_code == 200
-    html = page.content.decode()
-    assert "There is no other combination to restore" in html
-    assert "halt it" in html and "POST /api/v1/combinations" in html
-    assert "no previous combination to restore; name one" not in html
-    assert _state(only) == "active"
-
-
-def _shadow_events(combination) -> list[AuditEvent]:
-    return list(
-        AuditEvent.objects.filter(
-            action__in=["combination.shadow", "combination.canary"], target_id=str(combination.pk)
-        ).order_by("pk")
-    )
-
-
-def test_a_manager_puts_a_candidate_in_shadow_sets_its_share_and_takes_it_out(
+def test_a_manager_puts_a_new_combination_in_shadow_and_takes_it_out_back_to_new(
     manager, tenant, combos
-):
-    good, _bad = combos  # good is retired
-    page = _act(manager, good, action="shadow", share_bp="2500", reason="try prompt v2")
-    assert "In shadow" in page.content.decode()
-    shadowed = VersionCombination.objects.get(pk=good.pk)
-    assert (shadowed.state, shadowed.canary_share_bp) == ("shadow", 2500)
-    _act(manager, good, action="shadow", share_bp="10000", reason="all of them now")
-    assert VersionCombination.objects.get(pk=good.pk).canary_share_bp == 10_000
-    _act(manager, good, action="unshadow", reason="seen enough")
-    assert _state(good) == "retired"
-    put, widened, out = _shadow_events(good)
-    assert [e.after["canary_share_bp"] for e in (put, widened, out)] == [2500, 10_000, 0]
+) -> None:
+    fresh, _ = combinations.create_combination(
+        tenant=tenant, label="fresh", actor="x", source="api", **{**VERSIONS, "model": "m9"}
+    )
+    assert fresh.state == "new"
+    page = _done(manager, fresh, "shadow", share_bp="2500", reason="try prompt v2")
+    assert "fresh is in shadow: 25% of live runs are mirrored into it" in page
+    assert (_stored(fresh).state, _stored(fresh).canary_share_bp) == ("shadow", 2500)
+    _done(manager, fresh, "shadow", share_bp="10000", reason="all of them now")
+    assert _stored(fresh).canary_share_bp == 10_000
+    html = manager.get(_url(fresh, "unshadow"), secure=True).content.decode()
+    assert "It returns to what it was before: new." in html
+    page = _done(manager, fresh, "unshadow", reason="seen enough")
+    assert "Out of shadow: fresh is new again." in page
+    assert _state(fresh) == "new"
+    put, widened = AuditEvent.objects.filter(
+        action="combination.shadow", target_id=str(fresh.pk)
+    ).order_by("pk")
+    out = AuditEvent.objects.get(action="combination.unshadowed", target_id=str(fresh.pk))
     assert [e.detail for e in (put, widened, out)] == [
         "try prompt v2",
         "all of them now",
@@ -106,44 +241,88 @@ def test_a_manager_puts_a_candidate_in_shadow_sets_its_share_and_takes_it_out(
 
 
 @pytest.mark.parametrize(
-    ("data", "says"),
+    ("data", "says", "status"),
     [
-        ({"share_bp": "5000", "reason": " "}, "Say why"),
-        ({"share_bp": "half", "reason": "r"}, "whole number of basis points"),
-        ({"share_bp": "10001", "reason": "r"}, "0 to 10000"),
+        ({"share_bp": "5000", "reason": " "}, "Say why", 400),
+        ({"share_bp": "half", "reason": "r"}, "whole number of basis points", 400),
+        ({"share_bp": "10001", "reason": "r"}, "0 to 10000", 400),
     ],
 )
-def test_a_bad_put_in_shadow_is_refused_and_changes_nothing(manager, combos, data, says):
+def test_a_bad_put_in_shadow_is_refused_keeps_what_was_typed_and_changes_nothing(
+    manager, combos, data, says, status
+) -> None:
     good, _bad = combos
-    page = _act(manager, good, action="shadow", **data)
-    assert says in page.content.decode()
-    assert _state(good) == "retired" and _shadow_events(good) == []
+    response = _post(manager, good, "shadow", **data)
+    html = response.content.decode()
+    assert response.status_code == status and says in html
+    assert f'value="{data["share_bp"]}"' in html
+    assert _state(good) == "retired"
+    assert not AuditEvent.objects.filter(action="combination.shadow").exists()
 
 
-def test_the_active_combination_cannot_be_put_in_or_taken_out_of_shadow(manager, combos):
-    _good, bad = combos  # bad is active
-    assert (
-        "cannot be put in shadow"
-        in _act(manager, bad, action="shadow", share_bp="100", reason="r").content.decode()
-    )
-    assert (
-        "Only a combination in shadow"
-        in _act(manager, bad, action="unshadow", reason="r").content.decode()
-    )
+def test_the_active_combination_cannot_be_put_in_or_taken_out_of_shadow(manager, combos) -> None:
+    _good, bad = combos
+    assert _post(manager, bad, "shadow", share_bp="100", reason="r").status_code == 409
+    refused = _post(manager, bad, "unshadow", reason="r")
+    assert refused.status_code == 409
+    assert "Only a combination in shadow" in refused.content.decode()
     assert _state(bad) == "active"
 
 
-def test_only_a_manager_of_the_tenant_puts_a_combination_in_shadow(
+def test_a_canary_share_is_set_with_a_reason(manager, tenant, combos) -> None:
+    canary = _canary(tenant, combos)
+    page = _done(manager, canary, "canary", share_bp="2500", reason="widen")
+    assert "good is a canary: 25% of new runs go to it." in page
+    assert _stored(canary).canary_share_bp == 2500
+
+
+def test_the_list_offers_only_the_changes_each_state_allows(manager, tenant, combos) -> None:
+    canary = _canary(tenant, combos)
+    _good, active = combos
+    html = manager.get("/combinations/", secure=True).content.decode()
+    assert f"/combinations/{canary.pk}/promote?back=list" in html
+    assert f"/combinations/{canary.pk}/resume" not in html
+    assert f"/combinations/{active.pk}/retire" not in html
+    assert f"/combinations/{active.pk}/halt?back=list" in html
+    combinations.halt(tenant=tenant, combination_id=canary.pk, actor="x", source="api", reason="r")
+    html = manager.get("/combinations/", secure=True).content.decode()
+    assert f"/combinations/{canary.pk}/resume?back=list" in html
+    assert f"/combinations/{canary.pk}/retire?back=list" in html
+    assert f"/combinations/{canary.pk}/promote" not in html
+
+
+def test_a_change_asked_from_the_list_returns_to_the_list(manager, tenant, combos) -> None:
+    canary = _canary(tenant, combos)
+    response = _post(manager, canary, "halt", reason="r", back="list")
+    assert response["Location"] == "/combinations/"
+
+
+def test_only_a_manager_of_the_tenant_changes_a_combination(
     django_user_model, tenant, other_tenant, combos
-):
-    good, _bad = combos
+) -> None:
+    canary = _canary(tenant, combos)
+    combinations.halt(tenant=tenant, combination_id=canary.pk, actor="x", source="api", reason="r")
     operator = signed_in(make_user(django_user_model, "op", tenant, "operator"))
     stranger = signed_in(make_user(django_user_model, "them", other_tenant, "manager"))
-    data = {"action": "shadow", "share_bp": "100", "reason": "r"}
-    url = f"/combinations/{good.pk}/action"
-    assert operator.post(url, data, secure=True).status_code == 403
-    assert stranger.post(url, data, secure=True).status_code == 404
+    url = _url(canary, "resume")
+    assert operator.post(url, {"reason": "r"}, secure=True).status_code == 403
+    assert operator.get(url, secure=True).status_code == 403
+    assert stranger.post(url, {"reason": "r"}, secure=True).status_code == 404
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(make_user(django_user_model, "mgr2", tenant, "manager"))
-    assert strict.post(url, data, secure=True).status_code == 403
-    assert _state(good) == "retired" and _shadow_events(good) == []
+    assert strict.post(url, {"reason": "r"}, secure=True).status_code == 403
+    assert _state(canary) == "halted"
+    assert not AuditEvent.objects.filter(action="combination.resumed").exists()
+
+
+def test_the_change_pages_speak_the_users_language(django_user_model, tenant, combos) -> None:
+    canary = _canary(tenant, combos)
+    user = make_user(django_user_model, "li", tenant, "manager")
+    Preferences.objects.create(user=user, language="zh-hans")
+    client = signed_in(user)
+    combinations.halt(tenant=tenant, combination_id=canary.pk, actor="x", source="api", reason="r")
+    html = client.get(_url(canary, "resume"), secure=True).content.decode()
+    assert "good 回到叫停前的状态" in html and "承接 10% 的新运行" in html
+    assert "returns to what it was before the halt" not in html
+    refused = client.get(_url(canary, "promote"), secure=True).content.decode()
+    assert "good 已叫停" in refused and "is halted: resume it" not in refused

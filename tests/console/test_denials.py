@@ -46,7 +46,7 @@ def _denials(actor: str):
         ("get", "/unknown/{record}/", "idempotencyrecord", "operator"),
         ("post", "/unknown/{record}/action", "idempotencyrecord", "operator"),
         ("get", "/ledger/runs/{run}/", "run", "operator"),
-        ("post", "/combinations/{combination}/action", "versioncombination", "manager"),
+        ("post", "/combinations/{combination}/resume", "versioncombination", "manager"),
         ("get", "/combinations/{combination}/rollback", "versioncombination", "manager"),
         ("post", "/tools/{tool}/override", "tool", "manager"),
     ],

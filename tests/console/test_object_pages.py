@@ -84,7 +84,9 @@ def test_a_combinations_page_shows_its_versions_lifecycle_rollout_runs_and_audit
     assert "25%" in html and "2500 bp" in html  # the canary share its rollout gave it
     assert f'href="/rollouts/{plan.pk}/"' in html
     assert "combination.canary" in html  # the audit timeline
-    assert 'value="promote"' in html and 'value="retire"' in html  # the lifecycle controls
+    # The changes its state allows, each a page that says what it changes.
+    assert f'href="/combinations/{candidate.pk}/promote"' in html
+    assert f'href="/combinations/{candidate.pk}/retire"' in html
     html = manager.get(f"/combinations/{bad.pk}/", secure=True).content.decode()
     assert "run-under-bad" in html and f'href="/combinations/{good.pk}/"' in html  # replaced
     assert (
@@ -96,15 +98,12 @@ def test_a_combinations_page_shows_its_versions_lifecycle_rollout_runs_and_audit
 def test_an_action_on_a_combinations_page_returns_to_it(django_user_model, tenant, combos):
     _good, bad = combos
     manager = signed_in(make_user(django_user_model, "ma", tenant, "manager"))
-    done = manager.post(
-        f"/combinations/{bad.pk}/action",
-        {"action": "halt", "reason": "dup spike", "back": "combination"},
-        secure=True,
-    )
+    done = manager.post(f"/combinations/{bad.pk}/halt", {"reason": "dup spike"}, secure=True)
     assert done.status_code == 302 and done.url == f"/combinations/{bad.pk}/"
     assert VersionCombination.objects.get(pk=bad.pk).state == "halted"
     html = manager.get(done.url, secure=True).content.decode()
-    assert "dup spike" in html and 'value="resume"' in html
+    assert "dup spike" in html and f'href="/combinations/{bad.pk}/resume"' in html
+    assert "resuming it returns it to active" in html
 
 
 def test_combination_names_link_only_for_roles_that_open_the_page(

@@ -113,9 +113,9 @@ def test_a_combinations_activation_and_halt_are_timed_by_the_database_clock(
     activated = combinations.activate(
         tenant=tenant, combination_id=combination.pk, actor="alice", source="console"
     )
-    halted, _ = combinations.halt(
+    halted = combinations.halt(
         tenant=tenant, combination_id=combination.pk, actor="alice", source="console", reason="bad"
-    )
+    ).combination
     after = db_now()
     assert activated.activated_at is not None and halted.halted_at is not None
     assert before <= activated.activated_at <= after

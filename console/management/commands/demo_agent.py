@@ -407,11 +407,12 @@ class Command(BaseCommand):
             combinations.activate(
                 tenant=tenant, combination_id=out["baseline"].pk, actor="demo_agent", source="cli"
             )
-        if out["next"].state == VersionCombination.State.RETIRED:
+        resting = (VersionCombination.State.NEW, VersionCombination.State.RETIRED)
+        if out["next"].state in resting:
             combinations.set_shadow(
                 tenant=tenant, combination_id=out["next"].pk, actor="demo_agent", source="cli"
             )
-        if out["candidate"].state == VersionCombination.State.RETIRED:
+        if out["candidate"].state in resting:
             combinations.set_canary(
                 tenant=tenant,
                 combination_id=out["candidate"].pk,
