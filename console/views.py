@@ -296,7 +296,10 @@ def rollback_page(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse
             choices=choices,
             default=default,
             restore=restore,
-            restored=known.get(report.restored) if report and report.restored else None,
+            # Read afresh: a rollback just made it active.
+            restored=VersionCombination.objects.filter(tenant=tenant, pk=report.restored).first()
+            if report and report.restored
+            else None,
             active=VersionCombination.objects.filter(
                 tenant=tenant, state=VersionCombination.State.ACTIVE
             ).first(),

@@ -28,13 +28,19 @@ def test_roll_back_a_combination(page: Page, live_server, django_user_model, inc
     sign_in(page, live_server.url, "maria")
     page.click("nav >> text=Combinations")
     shot(page, "combinations")
-    page.locator("tr", has_text="prompt-v2").locator("text=Roll back…").click()
+    row = page.locator("tr", has_text="prompt-v2")
+    row.locator("details.row-menu > summary").click()
+    row.locator("text=Roll back…").click()
     # The confirmation lists the in-flight runs and the pending side effects before anything.
     expect(page.locator("h1")).to_contain_text("Roll back prompt-v2")
     expect(page.locator("text=run-checkout")).to_be_visible()
     unknown = IdempotencyRecord.objects.filter(combination_id=bad["id"], state="unknown").count()
     assert unknown == 4  # three orders and the write waiting for approval
-    expect(page.locator(f"text={unknown} unknown (queued for look-up)")).to_be_visible()
+    # Nothing can look them up (no adapter for the orders, the write's workspace unregistered).
+    expect(page.locator("#rollback-lookups h2")).to_have_text(
+        "0 unknown calls will be queued for look-up"
+    )
+    expect(page.locator("#rollback-needs-human h2")).to_have_text(f"Needs a human ({unknown})")
     approvals = page.locator("#rollback-approvals")
     expect(approvals.locator("h2")).to_have_text("1 approval will be invalidated")
     expect(approvals.locator(".badge")).to_have_text(["pending"])

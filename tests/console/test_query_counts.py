@@ -5,6 +5,7 @@ event) however many related rows it lists."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -209,6 +210,38 @@ def _audit_event_page(tenant: Tenant) -> tuple[str, Grow, None]:
     return f"/audit/{event.pk}/", grow, None
 
 
+def _two_combinations(tenant: Tenant) -> Any:
+    versions = {"model": "m", "rules": "r", "tool_schema": "t", "data_version": "d"}
+    for prompt in ("before", "bad"):
+        combo, _ = combinations.create_combination(
+            tenant=tenant, label=prompt, actor="x", source="api", prompt=prompt, **versions
+        )
+        combinations.activate(tenant=tenant, combination_id=combo.pk, actor="x", source="api")
+    return combo
+
+
+def _halt_page(tenant: Tenant) -> tuple[str, Grow, Callable[[int], str]]:
+    """The halt page of the active combination: the approvals it voids, its runs in flight."""
+    combo = _two_combinations(tenant)
+
+    def grow(start: int, n: int) -> None:
+        _approvals(tenant, start, n)
+
+    return f"/combinations/{combo.pk}/halt", grow, "run-a{}".format
+
+
+def _rollback_page(tenant: Tenant) -> tuple[str, Grow, Callable[[int], str]]:
+    """A rollback's preview: its runs, approvals, unknown calls (none can be looked up, so
+    each needs a human) and calls in flight."""
+    combo = _two_combinations(tenant)
+
+    def grow(start: int, n: int) -> None:
+        _approvals(tenant, start, n)
+        _unknown(tenant, start, n)
+
+    return f"/combinations/{combo.pk}/rollback", grow, "create_order:c{}".format
+
+
 OBJECT_PAGES: list[tuple[str, ObjectPage]] = [
     ("call", _call_page),
     ("record", _record_page),
@@ -216,6 +249,8 @@ OBJECT_PAGES: list[tuple[str, ObjectPage]] = [
     ("combination", _combination_page),
     ("approval", _approval_page),
     ("audit-event", _audit_event_page),
+    ("combination-halt", _halt_page),
+    ("rollback", _rollback_page),
 ]
 
 
