@@ -335,26 +335,26 @@ def combination_change(request: HttpRequest, tenant: Tenant, pk: int, change: st
         "No such combination.",
     )
     chosen = CHANGES[change]
-    back = request.POST.get("back") or request.GET.get("back", "")
-    refused = _refusal(chosen, combination) or _plan_refusal(
-        chosen, _preview(tenant, chosen, combination)
-    )
+    back = "list" if (request.POST.get("back") or request.GET.get("back")) == "list" else ""
+    preview = _preview(tenant, chosen, combination)
+    refused = _refusal(chosen, combination) or _plan_refusal(chosen, preview)
     error, status = refused, 200
-    if request.method == "POST" and not refused:
+    if request.method == "POST" and refused:
+        status = 409
+    elif request.method == "POST":
         try:
             messages.success(request, _do(request, tenant, chosen, combination))
         except _FormError as exc:
             error, status = str(exc), 400
-        except LedgerError as exc:
+        except LedgerError as exc:  # e.g. someone else changed it meanwhile
             error, status = exc.message, 409 if exc.http_status == 409 else 400
         else:
             if back == "list":
                 return redirect("console:combinations")
             return redirect("console:combination", pk=combination.pk)
         combination.refresh_from_db()
-    elif request.method == "POST":
-        status = 409
-    preview = _preview(tenant, chosen, combination)
+        preview = _preview(tenant, chosen, combination)
+        refused = _refusal(chosen, combination) or _plan_refusal(chosen, preview)
     typed_share, _bp = _share(request.POST or request.GET, chosen, combination)
     return render(
         request,
@@ -365,7 +365,7 @@ def combination_change(request: HttpRequest, tenant: Tenant, pk: int, change: st
             combination=combination,
             change=chosen,
             error=error,
-            refused=bool(_refusal(chosen, combination) or _plan_refusal(chosen, preview)),
+            refused=bool(refused),
             reason=request.POST.get("reason", ""),
             share_bp=typed_share,
             back=back,
