@@ -1,4 +1,4 @@
-"""Migration 0019 maps the combinations of the old lifecycle (where a new combination was
+"""Migration 0020 maps the combinations of the old lifecycle (where a new combination was
 ``retired``) from their history: never run is ``new``, a halted one knows what it halted from,
 one in shadow where it came from."""
 
@@ -12,8 +12,8 @@ from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 pytestmark = pytest.mark.django_db(transaction=True)
-BEFORE = [("ledger", "0018_entry_key_prefix_index")]
-AFTER = [("ledger", "0019_combination_lifecycle")]
+BEFORE = [("ledger", "0019_record_data_classification")]
+AFTER = [("ledger", "0020_combination_lifecycle")]
 
 
 def _migrate(targets: list[tuple[str, str]]) -> Any:

@@ -105,7 +105,7 @@ def backwards(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("ledger", "0018_entry_key_prefix_index"),
+        ("ledger", "0019_record_data_classification"),
     ]
 
     operations = [
