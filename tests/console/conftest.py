@@ -30,10 +30,17 @@ def sha(text: str) -> str:
 
 
 def make_pending(
-    tenant: Tenant, path: str = "app.py", run_id: str = "run-1", api: ApiClient | None = None
+    tenant: Tenant,
+    path: str = "app.py",
+    run_id: str = "run-1",
+    api: ApiClient | None = None,
+    *,
+    checked: bool = True,
 ) -> ApprovalRequest:
     """A conditional write whose replay waits for an approval, with an HTML-laden diff,
-    requested with ``api``'s token (by default a new one of a service account)."""
+    requested with ``api``'s token (by default a new one of a service account). ``checked``:
+    the replay reports the file's hash, still the plan's before-hash (the write did not land,
+    which escalates the record); else it reports none and only the approval waits."""
     api = api or client_for(tenant)
     api.start_run(run_id)
     plan = {
@@ -46,7 +53,7 @@ def make_pending(
     }
     first = api.call("write_file", {"path": path}, write_plan=plan, run_id=run_id).json()
     api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
-    api.post(f"/calls/{first['call_id']}/replay", {"current_hash": sha("a")})
+    api.post(f"/calls/{first['call_id']}/replay", {"current_hash": sha("a")} if checked else {})
     return ApprovalRequest.objects.get(record__key=first["idempotency_key"])
 
 

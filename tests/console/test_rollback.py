@@ -150,7 +150,9 @@ def test_the_preview_lists_everything_the_rollback_changes_and_the_result_their_
     _good, bad = combos
     # The writes' workspace is registered: a worker can check their files, so they are queued.
     WorkspaceRoot.objects.create(tenant=tenant, name="repo", path="/srv/repo")
-    waiting = [make_pending(tenant, path=f"f{n}.py", run_id=f"run-w{n}") for n in range(2)]
+    waiting = [
+        make_pending(tenant, path=f"f{n}.py", run_id=f"run-w{n}", checked=False) for n in range(2)
+    ]
     api = client_for(tenant)
     api.start_run("run-order")
     no_adapter = _unknown_order(api, "run-order", 7)  # create_order has no downstream adapter
