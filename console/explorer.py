@@ -275,7 +275,7 @@ CALL_COLUMNS: list[tuple[str, Callable[[Any], object]]] = [
     ("run_id", lambda e: e.run.run_id),
     ("decision", lambda e: e.decision),
     ("observation_code", lambda e: e.observation_code),
-    ("dedup_hit", lambda e: e.reused_record),
+    ("dedup_hit", lambda e: e.dedup_hit),
     ("status", lambda e: e.status),
     ("idempotency_key", lambda e: e.idempotency_key),
     ("combination", lambda e: e.combination.label if e.combination else ""),
@@ -372,7 +372,7 @@ def run_timeline(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
             entries=page,
             next_after=page[-1].pk if more else None,
             paged=bool(after),
-            dedup_hits=sum(1 for e in page if e.reused_record),
+            dedup_hits=sum(1 for e in page if e.dedup_hit),
         ),
     )
 

@@ -125,12 +125,12 @@ def _compensating_call(
 def _waiting_entry(call: entries.NewCall, record: IdempotencyRecord, *, again: bool) -> LedgerEntry:
     """The compensation's entry, waiting for a human's approval (``again``: a new request for
     a compensation known not to have run)."""
-    return entries.add(
+    add = entries.add_retry if again else entries.add
+    return add(
         call,
         decision=Decision.APPROVAL_REQUIRED,
         record=record,
         code=ObservationCode.APPROVAL_REQUIRED.value,
-        reused_record=again,
     )
 
 

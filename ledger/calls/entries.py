@@ -14,8 +14,9 @@ from ledger.classification.calls import classify_tool_call
 from ledger.domain import DataClassification, Decision, EntryStatus, InputSource, RecordState
 from ledger.keys import fingerprint
 from ledger.models import IdempotencyRecord, LedgerEntry, Run, Tenant, Tool, VersionCombination
+from ledger.records.reserve import count_duplicate_sql
 from ledger.redaction import redact_for_storage
-from ledger.services.statements import DbTime, insert_returning_id
+from ledger.services.statements import DbTime, insert_returning_id, run_precompiled
 
 _ENTRY_STATUS_FOR = {
     Decision.EXECUTE: EntryStatus.STARTED,
@@ -176,4 +177,16 @@ def add(call: NewCall, **decided: Any) -> LedgerEntry:
     """``build``, saved (without compiling an ORM query: this is on the hot path)."""
     made = build(call, **decided)
     insert_returning_id(made)
+    return made
+
+
+def add_retry(call: NewCall, **decided: Any) -> LedgerEntry:
+    """``add`` for a retry of a call (``retry_of``), counted on its record when it is a dedup
+    hit (``LedgerEntry.dedup_hit``), as ``records.reserve_key`` and
+    ``records.count_duplicate_as_seen`` count a duplicate with its answer: the record's
+    ``duplicate_hits`` agrees with the metric."""
+    made = add(call, reused_record=True, **decided)
+    if made.dedup_hit and made.record is not None:
+        run_precompiled(count_duplicate_sql(), [made.record.pk])
+        made.record.duplicate_hits += 1
     return made

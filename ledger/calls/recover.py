@@ -70,12 +70,11 @@ def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None
                 _apply(checked, locked, now=now, caller=caller, entry=None)
                 checked = None
         decision, next_action = answer.decision, answer.next_action
-        entry = entries.add(
+        entry = entries.add_retry(
             entries.retry_of(original, caller),
             decision=decision,
             record=locked,
             code=answer.code.value if answer.code else "",
-            reused_record=True,
         )
         approval = rejection_of(locked, entry) if decision is Decision.APPROVAL_REQUIRED else None
         if approval is not None:

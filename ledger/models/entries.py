@@ -23,6 +23,13 @@ from ledger.models.records import IdempotencyRecord
 from ledger.models.registry import Tool
 from ledger.models.tenancy import ApiToken, Tenant
 
+#: The decisions that are not a dedup hit even when the key already had a record: the request
+#: executed (a replay), was refused as a different request under the same key (a conflict), or
+#: reserved nothing (a shadow run's dry run).
+NOT_ANSWERED_FROM_RECORD = frozenset(
+    {Decision.EXECUTE.value, Decision.CONFLICT.value, Decision.SHADOW_DRY_RUN.value}
+)
+
 
 class LedgerEntry(models.Model):
     """One tool-call attempt, written before the call runs (seed 000's ``ToolLedgerEntry``)."""
@@ -74,11 +81,21 @@ class LedgerEntry(models.Model):
         VersionCombination, null=True, blank=True, on_delete=models.SET_NULL
     )
     fencing_token = models.BigIntegerField(null=True, blank=True)
-    # True when the key already had a record: a retry or a duplicate (dedup metrics).
+    # True when the key already had a record: a retry or a duplicate; a dedup hit unless it
+    # executed or conflicted (``DEDUP_HIT``).
     reused_record = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    #: A dedup hit (DESIGN section 9): a keyed request answered from an existing record, so no
+    #: second side effect could start. The one definition, as a filter for querysets (the
+    #: metric's rollup, ``ledger.services.metrics``, counts with it, the console's counts too)
+    #: and as ``dedup_hit`` for one entry (the console's badges, the CSV); the two are held
+    #: equal for every decision by ``tests/test_dedup_hits.py``.
+    DEDUP_HIT: ClassVar[Q] = (
+        Q(reused_record=True) & ~Q(idempotency_key="") & ~Q(decision__in=NOT_ANSWERED_FROM_RECORD)
+    )
 
     class Meta:
         constraints: ClassVar = [
@@ -119,3 +136,12 @@ class LedgerEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.call_id} {self.status}"
+
+    @property
+    def dedup_hit(self) -> bool:
+        """Whether this call is a dedup hit (``DEDUP_HIT``)."""
+        return (
+            self.reused_record
+            and self.idempotency_key != ""
+            and self.decision not in NOT_ANSWERED_FROM_RECORD
+        )

@@ -8,7 +8,9 @@ tool. Dashboards, thresholds and ``/metrics`` read the buckets, never the ledger
 Definitions:
 - keyed request: a call with an idempotency key; dedup hit: a keyed request answered from an
   existing record without executing (recorded result, wait, approval, refusal; a conflict is
-  not a hit; a shadow run's dry run reserves nothing and is not a keyed request); dedup hit
+  not a hit; a shadow run's dry run reserves nothing and is not a keyed request), the one
+  definition ``LedgerEntry.DEDUP_HIT`` (``LedgerEntry.dedup_hit`` for one entry) that the
+  console's badges and counts and each record's ``duplicate_hits`` agree with; dedup hit
   rate = hits / keyed requests;
 - uncertain results: records in ``unknown`` now, and executions that became unknown per window;
 - duplicate side effect: an execution of an action classified non-idempotent when an earlier
@@ -24,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Sum
+from django.db.models import BooleanField, ExpressionWrapper, F, Sum
 from django.utils import timezone
 
 from ledger.domain import Decision, Idempotency, RecordState
@@ -48,7 +50,6 @@ COUNTERS = (
     "duplicate_side_effects",
     *(f"decided_{d.value}" for d in Decision),
 )
-NOT_DEDUP = {Decision.EXECUTE.value, Decision.CONFLICT.value}
 
 Key = tuple[int, int | None, str, datetime]
 
@@ -99,17 +100,16 @@ def _fold_entries(cursor: MetricCursor, counts: dict[Key, dict[str, int]], batch
             "tool__name",
             "created_at",
             "decision",
-            "reused_record",
             "idempotency_key",
+            ExpressionWrapper(LedgerEntry.DEDUP_HIT, output_field=BooleanField()),
         )[:batch]
     )
-    for pk, tenant_id, combination_id, tool, created, decision, reused, key in rows:
+    for pk, tenant_id, combination_id, tool, created, decision, key, hit in rows:
         values = counts[(tenant_id, combination_id, tool, bucket_of(created))]
         values[f"decided_{decision}"] += 1
         if key and decision != Decision.SHADOW_DRY_RUN:  # a dry run reserves no key
             values["keyed_requests"] += 1
-            if reused and decision not in NOT_DEDUP:
-                values["dedup_hits"] += 1
+            values["dedup_hits"] += hit
         cursor.last_id = pk
     return len(rows)
 
