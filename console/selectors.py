@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -10,7 +11,7 @@ from django.db.models import Count, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from ledger.clock import db_now
-from ledger.domain import EscalationKind, RecordState
+from ledger.domain import Decision, EscalationKind, ObservationCode, RecordState, ReplayPolicy
 from ledger.models import (
     ApprovalRequest,
     AuditEvent,
@@ -24,6 +25,9 @@ from ledger.models import (
     WritePlan,
 )
 from ledger.records.escalation import escalated_as
+from ledger.records.reserve import state_table_answer
+from ledger.records.transitions import REPORTED, Outcome
+from ledger.services.approvals import action_hash
 from ledger.services.combinations import RollbackReport
 
 
@@ -225,11 +229,103 @@ def record_timeline(record: IdempotencyRecord) -> dict[str, object]:
     }
 
 
-def call_page(entry: LedgerEntry) -> dict[str, object]:
-    """Everything about one call: its write plan, its action's look-ups and approvals, the
-    observation the model gets for it now, and the audit events of the action and the call's
-    approvals, oldest first."""
+@dataclass(frozen=True)
+class RetryAnswer:
+    """What a retry of a call would be told now: the decision and the observation (None: go
+    ahead, the retry would run the tool)."""
+
+    decision: Decision
+    observation: dict[str, Any] | None
+
+
+def retry_answer(entry: LedgerEntry, latest: ApprovalRequest | None) -> RetryAnswer:
+    """What a retry of ``entry`` (a new call with its key and input) would be told now: the
+    state table's answer from its record as it is (``records.reserve.state_table_answer``),
+    told as ``record_call`` tells a duplicate (``ledger.calls.observation_for``), with the
+    record's ``latest`` approval request joined if open, or standing if it rejected this
+    action. A read: nothing is reserved, counted or asked for."""
     from ledger.calls import observation_for
+
+    record = entry.record
+    assert record is not None
+    answer = state_table_answer(record, entry.input_hash, ReplayPolicy(entry.replay_policy))
+    decision, code, approval = answer.decision, answer.code, None
+    if decision is Decision.APPROVAL_REQUIRED and latest is not None:
+        if latest.state in ApprovalRequest.OPEN_STATES:
+            approval = latest
+        elif latest.state == ApprovalRequest.State.REJECTED and latest.action_hash == action_hash(
+            entry, record
+        ):
+            approval, decision, code = latest, Decision.FORBIDDEN, ObservationCode.APPROVAL_REJECTED
+    retry = LedgerEntry(
+        call_id=entry.call_id,
+        tool=entry.tool,
+        idempotency=entry.idempotency,
+        replay_policy=entry.replay_policy,
+        idempotency_key=entry.idempotency_key,
+        record=record,
+        decision=decision,
+        observation_code=code.value if code else "",
+    )
+    return RetryAnswer(decision, observation_for(retry, approval, next_action=answer.next_action))
+
+
+#: The audit action of each report a holder makes, and the outcome it reported.
+REPORT_ACTIONS = {transition.action: outcome for outcome, transition in REPORTED.items()}
+
+
+@dataclass(frozen=True)
+class ReportAnswer:
+    """What the runtime was told when it reported how an executed call ended: the outcome it
+    reported and the observation it got (None when it cannot be told exactly any more)."""
+
+    outcome: Outcome
+    observation: dict[str, Any] | None
+
+
+def report_answer(entry: LedgerEntry) -> ReportAnswer | None:
+    """The answer to ``entry``'s own report (``calls.complete_call`` tells the call as it stands
+    once the report is recorded), rebuilt from the report's audit event (the one whose token
+    is the call's) and the record as it was then: an uncertain outcome is told from the call's
+    class alone, a success from the record's result (a succeeded record never changes), a
+    failure from the record's error while no later execution has replaced it. None when the
+    call has not reported (or its lease lapsed first)."""
+    from ledger.calls import observation_for
+
+    record = entry.record
+    if record is None or entry.fencing_token is None:
+        return None
+    event = (
+        AuditEvent.objects.filter(
+            tenant_id=entry.tenant_id,
+            target_type="idempotencyrecord",
+            target_id=str(record.pk),
+            action__in=list(REPORT_ACTIONS),
+            before__fencing_token=entry.fencing_token,
+        )
+        .order_by("pk")
+        .first()
+    )
+    if event is None:
+        return None
+    outcome = REPORT_ACTIONS[event.action]
+    then = copy.copy(record)
+    if outcome is Outcome.UNCERTAIN:
+        then.state = RecordState.UNKNOWN
+    elif RecordState(record.state) is not REPORTED[outcome].target or (
+        record.fencing_token != entry.fencing_token
+    ):
+        return ReportAnswer(outcome, None)  # executed again, or settled otherwise, since
+    reported = copy.copy(entry)
+    reported.record = then
+    return ReportAnswer(outcome, observation_for(reported, None))
+
+
+def call_page(entry: LedgerEntry) -> dict[str, object]:
+    """Everything about one call: its write plan, its action's look-ups and approvals, what a
+    retry of it would be told now (``retry_answer``; what the model was told with the call's
+    own decision is kept with it, ``LedgerEntry.observation``), the number of the action's
+    dedup hits, and the audit events of the action and the call's approvals, oldest first."""
     from reconcile.models import ReconcileAttempt
 
     approvals = list(
@@ -250,7 +346,10 @@ def call_page(entry: LedgerEntry) -> dict[str, object]:
         if entry.record_id
         else [],
         "approvals": approvals,
-        "observation": observation_for(entry, approvals[-1] if approvals else None),
+        "report": report_answer(entry),
+        "retry": retry_answer(entry, approvals[-1] if approvals else None)
+        if entry.record_id is not None
+        else None,
         "events": list(
             AuditEvent.objects.filter(targets, tenant_id=entry.tenant_id).order_by("created_at")[
                 :200

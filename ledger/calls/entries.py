@@ -173,6 +173,16 @@ def build(
     )
 
 
+def told(entry: LedgerEntry, observation: dict[str, Any] | None) -> None:
+    """Keep with ``entry`` what the model is told about its decision (``observation_for``), as
+    given: on an entry not yet inserted it costs no statement (the hot path's duplicate is
+    entered with it); an entry already saved, whose observation names what was written after
+    it (an approval request, say), is updated. Nothing for a call told to go ahead."""
+    entry.observation = observation
+    if observation is not None and not entry._state.adding:
+        LedgerEntry.objects.filter(pk=entry.pk).update(observation=observation)
+
+
 def add(call: NewCall, **decided: Any) -> LedgerEntry:
     """``build``, saved (without compiling an ORM query: this is on the hot path)."""
     made = build(call, **decided)

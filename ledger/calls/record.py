@@ -118,6 +118,7 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
                 code=ObservationCode.RUN_HALTED,
             )
             observation = observation_for(entry, None, next_action="stop")
+            entries.told(entry, observation)
             return CallResult(entry, Decision.FORBIDDEN, classification, observation)
         if shadow.dry_run_required(run, classification.idempotency):
             return _shadow_dry_run(call, request.write_plan)
@@ -152,6 +153,7 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
         result.observation = observation_for(
             entry, result.approval, next_action=reservation.next_action
         )
+        entries.told(entry, result.observation)
     return result
 
 
@@ -165,6 +167,7 @@ def _shadow_dry_run(call: entries.NewCall, write_plan: WritePlanInput | None) ->
     if write_plan is not None:
         _save_write_plan(call.caller.tenant, entry, write_plan)
     observation = observation_for(entry, None, next_action="continue")
+    entries.told(entry, observation)
     return CallResult(entry, Decision.SHADOW_DRY_RUN, call.classification, observation)
 
 
@@ -227,10 +230,12 @@ def _duplicate_as_seen(
         code=reservation.code.value if reservation.code else "",
         reused_record=True,
     )
+    # Told before the entry is inserted, so it is kept at no statement of its own.
+    entries.told(entry, observation_for(entry, None, next_action=reservation.next_action))
     if not records.count_duplicate_as_seen(seen, entry):
         return None
     result = CallResult(entry, reservation.decision, call.classification)
-    result.observation = observation_for(entry, None, next_action=reservation.next_action)
+    result.observation = entry.observation
     return result
 
 

@@ -92,6 +92,7 @@ def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None
             )
     result = CallResult(entry, decision, classification, lease=lease, approval=approval)
     result.observation = observation_for(entry, approval, next_action=next_action, replay=True)
+    entries.told(entry, result.observation)
     return result
 
 

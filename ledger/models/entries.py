@@ -71,6 +71,10 @@ class LedgerEntry(models.Model):
     )
     decision = models.CharField(max_length=24, choices=choices(Decision))
     observation_code = models.CharField(max_length=40, blank=True)
+    # What the model was told with the decision (``ledger.calls.observation_for``), kept as
+    # given: its record may settle later and the call's page shows what the model got. Null
+    # for a call told to go ahead (``execute``), which gets no observation.
+    observation = models.JSONField(null=True, blank=True)
     side_effects = models.JSONField(default=list, blank=True)
     input_source = models.CharField(max_length=16, choices=choices(InputSource))
     caller_token = models.ForeignKey(ApiToken, null=True, blank=True, on_delete=models.SET_NULL)

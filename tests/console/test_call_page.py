@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ledger.models import IdempotencyRecord, LedgerEntry
+from ledger.records import Outcome, resolve_unknown
 from reconcile.services import reconcile_record
 from tests.api.conftest import client_for
 from tests.console.conftest import make_user, signed_in
@@ -99,3 +100,42 @@ def test_audit_targets_link_to_their_pages_for_roles_that_open_them(
 def test_another_tenants_call_is_a_404(django_user_model, other_tenant, uncertain_order):
     them = signed_in(make_user(django_user_model, "them", other_tenant, "operator"))
     assert them.get(f"/ledger/calls/{uncertain_order.pk}/", secure=True).status_code == 404
+
+
+def _section(html: str, section_id: str) -> str:
+    start = html.index(f'id="{section_id}"')
+    return html[start : html.index("</section>", start)]
+
+
+def test_the_call_page_shows_what_the_model_was_told_then_and_what_a_retry_gets_now(
+    django_user_model, tenant, uncertain_order
+):
+    """A duplicate told SIDE_EFFECT_UNCERTAIN keeps showing that after its record is settled;
+    what a retry would get now is the recorded result, shown apart."""
+    api = client_for(tenant)
+    duplicate = api.call(
+        "create_order",
+        {"cart": "cart-42", "api_key": SECRET},
+        run_id="run-page",
+        step_id="order",
+        business_object_id="cart-42",
+    ).json()
+    assert duplicate["observation"]["code"] == "SIDE_EFFECT_UNCERTAIN"
+    resolve_unknown(
+        record=uncertain_order.record,
+        outcome=Outcome.SUCCEEDED,
+        actor="worker",
+        detail="found downstream",
+        result={"order_id": "o-4242"},
+    )
+    operator = signed_in(make_user(django_user_model, "op", tenant, "operator"))
+    entry = LedgerEntry.objects.get(call_id=duplicate["call_id"])
+    html = operator.get(f"/ledger/calls/{entry.pk}/", secure=True).content.decode()
+    told, retry = _section(html, "call-told"), _section(html, "call-retry")
+    assert "SIDE_EFFECT_UNCERTAIN" in told and "o-4242" not in told
+    assert "o-4242" in retry and "SIDE_EFFECT_UNCERTAIN" not in retry
+    # The call that ran: told to go ahead, then SIDE_EFFECT_UNCERTAIN when it reported.
+    html = operator.get(f"/ledger/calls/{uncertain_order.pk}/", secure=True).content.decode()
+    told = _section(html, "call-told")
+    assert "Go ahead" in told and "SIDE_EFFECT_UNCERTAIN" in told and "o-4242" not in told
+    assert "o-4242" in _section(html, "call-retry")
