@@ -52,16 +52,25 @@ def get_for_tenant(
 ) -> M:
     """The tenant's object with this id, or 404. Another tenant's object is a 404 too (its
     existence is not revealed) and an audited denial naming it."""
-    found = queryset.filter(tenant=tenant, pk=pk).first()
+    return get_for_tenant_by(request, tenant, queryset, missing, pk=pk)
+
+
+def get_for_tenant_by(
+    request: HttpRequest, tenant: Tenant, queryset: models.QuerySet[M], missing: str, **unique: Any
+) -> M:
+    """``get_for_tenant`` by another unique field than the primary key (a call by its
+    ``call_id``, say): the tenant's object, or 404 and, for another tenant's, an audited
+    denial naming it by that value."""
+    found = queryset.filter(tenant=tenant, **unique).first()
     if found is not None:
         return found
     model = queryset.model
-    if model._default_manager.filter(pk=pk).exists():
+    if model._default_manager.filter(**unique).exists():
         audit_denial(
             request,
             reason=Reason.TENANT,
             tenant=tenant,
-            target=(model._meta.model_name or "", str(pk)),
+            target=(model._meta.model_name or "", str(next(iter(unique.values())))[:100]),
             detail=f"{request.method} {request.path}: it belongs to another tenant",
         )
     raise Http404(missing)

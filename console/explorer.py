@@ -17,6 +17,8 @@ the server has pg_trgm) and ``0018_entry_key_prefix_index``.
 
 from __future__ import annotations
 
+import re
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -24,19 +26,20 @@ from typing import Any
 from django import forms
 from django.db.models import Q, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.utils.translation import gettext_lazy as _
 
 from console import selectors
-from console.access import console_view, get_for_tenant
+from console.access import console_view, get_for_tenant, get_for_tenant_by
 from console.csv_export import csv_response
 from console.navigation import context_for
 from console.params import parse_id
 from console.roles import Role
+from console.templatetags.target_links import object_url
 from ledger.clock import db_now
 from ledger.domain import Decision, EntryStatus
 from ledger.keys import KEY_START
-from ledger.models import LedgerEntry, Run, Tenant
+from ledger.models import IdempotencyRecord, LedgerEntry, Run, Tenant
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
@@ -291,6 +294,19 @@ RUN_COLUMNS: list[tuple[str, Callable[[Any], object]]] = [
 ]
 
 
+#: A whole call id, as the API writes it (and PostgreSQL, once lower-cased by the filter).
+WHOLE_CALL_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def exact_call(form: _PagedFilter, rows: list[Any]) -> str | None:
+    """The page of the call a search names by its whole id (pasted from a log, say), when
+    that call is the one row found: the search goes straight to it."""
+    call = form.cleaned_data.get("call") or ""
+    if WHOLE_CALL_ID.match(call) and len(rows) == 1 and str(rows[0].call_id) == call:
+        return object_url("call", rows[0].pk)
+    return None
+
+
 def _list_page(
     request: HttpRequest,
     tenant: Tenant,
@@ -298,6 +314,7 @@ def _list_page(
     template: str,
     search: Any,
     columns: list[tuple[str, Callable[[Any], object]]],
+    jump: Callable[[_PagedFilter, list[Any]], str | None] | None = None,
 ) -> HttpResponse:
     rows: list[Any] = []
     next_before = None
@@ -306,6 +323,9 @@ def _list_page(
         if request.GET.get("format") == "csv":
             name = template.rsplit("/", 1)[-1].removesuffix(".html")
             return csv_response(f"{tenant.slug}-{name}.csv", columns, rows)
+        target = jump(form, rows) if jump is not None else None
+        if target is not None:
+            return redirect(target)
     return render(
         request,
         template,
@@ -326,7 +346,13 @@ def _list_page(
 def calls(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     form = CallFilter(request.GET, tenant=tenant)
     return _list_page(
-        request, tenant, form, "console/explorer_calls.html", search_calls, CALL_COLUMNS
+        request,
+        tenant,
+        form,
+        "console/explorer_calls.html",
+        search_calls,
+        CALL_COLUMNS,
+        jump=exact_call,
     )
 
 
@@ -388,3 +414,32 @@ def call_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
         "console/call_detail.html",
         context_for(request, tenant, entry=entry, **selectors.call_page(entry)),
     )
+
+
+@console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER, target="ledgerentry")
+def call_by_id(request: HttpRequest, tenant: Tenant, call_id: uuid.UUID) -> HttpResponse:
+    """A call by the id the API gives it (``call_id``, in logs and traces): its page."""
+    entries = LedgerEntry.objects.only("pk", "tenant")
+    entry = get_for_tenant_by(request, tenant, entries, "No such call.", call_id=call_id)
+    return redirect(object_url("call", entry.pk))
+
+
+@console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER)
+def find(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    """``?id=`` any id from a log or a trace, whole: a call id, a run id or an idempotency
+    key of this tenant; its page, or 404."""
+    text = request.GET.get("id", "").strip()[:1024]
+    if WHOLE_CALL_ID.match(text.lower()):
+        entries = LedgerEntry.objects.only("pk", "tenant")
+        entry = get_for_tenant_by(request, tenant, entries, "No such call.", call_id=text.lower())
+        return redirect(object_url("call", entry.pk))
+    # Run ids and keys are unique only within a tenant: another tenant's is no one's here.
+    run = Run.objects.filter(tenant=tenant, run_id=text).values_list("pk", flat=True).first()
+    if text and run is not None:
+        return redirect(object_url("run", run))
+    record = (
+        IdempotencyRecord.objects.filter(tenant=tenant, key=text).values_list("pk", flat=True)
+    ).first()
+    if text and record is not None:
+        return redirect(object_url("record", record))
+    raise Http404("Nothing of this tenant has this id.")

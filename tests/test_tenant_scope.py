@@ -52,6 +52,7 @@ NOT_LISTS = {
     "api-v1:preview": "one action's compensation by key: tests/api/test_compensations.py",
     "api-v1:get_compensation": "one action's compensation by key: tests/api/test_compensations.py",
     "console:tool_compensation": "declares a tool's compensation (POST)",
+    "console:find": "a look-up of one whole id: test_a_whole_id_is_looked_up_per_tenant",
 }
 
 # Lists that need a query to show anything: the parameters, from the tenant's own rows.
@@ -242,13 +243,22 @@ def test_counts_are_only_of_the_tenants_own_calls(name: str) -> None:
     assert _without_tokens(_get(own, name, path)) == before
 
 
+#: How an object's page names it in its URL: each parameter, and the object's value for it.
+OBJECT_IDS = {
+    "<int:pk>": lambda found: found.pk,
+    "<uuid:call_id>": lambda found: found.call_id,
+}
+
+
 def _object_pages() -> list[tuple[str, str, str]]:
-    """(URL name, route, model name) of every console page of one object that answers GET."""
+    """(URL name, route, model name) of every console page of one object that answers GET,
+    named by its primary key or by another id of it (``OBJECT_IDS``)."""
     found = []
     for route, name, pattern in _walk(get_resolver().url_patterns):
         view = pattern.callback
-        if not name.startswith("console:") or "pk" not in pattern.pattern.converters:
+        if not name.startswith("console:") or not pattern.pattern.converters:
             continue
+        assert any(part in route for part in OBJECT_IDS), f"{name}: an id not in OBJECT_IDS"
         if "GET" in getattr(view, "console_methods", ()):
             found.append((name, route, view.console_target))
     return found
@@ -259,7 +269,13 @@ OBJECT_PAGES = _object_pages()
 
 def test_the_object_pages_include_every_kind_of_object() -> None:
     names = {name for name, _route, _model in OBJECT_PAGES}
-    assert {"console:record", "console:combination", "console:audit_event", "console:call"} <= names
+    assert {
+        "console:record",
+        "console:combination",
+        "console:audit_event",
+        "console:call",
+        "console:call_by_id",
+    } <= names
     assert all(model for _name, _route, model in OBJECT_PAGES), "a page that names no model"
 
 
@@ -273,10 +289,26 @@ def test_another_tenants_object_is_not_found_on_any_object_page(
     for own, other in (SLUGS, SLUGS[::-1]):
         theirs = model._default_manager.filter(tenant__slug=other).order_by("pk").first()
         assert theirs is not None, f"the module's rows have no {model_name} of {other}"
-        path = "/" + route.replace("<int:pk>", str(theirs.pk))
+        path = "/" + route
+        for part, value in OBJECT_IDS.items():
+            if part in path:
+                path = path.replace(part, str(value(theirs)))
         response = tenants[own]["console"].get(path, secure=True)
         assert response.status_code == 404, (name, own, response.status_code)
         assert other not in response.content.decode()
+
+
+def test_a_whole_id_is_looked_up_per_tenant(tenants) -> None:
+    """``/ledger/find``: a call id, run id or key opens the tenant's own object and is a 404
+    for the other tenant's."""
+    for own, other in (SLUGS, SLUGS[::-1]):
+        client = tenants[own]["console"]
+        for slug, expected in ((own, 302), (other, 404)):
+            record = IdempotencyRecord.objects.get(pk=tenants[slug]["unknown"])
+            entry = record.entries.order_by("pk").first()
+            for text in (str(entry.call_id), entry.run.run_id, record.key):
+                response = client.get("/ledger/find", {"id": text}, secure=True)
+                assert response.status_code == expected, (own, slug, text)
 
 
 def test_a_key_is_looked_up_per_tenant(tenants) -> None:

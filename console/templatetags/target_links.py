@@ -4,6 +4,8 @@
 ``{% target_url event pages %}``: the page of an audit event's target, or empty.
 ``{% object_link "record" record.pk record.key pages %}``: the text, linked to the page.
 ``{% object_url "call" entry.pk %}``: the URL of an object's page (``object_url``).
+``{% key_link "record" record.pk record.key pages %}``: a long id (a key) on one line, cut
+with an ellipsis, whole on hover and on a copy button, linked as ``object_link`` links.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import get_language
+from django.utils.translation import gettext as _
 
 from console.params import parse_id
 from ledger.models import AuditEvent
@@ -72,3 +75,24 @@ def object_link(page: str, pk: int | None, text: object, pages: set[str]) -> Saf
     if pk is None or page not in pages:
         return conditional_escape(str(text))
     return format_html('<a href="{}">{}</a>', object_url(page, pk), text)
+
+
+@register.simple_tag
+def key_link(page: str, pk: int | None, key: str, pages: set[str]) -> SafeString:
+    """``key`` cut to one line (``.key-cell``), its whole text in the title and on a copy
+    button (shown by copy.js where the clipboard works), linked to ``page`` like
+    ``object_link``."""
+    if pk is None or page not in pages:
+        shown = format_html('<span class="key" title="{}">{}</span>', key, key)
+    else:
+        shown = format_html(
+            '<a class="key" href="{}" title="{}">{}</a>', object_url(page, pk), key, key
+        )
+    return format_html(
+        '<span class="key-cell">{} <button type="button" class="copy" data-copy="{}" '
+        'aria-label="{}" hidden>{}</button></span>',
+        shown,
+        key,
+        _("Copy the key"),
+        _("Copy"),
+    )

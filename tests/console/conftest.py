@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import pytest
 from django.test import Client
 
 from console.models import Membership
-from ledger.models import ApprovalRequest, IdempotencyRecord, Tenant
+from ledger.models import ApprovalRequest, DeclaredCompensation, IdempotencyRecord, Tenant
+from reconcile.models import CompensationAdapter
 from tests.api.conftest import ApiClient, client_for
+from tests.factories import make_tool
 
 
 def make_user(django_user_model, name: str, tenant: Tenant, role: str = ""):
@@ -131,3 +134,31 @@ def make_shadow_pair(tenant: Tenant, live_id: str = "run-1", shadow_id: str = "s
                 step_id="s-charge",
                 business_object_id="c",
             )
+
+
+@pytest.fixture
+def ordered(tenant: Tenant, settings: Any) -> IdempotencyRecord:
+    """A succeeded create_order whose compensation is declared, and its cancel adapter."""
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
+    orders = make_tool(tenant, "create_order")
+    cancel = make_tool(tenant, "cancel_order")
+    CompensationAdapter.objects.create(
+        tenant=tenant,
+        tool=cancel,
+        url_template="http://127.0.0.1:9/orders/objects/{order_id}/cancel",
+    )
+    DeclaredCompensation.objects.create(
+        tenant=tenant,
+        tool=orders,
+        compensating_tool=cancel,
+        arguments={"order_id": "result.id"},
+        declared_by="test",
+    )
+    api = client_for(tenant)
+    api.start_run()
+    call = api.call("create_order", {"cart": "c-1"}).json()
+    api.post(
+        f"/calls/{call['call_id']}/complete",
+        {"fencing_token": 1, "outcome": "succeeded", "result": {"id": "ord_<b>1</b>"}},
+    )
+    return IdempotencyRecord.objects.get(key=call["idempotency_key"])

@@ -3,6 +3,8 @@ another tenant's object 404. The table is the console's access policy in one pla
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -31,6 +33,8 @@ ROUTES = [
     ("runs", None, {"GET"}, STAFF),
     ("run", "run", {"GET"}, STAFF),
     ("call", "entry", {"GET"}, STAFF),
+    ("call_by_id", "call_id", {"GET"}, STAFF),
+    ("find", None, {"GET"}, STAFF),
     ("record", "record", {"GET"}, STAFF),
     ("combinations", None, {"GET"}, {"manager"}),
     ("combination", "combination", {"GET"}, {"manager"}),
@@ -51,20 +55,28 @@ IDS = [route[0] for route in ROUTES]
 
 
 @pytest.fixture
-def objects(tenant, pending, unknown, combos) -> dict[str, int]:
+def objects(tenant, pending, unknown, combos) -> dict[str, Any]:
+    entry = LedgerEntry.objects.filter(tenant=tenant).first()
     return {
         "approval": pending.pk,
         "record": unknown.pk,
         "run": Run.objects.filter(tenant=tenant).first().pk,
-        "entry": LedgerEntry.objects.filter(tenant=tenant).first().pk,
+        "entry": entry.pk,
+        "call_id": entry.call_id,
         "combination": combos[1].pk,
         "tool": Tool.objects.filter(tenant=tenant).first().pk,
         "event": AuditEvent.objects.filter(tenant=tenant).first().pk,
     }
 
 
-def _url(name: str, needs: str | None, objects: dict[str, int]) -> str:
-    return reverse(f"console:{name}", kwargs={"pk": objects[needs]} if needs else None)
+#: Pages that need a query to find their object: its parameters, from the objects.
+QUERIES = {"find": lambda objects: f"?id={objects['call_id']}"}
+
+
+def _url(name: str, needs: str | None, objects: dict[str, Any]) -> str:
+    parameter = "call_id" if needs == "call_id" else "pk"
+    url = reverse(f"console:{name}", kwargs={parameter: objects[needs]} if needs else None)
+    return url + QUERIES[name](objects) if name in QUERIES else url
 
 
 def _request(client: Client, method: str, url: str, data: dict | None = None):

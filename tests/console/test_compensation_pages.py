@@ -2,45 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from ledger.models import AuditEvent, DeclaredCompensation, IdempotencyRecord, Tenant
-from reconcile.models import CompensationAdapter
-from tests.api.conftest import client_for
+from ledger.models import AuditEvent, DeclaredCompensation
 from tests.console.conftest import make_user, signed_in
 from tests.factories import make_tool
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def ordered(tenant: Tenant, settings: Any) -> IdempotencyRecord:
-    """A succeeded create_order whose compensation is declared, and its cancel adapter."""
-    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
-    orders = make_tool(tenant, "create_order")
-    cancel = make_tool(tenant, "cancel_order")
-    CompensationAdapter.objects.create(
-        tenant=tenant,
-        tool=cancel,
-        url_template="http://127.0.0.1:9/orders/objects/{order_id}/cancel",
-    )
-    DeclaredCompensation.objects.create(
-        tenant=tenant,
-        tool=orders,
-        compensating_tool=cancel,
-        arguments={"order_id": "result.id"},
-        declared_by="test",
-    )
-    api = client_for(tenant)
-    api.start_run()
-    call = api.call("create_order", {"cart": "c-1"}).json()
-    api.post(
-        f"/calls/{call['call_id']}/complete",
-        {"fencing_token": 1, "outcome": "succeeded", "result": {"id": "ord_<b>1</b>"}},
-    )
-    return IdempotencyRecord.objects.get(key=call["idempotency_key"])
 
 
 def test_the_page_previews_the_exact_call_escaped(django_user_model, tenant, ordered) -> None:
