@@ -214,21 +214,6 @@ def unknown_calls(
     )
 
 
-def record_timeline(record: IdempotencyRecord) -> dict[str, object]:
-    """Everything that happened to one action: entries, decisions, look-ups, audit events."""
-    from reconcile.models import ReconcileAttempt
-
-    return {
-        "entries": list(record.entries.select_related("run").order_by("created_at")[:100]),
-        "attempts": list(ReconcileAttempt.objects.filter(record=record).order_by("created_at")),
-        "events": list(
-            AuditEvent.objects.filter(
-                target_type="idempotencyrecord", target_id=str(record.pk)
-            ).order_by("created_at")
-        ),
-    }
-
-
 @dataclass(frozen=True)
 class RetryAnswer:
     """What a retry of a call would be told now: the decision and the observation (None: go

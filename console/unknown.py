@@ -189,7 +189,7 @@ def unknown_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespons
     return render(
         request,
         "console/unknown_detail.html",
-        context_for(request, tenant, record=record, **selectors.record_timeline(record)),
+        context_for(request, tenant, record=record, **selectors.record_page(record)),
     )
 
 
