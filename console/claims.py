@@ -50,5 +50,14 @@ def claim(approval: ApprovalRequest, user: AbstractBaseUser) -> ApprovalClaim | 
     return None
 
 
+def taken(approval: ApprovalRequest, user: AbstractBaseUser) -> ApprovalClaim | None:
+    """Someone else's live claim on ``approval``, read without claiming it: the approval's page
+    polling itself is not opening it again."""
+    current = ApprovalClaim.objects.select_related("user").filter(approval=approval).first()
+    if current is not None and current.user_id != user.pk and is_live(current):
+        return current
+    return None
+
+
 def release(approval: ApprovalRequest) -> None:
     ApprovalClaim.objects.filter(approval=approval).delete()

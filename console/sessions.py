@@ -1,5 +1,6 @@
-"""A console session ends after ``SESSION_IDLE_MINUTES`` without activity. The inbox's own
-polling (marked ``X-Console-Poll``) is not activity, so an unattended screen still times out.
+"""A console session ends after ``SESSION_IDLE_MINUTES`` without activity. A page's own polling
+(the inbox's, a live page's: marked ``X-Console-Poll``) is not activity, so an unattended
+screen still times out.
 Times are the database's (``ledger.clock``), so web processes with skewed clocks agree."""
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ RESOLUTION_SECONDS = 60
 
 def _now() -> int:
     return int(db_now().timestamp())
+
+
+def polled(request: HttpRequest) -> bool:
+    """Whether ``request`` is a page polling itself (``POLL_HEADER``), not the user."""
+    return request.headers.get(POLL_HEADER) == "true"
 
 
 @receiver(user_logged_in)
@@ -60,7 +66,6 @@ class IdleTimeoutMiddleware:
                 # htmx follows this header with a full page load instead of swapping a fragment.
                 return HttpResponse(status=204, headers={"HX-Redirect": settings.LOGIN_URL})
             return redirect_to_login(request.get_full_path())
-        polled = request.headers.get(POLL_HEADER) == "true"
-        if not polled and (not isinstance(last, int) or now - last >= RESOLUTION_SECONDS):
+        if not polled(request) and (not isinstance(last, int) or now - last >= RESOLUTION_SECONDS):
             request.session[LAST_ACTIVITY] = now
         return self.get_response(request)

@@ -32,6 +32,7 @@ from console.members import request_has_role, tenants_of
 from console.navigation import context_for
 from console.params import parse_id
 from console.roles import Role
+from console.sessions import polled
 from ledger.domain import Idempotency, ServerTrust
 from ledger.errors import InvalidInput, LedgerError
 from ledger.models import (
@@ -149,7 +150,9 @@ def approval_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
     requested = next((e for e in timeline if e.action == "approval.requested"), None)
     pending = approval.state == ApprovalRequest.State.PENDING
     void = approvals_service.void_reason(approval) if pending else None
-    taken_by = claims.claim(approval, request.user) if pending and not own else None
+    # Opening the page claims the approval; the page polling itself only reads who has it.
+    claim = claims.taken if polled(request) else claims.claim
+    taken_by = claim(approval, request.user) if pending and not own else None
     return render(
         request,
         "console/approval_detail.html",

@@ -12,6 +12,8 @@
 
   document.addEventListener("DOMContentLoaded", function () { reveal(document); });
   document.addEventListener("htmx:afterSwap", function (event) { reveal(event.target); });
+  // A live page's parts are swapped out of band (live.js): each one swapped in is revealed too.
+  document.addEventListener("htmx:oobAfterSwap", function (event) { reveal(event.target); });
   document.addEventListener("click", function (event) {
     var button = event.target.closest ? event.target.closest("button[data-copy]") : null;
     if (button === null) return;

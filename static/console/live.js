@@ -1,18 +1,64 @@
-// Live lists: an element marked data-live polls its own page (htmx hx-trigger "every Ns") and
-// swaps in its fresh copy, so work that arrives or is settled shows without a reload. A poll
-// is skipped while the user has ticked or selected a row or is typing in the list, so nothing
-// they are in the middle of is lost; the next poll after that goes ahead.
+// Live pages: an element marked data-live polls its own page (htmx hx-trigger "every Ns") and
+// swaps in its fresh copy, so work that arrives or is settled shows without a reload. A page
+// whose changing parts are apart (an object's state, its look-ups, its timeline) has an empty
+// poller (templates/console/_live.html) naming them in hx-select-oob; each is marked
+// data-live-part. Nothing the user is in the middle of is lost: a poll is skipped while the
+// user has ticked or selected a row, or is in a field or on a button of the polling element,
+// and a part is left as it is (the others are swapped) while the user has typed in it or is in
+// one of its fields or buttons. A part whose fresh copy is the same is left as it is too, so an
+// alert in it is not announced again and a selection in it stays.
 (function () {
   "use strict";
 
+  function edited(field) {
+    if (field.type === "hidden") return false;
+    if (field.type === "checkbox" || field.type === "radio") {
+      return field.checked !== field.defaultChecked;
+    }
+    if (field.tagName === "SELECT") {
+      return Array.prototype.some.call(field.options, function (option) {
+        return option.selected !== option.defaultSelected;
+      });
+    }
+    return field.value !== field.defaultValue;
+  }
+
   function busy(live) {
     if (live.querySelector("input[type=checkbox]:checked, tr.selected")) return true;
+    if (Array.prototype.some.call(live.querySelectorAll("input, textarea, select"), edited)) {
+      return true;
+    }
     var focused = document.activeElement;
-    return focused !== null && live.contains(focused) && focused.matches("input, textarea, select");
+    return (
+      focused !== null && live.contains(focused) && focused.matches("input, textarea, select, button")
+    );
   }
 
   document.addEventListener("htmx:beforeRequest", function (event) {
     var live = event.target.closest ? event.target.closest("[data-live]") : null;
     if (live !== null && event.target === live && busy(live)) event.preventDefault();
+  });
+
+  // A part as the server wrote it: without what the page did to it since (copy buttons shown,
+  // htmx's classes) or what differs on every rendering (a form's CSRF token).
+  function served(element) {
+    var copy = element.cloneNode(true);
+    copy.querySelectorAll("button[data-copy]").forEach(function (button) { button.hidden = true; });
+    copy.querySelectorAll("input[name=csrfmiddlewaretoken]").forEach(function (token) {
+      token.removeAttribute("value");
+    });
+    copy.querySelectorAll("[class*=htmx-]").forEach(function (node) {
+      Array.prototype.slice.call(node.classList).forEach(function (name) {
+        if (name.indexOf("htmx-") === 0) node.classList.remove(name);
+      });
+    });
+    return copy.innerHTML;
+  }
+
+  document.addEventListener("htmx:oobBeforeSwap", function (event) {
+    var part = event.detail.target;
+    if (!part || !part.hasAttribute("data-live-part")) return;
+    var fresh = event.detail.fragment.firstElementChild;
+    if (busy(part) || (fresh && served(fresh) === served(part))) event.preventDefault();
   });
 })();

@@ -11,12 +11,19 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Run, Tenant
+from ledger.models import (
+    AuditEvent,
+    DeclaredCompensation,
+    IdempotencyRecord,
+    LedgerEntry,
+    Run,
+    Tenant,
+)
 from ledger.services import combinations, metrics
 from ledger.services.audit import audit
-from reconcile.models import ReconcileAttempt
+from reconcile.models import CompensationAdapter, ReconcileAttempt
 from tests.api.conftest import ApiClient, client_for
-from tests.console.conftest import make_pending, make_user, signed_in
+from tests.console.conftest import make_pending, make_shadow_pair, make_user, signed_in
 from tests.factories import make_tool
 
 pytestmark = pytest.mark.django_db
@@ -147,6 +154,74 @@ def _record_page(tenant: Tenant) -> tuple[str, Grow, Callable[[int], str]]:
     return f"/ledger/records/{record.pk}/", _grow_record(api, record), "HTTP 503 #{}".format
 
 
+def _unknown_page(tenant: Tenant) -> tuple[str, Grow, Callable[[int], str]]:
+    api, call = _unknown_order(tenant)
+    record = IdempotencyRecord.objects.get(key=call["idempotency_key"])
+    return f"/unknown/{record.pk}/", _grow_record(api, record), "HTTP 503 #{}".format
+
+
+def _shadow_page(tenant: Tenant) -> tuple[str, Grow, Callable[[int], str]]:
+    make_shadow_pair(tenant, live_id="live-q", shadow_id="shadow-q")
+    api = client_for(tenant)
+
+    def grow(start: int, n: int) -> None:
+        for i in range(start, start + n):
+            make_tool(tenant, f"tool_{i}")
+            for run_id in ("live-q", "shadow-q"):
+                api.call(f"tool_{i}", {"i": i}, run_id=run_id, step_id=f"s-{i}")
+
+    return f"/shadow/{Run.objects.get(run_id='shadow-q').pk}/", grow, "tool_{}".format
+
+
+def _compensated(tenant: Tenant) -> tuple[ApiClient, IdempotencyRecord]:
+    """A succeeded order whose compensation is declared."""
+    orders, cancel = make_tool(tenant, "create_order"), make_tool(tenant, "cancel_order")
+    CompensationAdapter.objects.create(
+        tenant=tenant, tool=cancel, url_template="https://shop.example/orders/{order_id}/cancel"
+    )
+    DeclaredCompensation.objects.create(
+        tenant=tenant,
+        tool=orders,
+        compensating_tool=cancel,
+        arguments={"order_id": "result.id"},
+        declared_by="test",
+    )
+    api = client_for(tenant)
+    api.start_run("run-comp")
+    call = api.call("create_order", {"cart": 0}, run_id="run-comp", business_object_id="c0")
+    api.post(
+        f"/calls/{call.json()['call_id']}/complete",
+        {"fencing_token": 1, "outcome": "succeeded", "result": {"id": "o-0"}},
+    )
+    return api, IdempotencyRecord.objects.get(key=call.json()["idempotency_key"])
+
+
+def _record_compensation_page(tenant: Tenant) -> tuple[str, Grow, None]:
+    api, record = _compensated(tenant)
+
+    def grow(start: int, n: int) -> None:  # duplicates of the action, answered from its record
+        for _ in range(start, start + n):
+            api.call("create_order", {"cart": 0}, run_id="run-comp", business_object_id="c0")
+
+    return f"/compensations/records/{record.pk}/", grow, None
+
+
+def _run_compensation_page(tenant: Tenant) -> tuple[str, Grow, Callable[[int], str]]:
+    api, record = _compensated(tenant)
+
+    def grow(start: int, n: int) -> None:  # more orders of the run, each one a saga step
+        for i in range(start + 1, start + n + 1):
+            call = api.call(
+                "create_order", {"cart": i}, run_id="run-comp", business_object_id=f"c{i}"
+            )
+            api.post(
+                f"/calls/{call.json()['call_id']}/complete",
+                {"fencing_token": 1, "outcome": "succeeded", "result": {"id": f"o-{i}"}},
+            )
+
+    return f"/compensations/runs/{record.run_id}/", grow, ":c{}".format
+
+
 def _run_page(tenant: Tenant) -> tuple[str, Grow, Callable[[int], str]]:
     api, _call = _unknown_order(tenant)
 
@@ -242,19 +317,30 @@ def _rollback_page(tenant: Tenant) -> tuple[str, Grow, Callable[[int], str]]:
     return f"/combinations/{combo.pk}/rollback", grow, "create_order:c{}".format
 
 
-OBJECT_PAGES: list[tuple[str, ObjectPage]] = [
-    ("call", _call_page),
-    ("record", _record_page),
-    ("run", _run_page),
-    ("combination", _combination_page),
-    ("approval", _approval_page),
-    ("audit-event", _audit_event_page),
-    ("combination-halt", _halt_page),
-    ("rollback", _rollback_page),
+OBJECT_PAGES = [
+    pytest.param("call", _call_page, id="call"),
+    pytest.param("record", _record_page, id="record"),
+    pytest.param("unknown", _unknown_page, id="unknown"),
+    pytest.param("shadow", _shadow_page, id="shadow"),
+    pytest.param("record-compensation", _record_compensation_page, id="record-compensation"),
+    pytest.param(
+        "run-compensation",
+        _run_compensation_page,
+        id="run-compensation",
+        # reconcile.compensations.saga_plan previews each action on its own (about six queries
+        # an action): known, left to the compensation work.
+        marks=pytest.mark.xfail(strict=True, reason="a run's saga page reads each action apart"),
+    ),
+    pytest.param("run", _run_page, id="run"),
+    pytest.param("combination", _combination_page, id="combination"),
+    pytest.param("approval", _approval_page, id="approval"),
+    pytest.param("audit-event", _audit_event_page, id="audit-event"),
+    pytest.param("combination-halt", _halt_page, id="combination-halt"),
+    pytest.param("rollback", _rollback_page, id="rollback"),
 ]
 
 
-@pytest.mark.parametrize(("name", "page"), OBJECT_PAGES, ids=[n for n, _ in OBJECT_PAGES])
+@pytest.mark.parametrize(("name", "page"), OBJECT_PAGES)
 def test_an_objects_page_costs_the_same_queries_however_many_rows_it_shows(
     django_user_model, tenant, name, page
 ) -> None:
