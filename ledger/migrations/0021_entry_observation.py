@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
     # What the model was told with each call's decision, kept as given (a nullable column: no
     # table rewrite). Calls recorded before it keep none.
     dependencies = [
-        ("ledger", "0018_entry_key_prefix_index"),
+        ("ledger", "0020_combination_lifecycle"),
     ]
 
     operations = [
