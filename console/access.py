@@ -11,6 +11,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.http.response import HttpResponseBase
 from django.utils.cache import add_never_cache_headers
 from django.utils.translation import gettext as _
 from django.views.csrf import csrf_failure as django_csrf_failure
@@ -22,7 +23,7 @@ from console.roles import Role
 from ledger.models import Tenant
 
 TENANT_SESSION_KEY = "console_tenant_id"
-View = Callable[..., HttpResponse]
+View = Callable[..., HttpResponseBase]  # a page, a redirect or a streamed export
 M = TypeVar("M", bound=models.Model)
 
 
@@ -112,7 +113,7 @@ def console_view(
 
     def decorate(view: View) -> View:
         @wraps(view)
-        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             if not request.user.is_authenticated:
                 return redirect_to_login(request.get_full_path())
             if request.method not in methods:
@@ -120,7 +121,7 @@ def console_view(
             try:
                 tenant = current_tenant(request)
             except PermissionDenied as exc:
-                response = refusal(request, tenant=None, message=str(exc))
+                response: HttpResponseBase = refusal(request, tenant=None, message=str(exc))
             else:
                 if roles and not request_has_role(request, tenant, *roles):
                     _audit_role_denied(request, tenant, target, roles, kwargs)

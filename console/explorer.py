@@ -7,7 +7,8 @@ costs the same at the millionth row as at the first, and the query count is the 
 page size. The page's ids are found first (filters and order only), then only those rows are
 read with what they show, so a search matching thousands joins fifty.
 Filters are a Django form: bad input is shown as an error and the list is not queried. Every
-filter is in the URL, so a filtered list can be shared; ``format=csv`` is the same page as CSV.
+filter is in the URL, so a filtered list can be shared; ``format=csv`` is every row the filters
+match, as CSV (``console.csv_export``).
 
 Search: run ids and call ids by prefix, keys (and so the business objects they end with) and
 tool names by fragment, a key's start (a text that begins as every key does) by prefix. The
@@ -20,23 +21,23 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from django import forms
 from django.db.models import Q, QuerySet, Subquery
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext_lazy as _
 
 from console import selectors
 from console.access import console_view, get_for_tenant, get_for_tenant_by
-from console.csv_export import csv_response
+from console.csv_export import Columns, csv_response, export_href
+from console.filters import TimeRangeForm, tool_matches
 from console.navigation import context_for
 from console.params import parse_id
 from console.roles import Role
 from console.templatetags.target_links import object_url
-from ledger.clock import db_now
 from ledger.domain import Decision, EntryStatus
 from ledger.keys import KEY_START
 from ledger.models import IdempotencyRecord, LedgerEntry, Run, Tenant
@@ -74,14 +75,6 @@ CALL_LIST_FIELDS = (
     "tool__name",
     "combination__label",
 )
-DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
-#: Relative time ranges: the last hour, six hours, day or week, by the database's clock.
-RANGES = {
-    "1h": timedelta(hours=1),
-    "6h": timedelta(hours=6),
-    "24h": timedelta(days=1),
-    "7d": timedelta(days=7),
-}
 #: A key fragment shorter than a trigram cannot use the trigram index.
 MIN_FRAGMENT = 3
 
@@ -90,37 +83,14 @@ def _hint(text: Any) -> forms.TextInput:
     return forms.TextInput(attrs={"placeholder": text})
 
 
-def _local_datetime(label: Any) -> forms.DateTimeField:
-    """A date-time filter with the browser's date and time picker."""
-    return forms.DateTimeField(
-        label=label,
-        required=False,
-        input_formats=DATETIME_FORMATS,
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
-    )
-
-
 def _blank_choice(values: list[str]) -> list[tuple[str, Any]]:
     return [("", _("any"))] + [(v, v.replace("_", " ")) for v in values]
 
 
-class _PagedFilter(forms.Form):
+class _PagedFilter(TimeRangeForm):
     """Common to both lists: the combination, a time window and the keyset cursor."""
 
     combination = forms.TypedChoiceField(label=_("Combination"), required=False, coerce=int)
-    range = forms.ChoiceField(
-        label=_("Time"),
-        required=False,
-        choices=[
-            ("", _("any time")),
-            ("1h", _("last hour")),
-            ("6h", _("last 6 hours")),
-            ("24h", _("last 24 hours")),
-            ("7d", _("last 7 days")),
-        ],
-    )
-    since = _local_datetime(_("From"))
-    until = _local_datetime(_("To"))
     before = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
     size = forms.IntegerField(
         label=_("Per page"), required=False, min_value=1, max_value=MAX_PAGE_SIZE
@@ -132,24 +102,8 @@ class _PagedFilter(forms.Form):
         assert isinstance(combination, forms.TypedChoiceField)
         combination.choices = selectors.combination_choices(tenant)
 
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if data.get("range") and (data.get("since") or data.get("until")):
-            raise forms.ValidationError(_("Choose a relative time or From / To, not both."))
-        if data.get("range"):
-            data["since"] = db_now() - RANGES[data["range"]]
-        return data
-
     def page_size(self) -> int:
         return self.cleaned_data.get("size") or DEFAULT_PAGE_SIZE
-
-    def query_without_cursor(self) -> str:
-        """The filters as a query string, for the "older" link and the "first page" link."""
-        assert isinstance(self.data, QueryDict)
-        params = self.data.copy()
-        params.pop("before", None)
-        params.pop("format", None)
-        return str(params.urlencode())
 
 
 class CallFilter(_PagedFilter):
@@ -225,7 +179,6 @@ def _page(
 CALL_LOOKUPS = {
     "run": "run__run_id__startswith",
     "call": "call_id__startswith",
-    "tool": "tool__name__contains",
     "status": "status",
     "decision": "decision",
     "combination": "combination_id",
@@ -257,13 +210,26 @@ def key_lookup(text: str) -> str:
     return "idempotency_key__contains"
 
 
-def search_calls(tenant: Tenant, form: CallFilter) -> tuple[list[LedgerEntry], int | None]:
-    entries = LedgerEntry.objects.filter(tenant=tenant)
-    shown = entries.select_related("run", "tool", "combination").only(*CALL_LIST_FIELDS)
-    rows = _filtered(entries, form, CALL_LOOKUPS)
+def _shown_calls(calls: QuerySet[LedgerEntry]) -> QuerySet[LedgerEntry]:
+    return calls.select_related("run", "tool", "combination").only(*CALL_LIST_FIELDS)
+
+
+def _matching_calls(tenant: Tenant, form: CallFilter) -> QuerySet[LedgerEntry]:
+    rows = _filtered(LedgerEntry.objects.filter(tenant=tenant), form, CALL_LOOKUPS)
+    rows = rows.filter(tool_matches(form.cleaned_data["tool"]))
     if key := form.cleaned_data["key"]:
         rows = rows.filter(**{key_lookup(key): key})
-    return _page(shown, rows, form, time="created_at")
+    return rows
+
+
+def search_calls(tenant: Tenant, form: CallFilter) -> tuple[list[LedgerEntry], int | None]:
+    shown = _shown_calls(LedgerEntry.objects.filter(tenant=tenant))
+    return _page(shown, _matching_calls(tenant, form), form, time="created_at")
+
+
+def export_calls(tenant: Tenant, form: CallFilter) -> QuerySet[LedgerEntry]:
+    """Every call the filters match, in the page's order (newest first)."""
+    return _shown_calls(_matching_calls(tenant, form)).order_by("-created_at", "-pk")
 
 
 def search_runs(tenant: Tenant, form: RunFilter) -> tuple[list[Run], int | None]:
@@ -271,8 +237,14 @@ def search_runs(tenant: Tenant, form: RunFilter) -> tuple[list[Run], int | None]
     return _page(runs.select_related("combination"), _filtered(runs, form, RUN_LOOKUPS), form)
 
 
+def export_runs(tenant: Tenant, form: RunFilter) -> QuerySet[Run]:
+    """Every run the filters match, in the page's order (newest first)."""
+    runs = _filtered(Run.objects.filter(tenant=tenant), form, RUN_LOOKUPS)
+    return runs.select_related("combination").order_by("-pk")
+
+
 #: The columns of each list's CSV export: the page's columns, in its order.
-CALL_COLUMNS: list[tuple[str, Callable[[Any], object]]] = [
+CALL_COLUMNS: Columns = [
     ("when", lambda e: e.created_at.isoformat()),
     ("tool", lambda e: e.tool.name),
     ("run_id", lambda e: e.run.run_id),
@@ -284,7 +256,7 @@ CALL_COLUMNS: list[tuple[str, Callable[[Any], object]]] = [
     ("combination", lambda e: e.combination.label if e.combination else ""),
     ("call_id", lambda e: e.call_id),
 ]
-RUN_COLUMNS: list[tuple[str, Callable[[Any], object]]] = [
+RUN_COLUMNS: Columns = [
     ("run_id", lambda r: r.run_id),
     ("started_at", lambda r: r.started_at.isoformat()),
     ("status", lambda r: r.status),
@@ -313,19 +285,23 @@ def _list_page(
     form: _PagedFilter,
     template: str,
     search: Any,
-    columns: list[tuple[str, Callable[[Any], object]]],
+    export: Any,
+    columns: Columns,
     jump: Callable[[_PagedFilter, list[Any]], str | None] | None = None,
-) -> HttpResponse:
+) -> HttpResponseBase:
+    """The page of the list's rows its filters match, or with ``format=csv`` all of them;
+    ``jump``: where a search that names one object by its whole id goes instead."""
     rows: list[Any] = []
     next_before = None
     if form.is_valid():
-        rows, next_before = search(tenant, form)
         if request.GET.get("format") == "csv":
             name = template.rsplit("/", 1)[-1].removesuffix(".html")
-            return csv_response(f"{tenant.slug}-{name}.csv", columns, rows)
+            return csv_response(f"{tenant.slug}-{name}.csv", columns, export(tenant, form))
+        rows, next_before = search(tenant, form)
         target = jump(form, rows) if jump is not None else None
         if target is not None:
             return redirect(target)
+    query = form.query_without_cursor()
     return render(
         request,
         template,
@@ -335,7 +311,8 @@ def _list_page(
             form=form,
             rows=rows,
             next_before=next_before,
-            query=form.query_without_cursor(),
+            query=query,
+            export_href=export_href(query) if form.is_valid() else None,
             paged=bool(form.data.get("before")),
         ),
         status=200 if form.is_valid() else 400,
@@ -343,23 +320,26 @@ def _list_page(
 
 
 @console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER)
-def calls(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+def calls(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
     form = CallFilter(request.GET, tenant=tenant)
+    template = "console/explorer_calls.html"
     return _list_page(
         request,
         tenant,
         form,
-        "console/explorer_calls.html",
+        template,
         search_calls,
+        export_calls,
         CALL_COLUMNS,
         jump=exact_call,
     )
 
 
 @console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER)
-def runs(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+def runs(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
     form = RunFilter(request.GET, tenant=tenant)
-    return _list_page(request, tenant, form, "console/explorer_runs.html", search_runs, RUN_COLUMNS)
+    template = "console/explorer_runs.html"
+    return _list_page(request, tenant, form, template, search_runs, export_runs, RUN_COLUMNS)
 
 
 @console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER, target="run")

@@ -7,9 +7,21 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Min, OuterRef, Q, Subquery
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+)
+from django.db.models.functions import Now
 from django.utils import timezone
 
+from console.filters import tool_matches
 from ledger.clock import db_now
 from ledger.domain import Decision, EscalationKind, ObservationCode, RecordState, ReplayPolicy
 from ledger.models import (
@@ -27,7 +39,7 @@ from ledger.models import (
 from ledger.records.escalation import escalated_as
 from ledger.records.reserve import state_table_answer
 from ledger.records.transitions import REPORTED, Outcome
-from ledger.services.approvals import action_hash
+from ledger.services.approvals import action_hash, still_open
 from ledger.services.combinations import RollbackReport
 
 
@@ -45,9 +57,9 @@ class Queue:
 def inbox(tenant: Tenant) -> dict[str, object]:
     """What needs a human now, with counts and ages, and whether look-ups are running (four
     indexed queries and the scheduler's heartbeat)."""
-    approvals = ApprovalRequest.objects.filter(
-        tenant=tenant, state=ApprovalRequest.State.PENDING
-    ).aggregate(n=Count("pk"), oldest=Min("created_at"))
+    approvals = still_open(ApprovalRequest.objects.filter(tenant=tenant)).aggregate(
+        n=Count("pk"), oldest=Min("created_at")
+    )
     unknown = IdempotencyRecord.objects.filter(tenant=tenant, state=RecordState.UNKNOWN)
     unknown_counts = unknown.aggregate(
         n=Count("pk"),
@@ -109,17 +121,23 @@ APPROVAL_LIST_FIELDS = (
 )
 
 
-def pending_approvals(
-    tenant: Tenant, *, order: str = "oldest", tool: str = ""
-) -> list[ApprovalRequest]:
+#: The most approvals the queue shows at once (its CSV export has them all).
+APPROVAL_PAGE = 200
+
+
+def _waiting_approvals(
+    tenant: Tenant, *, order: str = "oldest", tool: str = "", window: Q | None = None
+) -> QuerySet[ApprovalRequest]:
+    """The approvals still waiting for an approver (``still_open``), of ``tool`` (any part of
+    its name), requested in ``window``, oldest or newest first; read with what the queue
+    shows and how long each has left (``expires_in``, by the database's clock)."""
     ordering = "created_at" if order == "oldest" else "-created_at"
-    pending = ApprovalRequest.objects.filter(tenant=tenant, state=ApprovalRequest.State.PENDING)
-    if tool:
-        pending = pending.filter(record__tool__name=tool)
+    pending = still_open(ApprovalRequest.objects.filter(tenant=tenant))
+    pending = pending.filter(tool_matches(tool, "record__tool__name"), window or Q())
     # Each action's write plan (its first call's), read in the same statement: its path, and
     # its diff for the change's size. None for an action without one.
     plan = WritePlan.objects.filter(entry__record_id=OuterRef("record_id")).order_by("pk")
-    return list(
+    return (
         pending.select_related(
             "record__tool",
             "entry__run",
@@ -130,17 +148,32 @@ def pending_approvals(
         .annotate(
             plan_path=Subquery(plan.values("path")[:1]),
             plan_diff=Subquery(plan.values("diff")[:1]),
+            expires_in=ExpressionWrapper(F("expires_at") - Now(), output_field=DurationField()),
         )
-        .order_by(ordering, "pk")[:200]
+        .order_by(ordering, "pk")
     )
 
 
+def pending_approvals(
+    tenant: Tenant, *, order: str = "oldest", tool: str = "", window: Q | None = None
+) -> list[ApprovalRequest]:
+    """The queue: the first ``APPROVAL_PAGE`` of ``_waiting_approvals``."""
+    waiting = _waiting_approvals(tenant, order=order, tool=tool, window=window)
+    return list(waiting[:APPROVAL_PAGE])
+
+
+def all_pending_approvals(
+    tenant: Tenant, *, order: str = "oldest", tool: str = "", window: Q | None = None
+) -> QuerySet[ApprovalRequest]:
+    """Every approval the queue's filters match, in its order (for export)."""
+    return _waiting_approvals(tenant, order=order, tool=tool, window=window)
+
+
 def queue_neighbours(approval: ApprovalRequest) -> dict[str, int | None]:
-    """The pending approvals just before and after this one, oldest first (for j/k and the
-    previous/next links on the detail page)."""
-    pending = ApprovalRequest.objects.filter(
-        tenant_id=approval.tenant_id, state=ApprovalRequest.State.PENDING
-    ).exclude(pk=approval.pk)
+    """The approvals still waiting just before and after this one, oldest first (for j/k and
+    the previous/next links on the detail page)."""
+    pending = still_open(ApprovalRequest.objects.filter(tenant_id=approval.tenant_id))
+    pending = pending.exclude(pk=approval.pk)
     older = Q(created_at__lt=approval.created_at) | Q(
         created_at=approval.created_at, pk__lt=approval.pk
     )
@@ -158,10 +191,11 @@ def approval_timeline(approval: ApprovalRequest) -> list[AuditEvent]:
     )
 
 
-#: Kinds of unknown call the queue filters on, and which calls each one is.
+#: Kinds of unknown call the queue filters on, and which calls each one is: escalated to a
+#: human (for any reason, or for one ``EscalationKind``), or still looked up automatically.
 UNKNOWN_KINDS = {
-    "conflict": WRITE_CONFLICTS,
     "escalated": Q(escalated_at__isnull=False),
+    **{kind.value: escalated_as(kind) for kind in EscalationKind},
     "automatic": Q(escalated_at__isnull=True),
 }
 
@@ -173,8 +207,38 @@ UNKNOWN_LIST_FIELDS = (
     "uncertain_since",
     "reconcile_attempts",
     "escalated_at",
+    "escalation_kind",
+    "escalation_reason",
     "tool__name",
+    "combination__label",
 )
+
+
+def _unknown(
+    tenant: Tenant,
+    *,
+    tool: str = "",
+    kind: str = "",
+    combination: int | None = None,
+    older_than: timedelta | None = None,
+) -> QuerySet[IdempotencyRecord]:
+    """The tenant's unknown calls of ``tool`` (any part of its name), of one ``UNKNOWN_KINDS``
+    kind, under ``combination``, unknown for longer than ``older_than``; read as the queue
+    shows them, with the input of each one's first call (``first_input``)."""
+    unknown = IdempotencyRecord.objects.filter(tenant=tenant, state=RecordState.UNKNOWN)
+    unknown = unknown.filter(tool_matches(tool))
+    if kind:
+        unknown = unknown.filter(UNKNOWN_KINDS[kind])
+    if combination is not None:
+        unknown = unknown.filter(combination_id=combination)
+    if older_than is not None:
+        unknown = unknown.filter(uncertain_since__lt=db_now() - older_than)
+    first_call = LedgerEntry.objects.filter(record_id=OuterRef("pk")).order_by("pk")
+    return (
+        unknown.select_related("tool", "combination")
+        .only(*UNKNOWN_LIST_FIELDS)
+        .annotate(first_input=Subquery(first_call.values("input")[:1]))
+    )
 
 
 def unknown_calls(
@@ -188,18 +252,9 @@ def unknown_calls(
     older_than: timedelta | None = None,
 ) -> list[IdempotencyRecord] | None:
     """The oldest unknown calls first (they have waited longest), ``limit`` of them after the
-    call ``after`` (keyset on (uncertain_since, id), the order of its index), of ``tool``, of
-    one ``UNKNOWN_KINDS`` kind, under ``combination``, unknown for longer than ``older_than``.
-    None when ``after`` is not such a call of this tenant (any more)."""
-    unknown = IdempotencyRecord.objects.filter(tenant=tenant, state=RecordState.UNKNOWN)
-    if tool:
-        unknown = unknown.filter(tool__name=tool)
-    if kind:
-        unknown = unknown.filter(UNKNOWN_KINDS[kind])
-    if combination is not None:
-        unknown = unknown.filter(combination_id=combination)
-    if older_than is not None:
-        unknown = unknown.filter(uncertain_since__lt=db_now() - older_than)
+    call ``after`` (keyset on (uncertain_since, id), the order of its index), filtered as
+    ``_unknown`` filters. None when ``after`` is not such a call of this tenant (any more)."""
+    unknown = _unknown(tenant, tool=tool, kind=kind, combination=combination, older_than=older_than)
     if after is not None:
         since = unknown.filter(pk=after).values_list("uncertain_since", flat=True).first()
         if since is None:
@@ -207,11 +262,20 @@ def unknown_calls(
         unknown = unknown.filter(
             Q(uncertain_since__gt=since) | Q(uncertain_since=since, pk__gt=after)
         )
-    return list(
-        unknown.select_related("tool")
-        .only(*UNKNOWN_LIST_FIELDS)
-        .order_by("uncertain_since", "pk")[:limit]
-    )
+    return list(unknown.order_by("uncertain_since", "pk")[:limit])
+
+
+def all_unknown_calls(
+    tenant: Tenant,
+    *,
+    tool: str = "",
+    kind: str = "",
+    combination: int | None = None,
+    older_than: timedelta | None = None,
+) -> QuerySet[IdempotencyRecord]:
+    """Every unknown call ``unknown_calls`` would page through, in its order (for export)."""
+    unknown = _unknown(tenant, tool=tool, kind=kind, combination=combination, older_than=older_than)
+    return unknown.order_by("uncertain_since", "pk")
 
 
 @dataclass(frozen=True)

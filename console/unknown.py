@@ -8,12 +8,14 @@ settled in the meantime (by a look-up, say) is skipped and reported, never chang
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
@@ -21,10 +23,11 @@ from django.utils.translation import gettext_lazy
 
 from console import selectors
 from console.access import audit_foreign_ids, console_view, get_for_tenant
+from console.csv_export import Columns, csv_response, export_href
 from console.navigation import context_for
 from console.params import parse_id
 from console.roles import Role
-from ledger.domain import RecordState
+from ledger.domain import EscalationKind, RecordState
 from ledger.errors import InvalidInput, LedgerError
 from ledger.models import IdempotencyRecord, Tenant
 from ledger.records import Outcome, resolve_unknown
@@ -92,6 +95,43 @@ AGES = {
 }
 
 
+#: Why a call was escalated to a human, for each ``EscalationKind``, as the queue says it.
+ESCALATION_KINDS = {
+    EscalationKind.WRITE_CONFLICT: gettext_lazy("write conflict"),
+    EscalationKind.WRITE_NOT_LANDED: gettext_lazy("write did not land"),
+    EscalationKind.NO_CHECK: gettext_lazy("cannot be looked up"),
+    EscalationKind.LOOKUPS_EXHAUSTED: gettext_lazy("look-ups ran out"),
+    EscalationKind.OPERATOR: gettext_lazy("escalated by an operator"),
+    EscalationKind.CONTRADICTED_SETTLEMENT: gettext_lazy("contradicts its settlement"),
+}
+#: The longest input the queue shows in a row (compact JSON); a longer one is on the call's page.
+INPUT_SUMMARY_MAX = 160
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def input_summary(value: object) -> str:
+    """A call's (redacted) input as compact JSON if it is short, else empty."""
+    if value is None:
+        return ""
+    text = _compact(value)
+    return text if len(text) <= INPUT_SUMMARY_MAX else ""
+
+
+def escalation_label(record: IdempotencyRecord) -> str:
+    """Why the call waits for a human, or empty while it is looked up automatically."""
+    if record.escalated_at is None:
+        return ""
+    kind = (
+        ESCALATION_KINDS.get(EscalationKind(record.escalation_kind))
+        if record.escalation_kind
+        else None
+    )
+    return str(kind or _("needs a human"))
+
+
 class UnknownFilter(forms.Form):
     """The queue's filters, all in the URL (a filtered queue can be shared)."""
 
@@ -101,8 +141,8 @@ class UnknownFilter(forms.Form):
         required=False,
         choices=[
             ("", gettext_lazy("any")),
-            ("conflict", gettext_lazy("write conflicts")),
-            ("escalated", gettext_lazy("needs a human")),
+            ("escalated", gettext_lazy("needs a human (any reason)")),
+            *((kind.value, label) for kind, label in ESCALATION_KINDS.items()),
             ("automatic", gettext_lazy("being looked up")),
         ],
     )
@@ -123,10 +163,34 @@ class UnknownFilter(forms.Form):
 
 
 @console_view(Role.OPERATOR)
-def unknown_calls(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+def unknown_calls(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
     """The queue, oldest first, filtered, in keyset pages (``after=<id of the last call
     shown>``)."""
     return _queue(request, tenant, request.GET)
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """An unknown call as the queue shows it: why it waits for a human (empty while it is
+    looked up automatically) and its input if short."""
+
+    record: IdempotencyRecord
+    escalation: str
+    input: str
+
+
+#: The columns of the queue's CSV export: the page's, in its order (the whole input).
+UNKNOWN_COLUMNS: Columns = [
+    ("unknown_since", lambda r: r.uncertain_since.isoformat() if r.uncertain_since else ""),
+    ("tool", lambda r: r.tool.name),
+    ("idempotency_key", lambda r: r.key),
+    ("input", lambda r: "" if r.first_input is None else _compact(r.first_input)),
+    ("combination", lambda r: r.combination.label if r.combination else ""),
+    ("lookups", lambda r: r.reconcile_attempts),
+    ("escalation", lambda r: (r.escalation_kind or "escalated") if r.escalated_at else ""),
+    ("escalation_reason", lambda r: r.escalation_reason if r.escalated_at else ""),
+    ("record_id", lambda r: r.pk),
+]
 
 
 @dataclass(frozen=True)
@@ -142,25 +206,27 @@ class BulkForm:
 
 def _queue(
     request: HttpRequest, tenant: Tenant, params: QueryDict, bulk: BulkForm | None = None
-) -> HttpResponse:
+) -> HttpResponseBase:
     form = UnknownFilter(params, tenant=tenant)
     after = params.get("after", "")
     after_id = parse_id(after)
     query = params.copy()
     query.pop("after", None)
+    query.pop("format", None)
     if not form.is_valid():
         records: list[IdempotencyRecord] | None = []
     else:
         data = form.cleaned_data
-        records = selectors.unknown_calls(
-            tenant,
-            limit=PAGE + 1,
-            after=after_id,
-            tool=data["tool"].strip(),
-            kind=data["kind"],
-            combination=data["combination"] if data["combination"] != "" else None,
-            older_than=AGES.get(data["older_than"]),
-        )
+        filters = {
+            "tool": data["tool"].strip(),
+            "kind": data["kind"],
+            "combination": data["combination"] if data["combination"] != "" else None,
+            "older_than": AGES.get(data["older_than"]),
+        }
+        if params.get("format") == "csv" and bulk is None:
+            every = selectors.all_unknown_calls(tenant, **filters)
+            return csv_response(f"{tenant.slug}-unknown.csv", UNKNOWN_COLUMNS, every)
+        records = selectors.unknown_calls(tenant, limit=PAGE + 1, after=after_id, **filters)
     if records is None or (after and after_id is None):
         messages.info(request, _("That call is no longer unknown; the queue starts again."))
         return redirect(f"{reverse('console:unknown_calls')}?{query.urlencode()}")
@@ -173,6 +239,11 @@ def _queue(
             form=form,
             query=query.urlencode(),
             records=records[:PAGE],
+            rows=[
+                QueueRow(r, escalation_label(r), input_summary(getattr(r, "first_input", None)))
+                for r in records[:PAGE]
+            ],
+            export_href=export_href(query.urlencode()) if form.is_valid() else None,
             next_after=records[PAGE - 1].pk if len(records) > PAGE else None,
             paged=bool(after),
             reconciler=selectors.reconciler(),
@@ -243,7 +314,7 @@ def _selection(request: HttpRequest, tenant: Tenant) -> list[IdempotencyRecord]:
 
 
 @console_view(Role.OPERATOR, methods=("GET", "POST"))
-def unknown_bulk(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+def unknown_bulk(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
     """GET: the dry-run summary of a bulk action on a frozen selection. POST: do it on exactly
     that selection, one call at a time (each audited), then report what was done and skipped."""
     data = request.POST if request.method == "POST" else request.GET

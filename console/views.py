@@ -9,22 +9,27 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
+from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Case, Value, When
+from django.db.models import Case, QuerySet, Value, When
 from django.http import Http404, HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy as _lazy
 
 from console import charts as charts_mod
 from console import claims, diffs, selectors
 from console.access import TENANT_SESSION_KEY, console_view, get_for_tenant
+from console.csv_export import Columns, csv_response, export_href, in_chunks
 from console.denials import Reason, audit_denial
+from console.filters import TimeRangeForm
 from console.forbidden import refusal
 from console.language import save_language
 from console.lifecycle import actions_for
@@ -33,6 +38,7 @@ from console.navigation import context_for
 from console.params import parse_id
 from console.roles import Role
 from console.sessions import polled
+from console.templatetags.humanize_age import countdown_formats
 from ledger.domain import Idempotency, ServerTrust
 from ledger.errors import InvalidInput, LedgerError
 from ledger.models import (
@@ -103,12 +109,14 @@ class Triage:
 
 
 def _triage(approval: ApprovalRequest) -> Triage:
-    """From a row of ``selectors.pending_approvals`` (its write plan's path and diff, if any)."""
+    """From a row of ``selectors.pending_approvals`` (its write plan's path and diff, if any,
+    and the time it has left by the database's clock)."""
     path: str | None = getattr(approval, "plan_path", None)
     diff: str = getattr(approval, "plan_diff", None) or ""
     added, removed = diffs.summary(diff) if path is not None else (0, 0)
     combination = approval.entry.combination
-    left = (approval.expires_at - timezone.now()).total_seconds()
+    left = getattr(approval, "expires_in", None)
+    left = left.total_seconds() if left is not None else 0
     return Triage(
         path=path or "",
         added=added,
@@ -118,16 +126,73 @@ def _triage(approval: ApprovalRequest) -> Triage:
     )
 
 
+class ApprovalFilter(TimeRangeForm):
+    """The approvals queue's filters, all in the URL: the tool (any part of its name), when it
+    was requested, and the order."""
+
+    tool = forms.CharField(label=_lazy("Tool"), required=False, max_length=200)
+    order = forms.ChoiceField(
+        label=_lazy("Order"),
+        required=False,
+        choices=[("oldest", _lazy("oldest first")), ("newest", _lazy("newest first"))],
+    )
+    field_order = ("tool", "range", "since", "until", "order")
+
+    def filters(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        return {
+            "order": data["order"] or "oldest",
+            "tool": data["tool"].strip(),
+            "window": self.in_range("created_at"),
+        }
+
+
+#: The columns of the approvals queue's CSV export: the page's, in its order.
+#: Each row is ``(approval, who has it open, its triage)``, as the page's rows are.
+APPROVAL_COLUMNS: Columns = [
+    ("tool", lambda row: row[0].record.tool.name),
+    ("file", lambda row: row[2].path),
+    ("added", lambda row: row[2].added),
+    ("removed", lambda row: row[2].removed),
+    ("combination", lambda row: row[2].combination),
+    ("run_id", lambda row: row[0].entry.run.run_id),
+    ("requested_by", lambda row: row[0].requested_by),
+    ("requested_at", lambda row: row[0].created_at.isoformat()),
+    ("expires_at", lambda row: row[0].expires_at.isoformat()),
+    ("open_by", lambda row: row[1] or ""),
+    ("approval_id", lambda row: row[0].pk),
+]
+
+
+def _approval_row(approval: ApprovalRequest) -> tuple[ApprovalRequest, str | None, Triage]:
+    return approval, claims.holder(approval), _triage(approval)
+
+
 @console_view(Role.APPROVER)
-def approvals(request: HttpRequest, tenant: Tenant) -> HttpResponse:
-    order = "newest" if request.GET.get("order") == "newest" else "oldest"
-    tool = request.GET.get("tool", "")
-    pending = selectors.pending_approvals(tenant, order=order, tool=tool)
-    rows = [(approval, claims.holder(approval), _triage(approval)) for approval in pending]
+def approvals(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
+    """The approvals still waiting (``approvals_service.still_open``), filtered; the list
+    refreshes itself by polling, and each expiry counts down in the browser."""
+    form = ApprovalFilter(request.GET)
+    rows: list[tuple[ApprovalRequest, str | None, Triage]] = []
+    if form.is_valid():
+        if request.GET.get("format") == "csv":
+            waiting = selectors.all_pending_approvals(tenant, **form.filters())
+            every = map(_approval_row, in_chunks(waiting))
+            return csv_response(f"{tenant.slug}-approvals.csv", APPROVAL_COLUMNS, every)
+        rows = [_approval_row(a) for a in selectors.pending_approvals(tenant, **form.filters())]
+    query = form.query_without_cursor()
     return render(
         request,
         "console/approvals.html",
-        context_for(request, tenant, approvals=rows, order=order, tool=tool),
+        context_for(
+            request,
+            tenant,
+            form=form,
+            approvals=rows,
+            export_href=export_href(query) if form.is_valid() else None,
+            countdown_formats=countdown_formats(),
+        ),
+        status=200 if form.is_valid() else 400,
     )
 
 
@@ -211,8 +276,28 @@ _LIFECYCLE_ORDER = Case(
 )
 
 
+#: The columns of the combinations list's CSV export: the page's, in its order. Each row is
+#: ``(combination, its metrics summary)``, as the page's rows are.
+COMBINATION_COLUMNS: Columns = [
+    ("combination", lambda row: row[0].label),
+    ("state", lambda row: row[0].state),
+    ("canary_share_bp", lambda row: row[0].canary_share_bp),
+    ("model", lambda row: row[0].model),
+    ("prompt", lambda row: row[0].prompt),
+    ("rules", lambda row: row[0].rules),
+    ("tool_schema", lambda row: row[0].tool_schema),
+    ("data_version", lambda row: row[0].data_version),
+    ("keyed_requests", lambda row: row[1].keyed_requests),
+    ("dedup_hit_rate", lambda row: row[1].dedup_hit_rate),
+    ("became_uncertain", lambda row: row[1].became_uncertain),
+    ("uncertain_now", lambda row: row[1].uncertain_now),
+    ("duplicate_side_effects", lambda row: row[1].duplicate_side_effects),
+    ("combination_id", lambda row: row[0].pk),
+]
+
+
 @console_view(Role.MANAGER)
-def combinations_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+def combinations_page(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
     """Active, canary and previous combinations side by side, with their metrics."""
     window = 60 * 24
     summaries = metrics.by_combination(tenant, since=metrics.window_start(window))
@@ -222,10 +307,14 @@ def combinations_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             _LIFECYCLE_ORDER, "-activated_at", "-pk"
         )
     ]
+    if request.GET.get("format") == "csv":
+        return csv_response(f"{tenant.slug}-combinations.csv", COMBINATION_COLUMNS, rows)
     return render(
         request,
         "console/combinations.html",
-        context_for(request, tenant, rows=rows, window_hours=window // 60),
+        context_for(
+            request, tenant, rows=rows, window_hours=window // 60, export_href=export_href("")
+        ),
     )
 
 
@@ -315,52 +404,122 @@ def rollback_page(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse
     )
 
 
+class AuditFilter(TimeRangeForm):
+    """The audit log's filters, all in the URL: who (any part of the name), the action (its
+    start: ``approval.`` is every approval event), the outcome and when."""
+
+    actor = forms.CharField(label=_lazy("Actor"), required=False, max_length=200)
+    action = forms.CharField(
+        label=_lazy("Action"),
+        required=False,
+        max_length=100,
+        widget=forms.TextInput(attrs={"placeholder": _lazy("or its start, e.g. approval.")}),
+    )
+    outcome = forms.ChoiceField(
+        label=_lazy("Outcome"),
+        required=False,
+        choices=[("", _lazy("any")), ("success", _lazy("success")), ("denied", _lazy("denied"))],
+    )
+    before = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    field_order = ("actor", "action", "outcome", "range", "since", "until")
+
+    def events(self, tenant: Tenant) -> QuerySet[AuditEvent]:
+        """The tenant's events these filters match, newest first (all pages)."""
+        data = self.cleaned_data
+        events = AuditEvent.objects.filter(tenant=tenant).filter(self.in_range("created_at"))
+        if data["actor"].strip():
+            events = events.filter(actor__icontains=data["actor"].strip())
+        if data["action"].strip():
+            events = events.filter(action__startswith=data["action"].strip())
+        if data["outcome"]:
+            events = events.filter(outcome=data["outcome"])
+        return events.order_by("-pk")
+
+
+#: The columns of the audit log's CSV export: the page's, in its order (the whole detail).
+AUDIT_COLUMNS: Columns = [
+    ("when", lambda e: e.created_at.isoformat()),
+    ("actor", lambda e: e.actor),
+    ("action", lambda e: e.action),
+    ("outcome", lambda e: e.outcome),
+    ("target", lambda e: f"{e.target_type}:{e.target_id}"),
+    ("source", lambda e: e.source),
+    ("detail", lambda e: e.detail),
+    ("event_id", lambda e: e.pk),
+]
+
+
 @console_view(Role.MANAGER, Role.OPERATOR, Role.APPROVER)
-def audit_log(request: HttpRequest, tenant: Tenant) -> HttpResponse:
-    """Every human and system action of this tenant, newest first, filterable, keyset-paged."""
-    events = AuditEvent.objects.filter(tenant=tenant)
-    filters = {name: request.GET.get(name, "").strip() for name in ("actor", "action", "outcome")}
-    if filters["actor"]:
-        events = events.filter(actor__icontains=filters["actor"])
-    if filters["action"]:
-        events = events.filter(action__startswith=filters["action"])
-    if filters["outcome"] in ("success", "denied"):
-        events = events.filter(outcome=filters["outcome"])
-    before = parse_id(request.GET.get("before", ""))
-    if before is not None:
-        events = events.filter(pk__lt=before)
-    page = list(events.order_by("-pk")[: PAGE_SIZE + 1])
-    more = len(page) > PAGE_SIZE
-    page = page[:PAGE_SIZE]
+def audit_log(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
+    """Every human and system action of this tenant, newest first, filterable, keyset-paged
+    (``before=<id of the last event shown>``)."""
+    form = AuditFilter(request.GET)
+    page: list[AuditEvent] = []
+    more = False
+    if form.is_valid():
+        events = form.events(tenant)
+        if request.GET.get("format") == "csv":
+            return csv_response(f"{tenant.slug}-audit.csv", AUDIT_COLUMNS, events)
+        if before := form.cleaned_data["before"]:
+            events = events.filter(pk__lt=before)
+        page = list(events[: PAGE_SIZE + 1])
+        more = len(page) > PAGE_SIZE
+        page = page[:PAGE_SIZE]
+    query = form.query_without_cursor()
     return render(
         request,
         "console/audit.html",
         context_for(
             request,
             tenant,
+            form=form,
             events=page,
-            filters=filters,
+            query=query,
+            paged=bool(form.data.get("before")),
             next_before=page[-1].pk if more and page else None,
+            export_href=export_href(query) if form.is_valid() else None,
         ),
+        status=200 if form.is_valid() else 400,
     )
 
 
+#: The columns of the tool registry's CSV export: the page's, in its order.
+TOOL_COLUMNS: Columns = [
+    ("tool", lambda t: t.name),
+    ("kind", lambda t: t.kind),
+    ("server", lambda t: t.server.name if t.server else ""),
+    ("server_trust", lambda t: t.server.trust if t.server else ""),
+    ("idempotency", lambda t: t.idempotency),
+    ("replay_policy", lambda t: t.replay_policy),
+    ("destructive", lambda t: t.destructive),
+    ("reason", lambda t: t.reason),
+    ("rule", lambda t: t.rule),
+    ("override_idempotency", lambda t: t.override_idempotency or ""),
+    ("override_destructive", lambda t: t.override_destructive),
+]
+#: The most tools the registry's page shows (its CSV export has them all).
+TOOL_PAGE = 500
+
+
 @console_view(Role.OPERATOR, Role.MANAGER, Role.APPROVER)
-def tools_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+def tools_page(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
     """The registry: every tool's classification with its reason and rule."""
-    tools = Tool.objects.filter(tenant=tenant).select_related("server").order_by("name")[:500]
+    tools = Tool.objects.filter(tenant=tenant).select_related("server").order_by("name")
+    if request.GET.get("format") == "csv":
+        return csv_response(f"{tenant.slug}-tools.csv", TOOL_COLUMNS, tools)
     return render(
         request,
         "console/tools.html",
         context_for(
             request,
             tenant,
-            tools=tools,
+            tools=tools[:TOOL_PAGE],
             declared=DeclaredCompensation.objects.filter(tenant=tenant, tool__isnull=False)
             .select_related("tool", "compensating_tool")
             .order_by("tool__name")[:500],
             can_edit=request_has_role(request, tenant, Role.MANAGER),
             idempotency_choices=[i.value for i in Idempotency],
+            export_href=export_href(""),
         ),
     )
 

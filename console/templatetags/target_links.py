@@ -6,6 +6,8 @@
 ``{% object_url "call" entry.pk %}``: the URL of an object's page (``object_url``).
 ``{% key_link "record" record.pk record.key pages %}``: a long id (a key) on one line, cut
 with an ellipsis, whole on hover and on a copy button, linked as ``object_link`` links.
+``{% clip run.run_id url size="short" copy=label %}``: a long value on one line, cut with an
+ellipsis, whole in its title and its copy button.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from django.conf import settings
 from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
-from django.utils.translation import get_language
+from django.utils.translation import get_language, gettext
 from django.utils.translation import gettext as _
 
 from console.params import parse_id
@@ -96,3 +98,35 @@ def key_link(page: str, pk: int | None, key: str, pages: set[str]) -> SafeString
         _("Copy the key"),
         _("Copy"),
     )
+
+
+@register.simple_tag
+def clip(text: object, url: str = "", size: str = "", copy: str = "") -> SafeString:
+    """``text`` on one line, cut with an ellipsis where its column ends (``size``: "short",
+    "long" or the default, console.css ``.clip``), linked to ``url`` if given. The whole text is
+    its title and, with ``copy`` (the button's name for screen readers), a copy button's
+    (shown by copy.js where the browser can copy)."""
+    value = str(text)
+    classes = f"clip {size}".rstrip()
+    if url:
+        html = format_html('<a class="{}" href="{}" title="{}">{}</a>', classes, url, value, value)
+    else:
+        html = format_html('<span class="{}" title="{}">{}</span>', classes, value, value)
+    if not copy:
+        return html
+    button = format_html(
+        ' <button type="button" class="copy" data-copy="{}" aria-label="{}" hidden>{}</button>',
+        value,
+        copy,
+        gettext("Copy"),
+    )
+    return html + button
+
+
+@register.simple_tag
+def object_clip(
+    page: str, pk: int | None, text: object, pages: set[str], size: str = "", copy: str = ""
+) -> str:
+    """``clip`` of ``text``, linked to the object's page for users whose roles open it."""
+    linked = pk is not None and page in pages
+    return clip(text, object_url(page, pk) if linked and pk is not None else "", size, copy)

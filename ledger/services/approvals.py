@@ -8,9 +8,11 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
+from django.db.models import Q, QuerySet
+from django.db.models.functions import Now
 
 from ledger.clock import db_now
-from ledger.domain import RecordState
+from ledger.domain import FINAL_ERROR_CODES, RecordState
 from ledger.errors import ApprovalError, InvalidInput
 from ledger.keys import fingerprint
 from ledger.models import (
@@ -109,8 +111,8 @@ def _still_needed(record: IdempotencyRecord) -> bool:
 
 def void_reason(approval: ApprovalRequest, *, now: datetime | None = None) -> str | None:
     """Why a pending approval can no longer be given, or None while it still can. The console
-    shows the same reason ``decide`` refuses with. (Needs ``entry`` with its tool, run and
-    combination, and ``record``.)"""
+    shows the same reason ``decide`` refuses with; ``still_open`` is the same rule as a query.
+    (Needs ``entry`` with its tool, run and combination, and ``record``.)"""
     entry = approval.entry
     if not _still_needed(approval.record):
         return f"the action is already settled ({approval.record.state})"
@@ -126,6 +128,30 @@ def void_reason(approval: ApprovalRequest, *, now: datetime | None = None) -> st
 
 
 EXPIRED = "the request expired"
+
+
+def still_open(approvals: QuerySet[ApprovalRequest] | None = None) -> QuerySet[ApprovalRequest]:
+    """The pending approvals of ``approvals`` (all by default) that can still be given: the
+    query form of ``void_reason``, by the database's clock. Not expired, the action not settled
+    (or failed so that it may start again), its run and its combination not halted. No job
+    marks an approval expired, so every list of what waits for an approver reads it through
+    here. Whether the action changed since the request is a hash computed in Python: ``decide``
+    checks that one when the approver acts."""
+    approvals = ApprovalRequest.objects.all() if approvals is None else approvals
+    # ``IdempotencyRecord.failed_retryably``: the reporter said retryable, and the code (if
+    # any) is not one that is final by nature.
+    retryable = Q(record__state=RecordState.FAILED_FINAL, record__error_retryable=True) & (
+        Q(record__error__isnull=True)
+        | Q(record__error__code__isnull=True)
+        | ~Q(record__error__code__in=sorted(FINAL_ERROR_CODES))
+    )
+    return approvals.filter(
+        Q(record__state__in=[RecordState.RESERVED, RecordState.UNKNOWN]) | retryable,
+        state=Approval.PENDING,
+        expires_at__gt=Now(),
+    ).exclude(
+        Q(entry__run__status=Run.Status.HALTED) | Q(entry__combination__state=Combination.HALTED)
+    )
 
 
 def void_open_approvals(*, combination_id: int, actor: str, source: str, detail: str) -> list[int]:

@@ -41,6 +41,7 @@ from ledger.models import (
     VersionCombination,
 )
 from ledger.services import senders
+from ledger.services.approvals import still_open
 from ledger.services.audit import audit
 
 logger = logging.getLogger(__name__)
@@ -56,7 +57,9 @@ def _ago(minutes: int) -> Any:
 
 
 def _pending_approvals(tenant: Tenant) -> QuerySet[ApprovalRequest]:
-    return ApprovalRequest.objects.filter(tenant=tenant, state=ApprovalRequest.State.PENDING)
+    """The approvals that still wait for an approver: pending and still possible to give (an
+    expired one, or one whose action settled, is no longer waiting, whatever its state)."""
+    return still_open(ApprovalRequest.objects.filter(tenant=tenant))
 
 
 def _unknown_records(tenant: Tenant) -> QuerySet[IdempotencyRecord]:

@@ -82,6 +82,9 @@
   });
 
   document.addEventListener("DOMContentLoaded", function () {
+    // A form's error (data-focus) takes the focus, so it is in view and read out at once.
+    var error = document.querySelector("[data-focus]");
+    if (error) error.focus();
     var filter = document.querySelector(".filters input, .filters select");
     if (filter && !document.querySelector('[data-key="/"]')) filter.setAttribute("data-key", "/");
     document.querySelectorAll("[data-select-all]").forEach(function (box) {
@@ -91,6 +94,17 @@
           item.checked = box.checked;
         });
       });
+    });
+    // The hint and the help list only the shortcuts this page has.
+    var has = {
+      rows: rows().length > 0 || document.querySelector('[data-key="j"], [data-key="k"]') !== null,
+      tick: document.querySelector("[data-keyboard-list] tbody input[type=checkbox]") !== null,
+      approve: document.querySelector('[data-key="a"]') !== null,
+      reject: document.querySelector('[data-key="r"]') !== null,
+      filter: document.querySelector('[data-key="/"]') !== null,
+    };
+    document.querySelectorAll("[data-key-for]").forEach(function (element) {
+      element.hidden = !has[element.getAttribute("data-key-for")];
     });
     var hint = document.getElementById("key-hint");
     if (hint) hint.hidden = false;

@@ -70,7 +70,7 @@ def test_search_share_and_export(browser: Browser, live_server, django_user_mode
     expect(page.locator("table.list tbody tr")).to_have_count(1)
     key_cell = page.locator("table.list tbody tr .key")
     assert "cart-42-line-item" in (key_cell.get_attribute("title") or "")
-    expect(page.locator("table.list tbody tr button.copy")).to_be_visible()
+    expect(page.locator("table.list tbody tr .key-cell button.copy")).to_be_visible()
     page.screenshot(path=str(SHOTS / "search-key-fragment.png"), full_page=True)
 
     page.goto(f"{live_server.url}/ledger/")

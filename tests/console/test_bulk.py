@@ -149,7 +149,10 @@ def test_a_bulk_form_error_is_shown_on_the_queue_keeping_what_was_filled_in(oper
     )
     assert response.status_code == 400
     html = response.content.decode()
-    assert 'id="bulk-error" role="alert">This action needs a reason' in html
+    assert (
+        'id="bulk-error" role="alert" tabindex="-1" autofocus data-focus>'
+        "This action needs a reason" in html
+    )
     for record in picked:
         assert f'value="{record.pk}" id="pick-{record.pk}" checked' in html
     assert f'value="{unknowns[2].pk}" id="pick-{unknowns[2].pk}" aria-label' in html  # unticked

@@ -30,7 +30,7 @@ def test_the_approvals_queue_shows_what_an_approver_weighs(django_user_model, te
     assert (
         ">app.py</span>" in html and "+1</span>" in html and "\u22121</span>" in html
     )  # a minus sign
-    assert 'class="nowrap soon">30 min' in html or 'class="nowrap soon">29 min' in html
+    assert ' class="soon">30 min</time>' in html or ' class="soon">29 min</time>' in html
 
 
 def test_an_unknown_calls_page_shows_its_input(django_user_model, tenant, unknown):

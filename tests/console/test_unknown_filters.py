@@ -51,7 +51,7 @@ def _shown(client, query: str) -> set[int]:
     [
         ("", {"order", "email", "write"}),
         ("tool=create_order", {"order"}),
-        ("kind=conflict", {"write"}),
+        ("kind=write_conflict", {"write"}),
         ("kind=escalated", {"email", "write"}),
         ("kind=automatic", {"order"}),
         ("kind=escalated&tool=send_email", {"email"}),
@@ -67,7 +67,7 @@ def test_a_write_conflict_is_known_by_its_kind_not_its_words(django_user_model, 
     """An operator who escalates with the conflict's words escalates an operator's case."""
     escalate(record=queue["order"], actor="olga", reason=WRITE_CONFLICT_ESCALATION)
     client = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
-    assert _shown(client, "kind=conflict") == {queue["write"].pk}
+    assert _shown(client, "kind=write_conflict") == {queue["write"].pk}
     assert _shown(client, "kind=escalated") == {queue[name].pk for name in queue}
 
 
