@@ -44,9 +44,10 @@ class _Line:
         return line
 
 
-def csv_lines(columns: Columns, rows: Iterable[Any], cap: int = MAX_EXPORT_ROWS) -> Iterator[str]:
-    """The header and one line per row (at most ``cap``), then a line saying the export was
-    cut if there were more rows."""
+def csv_lines(columns: Columns, rows: Iterable[Any]) -> Iterator[str]:
+    """The header and one line per row (at most ``MAX_EXPORT_ROWS``), then a line saying the
+    export was cut if there were more rows."""
+    cap = MAX_EXPORT_ROWS
     writer = csv.writer(_Line())
     yield writer.writerow([header for header, _value in columns])
     read = iter(rows)

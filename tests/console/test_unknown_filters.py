@@ -92,3 +92,62 @@ def test_the_next_page_link_keeps_the_filters(django_user_model, tenant, queue, 
     client = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
     page = client.get("/unknown/?kind=escalated", secure=True).content.decode()
     assert f'href="?kind=escalated&amp;after={queue["email"].pk}"' in page
+
+
+@pytest.mark.parametrize(
+    ("fragment", "expected"),
+    [("create", {"order", "write"}), ("_email", {"email"}), ("order", {"order"}), ("nope", set())],
+)
+def test_the_tool_filter_matches_any_part_of_the_name_as_the_ledgers_does(
+    django_user_model, tenant, queue, fragment, expected
+):
+    client = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    assert _shown(client, f"tool={fragment}") == {queue[name].pk for name in expected}
+    ledger = client.get("/ledger/", {"tool": fragment}, secure=True).context["rows"]
+    assert {e.record_id for e in ledger} == {queue[name].pk for name in expected}
+
+
+@pytest.mark.parametrize("kind", list(EscalationKind))
+def test_the_kind_filter_finds_each_escalation_kind(django_user_model, tenant, queue, kind):
+    escalation.escalate(
+        queue["order"], kind, f"because {kind.value}", actor="x", source=AuditEvent.Source.WORKER
+    )
+    client = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    same = {"order"} | ({"write"} if kind == EscalationKind.WRITE_CONFLICT else set())
+    same |= {"email"} if kind == EscalationKind.OPERATOR else set()
+    assert _shown(client, f"kind={kind.value}") == {queue[name].pk for name in same}
+
+
+def test_the_kinds_are_labelled_in_the_users_language(django_user_model, tenant, queue):
+    client = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    english = client.get("/unknown/", secure=True).content.decode()
+    assert '<option value="no_check">cannot be looked up</option>' in english
+    client.post("/language", {"language": "zh-hans", "next": "/"}, secure=True)
+    chinese = client.get("/unknown/", secure=True).content.decode()
+    assert '<option value="no_check">无法查询</option>' in chinese
+    assert '<option value="write_conflict">写入冲突</option>' in chinese
+
+
+def test_a_row_shows_what_triage_needs(django_user_model, tenant, queue):
+    """Combination, escalation kind and reason (whole on hover), and the input if short."""
+    client = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    response = client.get("/unknown/", secure=True)
+    html = response.content.decode()
+    rows = {row.record.pk: row for row in response.context["rows"]}
+    email = rows[queue["email"].pk]
+    assert email.escalation == "escalated by an operator"
+    assert email.input == '{"x":"m1"}'
+    assert rows[queue["order"].pk].escalation == ""  # looked up automatically
+    assert 'title="customer says no email came">customer says no email came</span>' in html
+    assert ">escalated by an operator</span>" in html
+    assert 'title="{&quot;x&quot;:&quot;m1&quot;}"' in html
+
+
+def test_a_long_input_is_left_to_the_calls_page(django_user_model, tenant):
+    api = client_for(tenant)
+    api.start_run()
+    call = api.call("create_order", {"lines": ["x" * 40] * 10}, business_object_id="c9").json()
+    api.post(f"/calls/{call['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+    client = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    [row] = client.get("/unknown/", secure=True).context["rows"]
+    assert row.input == ""
