@@ -22,7 +22,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy as _lazy
+from django.utils.translation import gettext_lazy
 
 from console import charts as charts_mod
 from console import claims, diffs, selectors
@@ -130,11 +130,14 @@ class ApprovalFilter(TimeRangeForm):
     """The approvals queue's filters, all in the URL: the tool (any part of its name), when it
     was requested, and the order."""
 
-    tool = forms.CharField(label=_lazy("Tool"), required=False, max_length=200)
+    tool = forms.CharField(label=gettext_lazy("Tool"), required=False, max_length=200)
     order = forms.ChoiceField(
-        label=_lazy("Order"),
+        label=gettext_lazy("Order"),
         required=False,
-        choices=[("oldest", _lazy("oldest first")), ("newest", _lazy("newest first"))],
+        choices=[
+            ("oldest", gettext_lazy("oldest first")),
+            ("newest", gettext_lazy("newest first")),
+        ],
     )
     field_order = ("tool", "range", "since", "until", "order")
 
@@ -408,17 +411,21 @@ class AuditFilter(TimeRangeForm):
     """The audit log's filters, all in the URL: who (any part of the name), the action (its
     start: ``approval.`` is every approval event), the outcome and when."""
 
-    actor = forms.CharField(label=_lazy("Actor"), required=False, max_length=200)
+    actor = forms.CharField(label=gettext_lazy("Actor"), required=False, max_length=200)
     action = forms.CharField(
-        label=_lazy("Action"),
+        label=gettext_lazy("Action"),
         required=False,
         max_length=100,
-        widget=forms.TextInput(attrs={"placeholder": _lazy("or its start, e.g. approval.")}),
+        widget=forms.TextInput(attrs={"placeholder": gettext_lazy("or its start, e.g. approval.")}),
     )
     outcome = forms.ChoiceField(
-        label=_lazy("Outcome"),
+        label=gettext_lazy("Outcome"),
         required=False,
-        choices=[("", _lazy("any")), ("success", _lazy("success")), ("denied", _lazy("denied"))],
+        choices=[
+            ("", gettext_lazy("any")),
+            ("success", gettext_lazy("success")),
+            ("denied", gettext_lazy("denied")),
+        ],
     )
     before = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
     field_order = ("actor", "action", "outcome", "range", "since", "until")
