@@ -243,7 +243,10 @@ def _queue(
                 QueueRow(r, escalation_label(r), input_summary(getattr(r, "first_input", None)))
                 for r in records[:PAGE]
             ],
-            export_href=export_href(query.urlencode()) if form.is_valid() else None,
+            # The queue is also shown at /unknown/bulk (a bulk action's error): links go to it.
+            export_href=reverse("console:unknown_calls") + export_href(query.urlencode())
+            if form.is_valid()
+            else None,
             next_after=records[PAGE - 1].pk if len(records) > PAGE else None,
             paged=bool(after),
             reconciler=selectors.reconciler(),

@@ -170,3 +170,11 @@ def test_a_bulk_form_with_nothing_ticked_keeps_the_reason(operator, unknowns):
         r.state == "unknown"
         for r in type(unknowns[0]).objects.filter(pk__in=[u.pk for u in unknowns])
     )
+
+
+def test_a_bulk_form_errors_page_filters_and_exports_the_queue(operator, unknowns):
+    """The queue shown again at /unknown/bulk: its filters and its export go to /unknown/."""
+    response = operator.get("/unknown/bulk", {"action": "failed", "note": ""}, secure=True)
+    html = response.content.decode()
+    assert '<form method="get" action="/unknown/" class="filters"' in html
+    assert 'href="/unknown/?format=csv"' in html
