@@ -66,6 +66,7 @@ def _halt_combination(approval: ApprovalRequest) -> None:
             model="m", prompt="p", rules="r", tool_schema="t", data_version="d"
         ),
         state=VersionCombination.State.HALTED,
+        halted_from=VersionCombination.State.ACTIVE,
     )
     approval.entry.combination = combination
     approval.entry.save(update_fields=["combination"])

@@ -91,7 +91,7 @@ def test_every_count_and_badge_of_dedup_hits_agrees(django_user_model, tenant) -
     listed = operator.get("/ledger/", {"run": "run-dedup"}, secure=True).content.decode()
     assert listed.count(BADGE) == 2
     exported = operator.get("/ledger/", {"run": "run-dedup", "format": "csv"}, secure=True)
-    rows = list(csv.DictReader(io.StringIO(exported.content.decode())))
+    rows = list(csv.DictReader(io.StringIO(b"".join(exported.streaming_content).decode())))
     assert {row["call_id"] for row in rows if row["dedup_hit"] == "True"} == hits
     for entry in entries:
         page = operator.get(f"/ledger/calls/{entry.pk}/", secure=True).content.decode()

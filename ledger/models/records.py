@@ -10,6 +10,7 @@ from django.db.models import Q
 
 from ledger.decisions import failure_is_final
 from ledger.domain import (
+    FINAL_ERROR_CODES,
     TERMINAL_RECORD_STATES,
     DataClassification,
     EscalationKind,
@@ -172,6 +173,17 @@ class IdempotencyRecord(models.Model):
         approval where its policy asks for one). ``decisions.failure_is_final`` decides."""
         return self.state == RecordState.FAILED_FINAL and not failure_is_final(
             error_code=(self.error or {}).get("code"), retryable=self.error_retryable
+        )
+
+    @staticmethod
+    def failed_retryably_q(path: str = "") -> Q:
+        """``failed_retryably`` as a query over the record at ``path`` (``"record__"`` from a
+        row that points at one): the same rule, for lists read in one statement."""
+        code = f"{path}error__code"
+        return Q(**{f"{path}state": RecordState.FAILED_FINAL, f"{path}error_retryable": True}) & (
+            Q(**{f"{path}error__isnull": True})
+            | Q(**{f"{code}__isnull": True})
+            | ~Q(**{f"{code}__in": sorted(FINAL_ERROR_CODES)})
         )
 
     @cached_property

@@ -12,7 +12,7 @@ from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 
 from ledger.clock import db_now
-from ledger.domain import FINAL_ERROR_CODES, RecordState
+from ledger.domain import RecordState
 from ledger.errors import ApprovalError, InvalidInput
 from ledger.keys import fingerprint
 from ledger.models import (
@@ -138,15 +138,9 @@ def still_open(approvals: QuerySet[ApprovalRequest] | None = None) -> QuerySet[A
     here. Whether the action changed since the request is a hash computed in Python: ``decide``
     checks that one when the approver acts."""
     approvals = ApprovalRequest.objects.all() if approvals is None else approvals
-    # ``IdempotencyRecord.failed_retryably``: the reporter said retryable, and the code (if
-    # any) is not one that is final by nature.
-    retryable = Q(record__state=RecordState.FAILED_FINAL, record__error_retryable=True) & (
-        Q(record__error__isnull=True)
-        | Q(record__error__code__isnull=True)
-        | ~Q(record__error__code__in=sorted(FINAL_ERROR_CODES))
-    )
     return approvals.filter(
-        Q(record__state__in=[RecordState.RESERVED, RecordState.UNKNOWN]) | retryable,
+        Q(record__state__in=[RecordState.RESERVED, RecordState.UNKNOWN])
+        | IdempotencyRecord.failed_retryably_q("record__"),
         state=Approval.PENDING,
         expires_at__gt=Now(),
     ).exclude(

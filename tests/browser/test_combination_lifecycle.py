@@ -176,8 +176,11 @@ def test_the_rollback_result_lists_queued_look_ups_apart_from_what_needs_a_human
     page: Page, live_server, django_user_model, incident, language: str
 ) -> None:
     tenant, _api, good, bad = incident
-    # The write waiting for approval is in a registered workspace: a worker can check it.
+    # A write waiting for approval whose file nobody has checked yet, in a registered
+    # workspace: a worker can check it. (The incident's own waiting write reported its file
+    # unchanged, which escalated it as not landed: it needs a human.)
     WorkspaceRoot.objects.create(tenant=tenant, name="repo", path="/srv/repo")
+    make_pending(tenant, "unchecked.py", run_id="run-unchecked", checked=False)
     orders = IdempotencyRecord.objects.filter(
         tenant=tenant, combination_id=bad["id"], state="unknown", tool__name="create_order"
     ).order_by("pk")
@@ -189,7 +192,7 @@ def test_the_rollback_result_lists_queued_look_ups_apart_from_what_needs_a_human
     sign_in(page, live_server.url, "maria")
     page.goto(f"{live_server.url}/combinations/{bad['id']}/rollback")
     expect(page.locator("#rollback-lookups li")).to_have_count(1)
-    expect(page.locator("#rollback-needs-human li")).to_have_count(3)
+    expect(page.locator("#rollback-needs-human li")).to_have_count(4)
     shot(page, f"lifecycle-rollback-preview-{language}")
     page.fill("#reason", "duplicate orders since prompt-v2")
     page.locator(".decide button[type=submit]").click()
@@ -199,12 +202,13 @@ def test_the_rollback_result_lists_queued_look_ups_apart_from_what_needs_a_human
     expect(queued).to_contain_text("write_file")
     expect(queued.locator(".badge")).to_have_text(["unknown" if language == "en" else "未知"])
     human = page.locator("#rollback-needs-human li")
-    expect(human).to_have_count(3)
-    expect(human.locator("a.key")).to_have_count(3)
+    expect(human).to_have_count(4)
+    expect(human.locator("a.key")).to_have_count(4)
     if language == "en":
         expect(human.first).to_contain_text("unknown call escalated")
         expect(human.first).to_contain_text("the shop says maybe")
-        expect(human.nth(1)).to_contain_text("no downstream adapter")
+        expect(human.nth(1)).to_contain_text("The write did not land")
+        expect(human.nth(2)).to_contain_text("no downstream adapter")
         expect(page.locator("#rollback-steps")).to_contain_text("Queued 1 unknown call")
         expect(page.locator("#rollback-steps")).to_contain_text("Restored baseline")
         expect(page.locator("#rollback-restores")).to_have_text(

@@ -111,7 +111,7 @@ LISTS: dict[str, tuple[str, dict[str, str], Callable[[Any], list[str]], str, str
     ),
     "tools": ("/tools/", {}, lambda c: [t.name for t in c["tools"]], "", "tool"),
     "combinations": (
-        "/combinations/", {}, lambda c: [str(combo.pk) for combo, _ in c["rows"]], "",
+        "/combinations/", {}, lambda c: [str(combo.pk) for combo, *_ in c["rows"]], "",
         "combination_id",
     ),
 }  # fmt: skip
