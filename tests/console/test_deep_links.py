@@ -114,7 +114,8 @@ def test_the_search_goes_straight_to_a_call_named_by_its_whole_id(
     ruled_out = client.get("/ledger/", {"call": orders[0]["call_id"], "tool": "send_email"})
     assert ruled_out.status_code == 200 and b"No call matches" in ruled_out.content
     csv = client.get("/ledger/", {"call": orders[0]["call_id"], "format": "csv"})
-    assert csv.status_code == 200 and orders[0]["call_id"] in b"".join(csv.streaming_content).decode()
+    assert csv.status_code == 200
+    assert orders[0]["call_id"] in b"".join(csv.streaming_content).decode()
 
 
 def test_keys_are_cut_to_one_line_whole_on_hover_and_copy(django_user_model, tenant, orders):
