@@ -131,8 +131,8 @@ def run_compensation(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespo
     steps = compensations.saga_plan(run)
     waiting = [
         a
-        for c in compensations.saga_compensations(run)
-        if (a := compensations.pending_approval(c)) is not None and a.state == "pending"
+        for a in compensations.open_approvals(compensations.saga_compensations(run))
+        if a.state == ApprovalRequest.State.PENDING
     ]
     return render(
         request,

@@ -144,9 +144,7 @@ def get_compensation(request: HttpRequest, query: Query[KeyQuery]) -> Compensati
 def _saga_out(run: Run) -> SagaOut:
     steps = []
     for step in compensations.saga_plan(run):
-        call = step.preview
-        if step.compensation is not None:
-            call = compensations.preview(record=step.original)
+        call = step.call
         steps.append(
             SagaStepOut(
                 original_key=step.original.key,

@@ -25,9 +25,9 @@ from ledger.services.audit import audit
 from ledger.services.compensations import compensation_record
 from reconcile.compensations import (
     Preview,
-    _first_entry,
     compensation_run,
-    pending_approval,
+    first_entry,
+    open_approvals,
     preview,
     saga_compensations,
     saga_plan,
@@ -47,7 +47,7 @@ def request_compensation(
         _move_on(existing, actor=actor, requester_id=requester_id, source=source)
         return existing
     planned = preview(record=record)
-    first = _first_entry(record)
+    first = first_entry(record)
     with transaction.atomic():
         # One request at a time per original: the second waits here, then finds the first's.
         IdempotencyRecord.objects.select_for_update().filter(pk=record.pk).first()
@@ -198,9 +198,8 @@ def _decide(
         raise InvalidInput("deciding a compensation needs a reason")
     waiting = [
         approval
-        for c in compensations
-        if (approval := pending_approval(c)) is not None
-        and approval.state == ApprovalRequest.State.PENDING
+        for approval in open_approvals(compensations)
+        if approval.state == ApprovalRequest.State.PENDING
     ]
     if not waiting:
         raise ApprovalError("no compensation here waits for a decision")
@@ -271,9 +270,7 @@ def request_saga(
             )
     requested = saga_compensations(run)
     if any(
-        (approval := pending_approval(c)) is not None
-        and approval.state == ApprovalRequest.State.APPROVED
-        for c in requested
+        approval.state == ApprovalRequest.State.APPROVED for approval in open_approvals(requested)
     ):  # a saga that stopped, or whose message was lost, goes on where it stopped
         send_saga(run.pk)
     return requested

@@ -11,10 +11,12 @@ first, stopping at the first one that does not succeed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from ledger.compensation import (
     KEY_SUFFIX,
@@ -40,9 +42,8 @@ from ledger.models import (
     Tool,
 )
 from ledger.outbound import OutboundRefused, check_url
-from ledger.services import approvals, runs
+from ledger.services import runs
 from ledger.services.audit import audit
-from ledger.services.compensations import compensation_record
 from ledger.services.runs import RUN_ID_MAX
 from reconcile.models import CompensationAdapter
 
@@ -104,13 +105,23 @@ def declare_compensation(
     return declared
 
 
+def _declarations(records: Sequence[IdempotencyRecord]) -> dict[int, DeclaredCompensation]:
+    """Each action's declaration, by the action's id: the call's own, else its tool's."""
+    found = DeclaredCompensation.objects.select_related("compensating_tool").filter(
+        Q(record_id__in=[r.pk for r in records]) | Q(tool_id__in={r.tool_id for r in records})
+    )
+    own = {d.record_id: d for d in found if d.record_id is not None}
+    by_tool = {d.tool_id: d for d in found if d.record_id is None}
+    return {
+        r.pk: declared
+        for r in records
+        if (declared := own.get(r.pk) or by_tool.get(r.tool_id)) is not None
+    }
+
+
 def declaration_for(record: IdempotencyRecord) -> DeclaredCompensation | None:
     """The call's own declaration, else its tool's."""
-    declarations = DeclaredCompensation.objects.select_related("compensating_tool")
-    return (
-        declarations.filter(record=record).first()
-        or declarations.filter(tool_id=record.tool_id).first()
-    )
+    return _declarations([record]).get(record.pk)
 
 
 # --- preview and request --------------------------------------------------------------------
@@ -135,40 +146,77 @@ class Preview:
             "url": self.url,
         }
 
+    @classmethod
+    def of(cls, compensation: Compensation) -> Preview:
+        """The call a requested compensation makes (as it was requested)."""
+        return cls(
+            compensation.original,
+            compensation.tool,
+            compensation.arguments,
+            compensation.key,
+            compensation.url,
+        )
+
 
 def is_compensation(record: IdempotencyRecord) -> bool:
     return Compensation.objects.filter(tenant_id=record.tenant_id, key=record.key).exists()
 
 
-def _first_entry(record: IdempotencyRecord) -> LedgerEntry:
+def first_entry(record: IdempotencyRecord) -> LedgerEntry:
+    """The action's first ledger entry: its compensation takes its input and run from it."""
     entry = LedgerEntry.objects.select_related("run").filter(record=record).order_by("pk").first()
     if entry is None:
-        raise InvalidTransition("the action has no ledger entry to take its input from")
+        raise InvalidTransition(NO_ENTRY)
     return entry
 
 
-def preview(*, record: IdempotencyRecord) -> Preview:
-    """The compensation of a succeeded action, built now (or as it was requested). Raises,
-    writing nothing, when there is none to make."""
-    existing = Compensation.objects.select_related("tool").filter(original=record).first()
-    if existing is not None:
-        return Preview(record, existing.tool, existing.arguments, existing.key, existing.url)
-    if is_compensation(record):
-        raise InvalidInput("a compensation is not compensated in turn")
+NO_ENTRY = "the action has no ledger entry to take its input from"
+
+
+@dataclass(frozen=True, slots=True)
+class _Sources:
+    """What building the compensations of some actions reads, read once for all of them."""
+
+    declarations: dict[int, DeclaredCompensation]  # by the action's id
+    adapters: dict[int, CompensationAdapter]  # by the compensating tool's id
+    inputs: dict[int, Any]  # the input of the action's first_entry, by the action's id
+
+
+def _sources(records: Sequence[IdempotencyRecord]) -> _Sources:
+    declarations = _declarations(records)
+    adapters: dict[int, CompensationAdapter] = {}
+    for adapter in CompensationAdapter.objects.filter(
+        tool_id__in={d.compensating_tool_id for d in declarations.values()}
+    ).order_by("pk"):
+        adapters.setdefault(adapter.tool_id, adapter)
+    inputs = dict(
+        LedgerEntry.objects.filter(record_id__in=[r.pk for r in records])
+        .order_by("record_id", "pk")
+        .distinct("record_id")
+        .values_list("record_id", "input")
+    )
+    return _Sources(declarations, adapters, inputs)
+
+
+def _build(record: IdempotencyRecord, sources: _Sources) -> Preview:
+    """The compensation of a succeeded action that has none yet. Raises when there is none to
+    make."""
     if record.state != RecordState.SUCCEEDED:
         raise InvalidTransition(
             f"only an action that happened (succeeded) can be compensated; it is {record.state}"
         )
-    declared = declaration_for(record)
+    declared = sources.declarations.get(record.pk)
     if declared is None:
         raise InvalidInput(f"{record.tool.name} declares no compensation")
     tool = declared.compensating_tool
-    adapter = CompensationAdapter.objects.filter(tool=tool).first()
+    adapter = sources.adapters.get(tool.pk)
     if adapter is None:
         raise InvalidInput(f"{tool.name} has no compensation adapter to run it")
+    if record.pk not in sources.inputs:
+        raise InvalidTransition(NO_ENTRY)
     try:
         arguments = compensation_arguments(
-            declared.arguments, tool_input=_first_entry(record).input, result=record.result
+            declared.arguments, tool_input=sources.inputs[record.pk], result=record.result
         )
         key = compensation_key(record.key)
         url = fill_url(adapter.url_template, arguments)
@@ -176,6 +224,19 @@ def preview(*, record: IdempotencyRecord) -> Preview:
     except (CompensationError, OutboundRefused) as exc:
         raise InvalidInput(str(exc)) from None
     return Preview(record, tool, arguments, key, url)
+
+
+def preview(*, record: IdempotencyRecord) -> Preview:
+    """The compensation of a succeeded action, built now (or as it was requested). Raises,
+    writing nothing, when there is none to make."""
+    existing = (
+        Compensation.objects.select_related("original", "tool").filter(original=record).first()
+    )
+    if existing is not None:
+        return Preview.of(existing)
+    if is_compensation(record):
+        raise InvalidInput("a compensation is not compensated in turn")
+    return _build(record, _sources([record]))
 
 
 def compensation_run(original_run: Run, *, actor: str, source: str) -> Run:
@@ -197,9 +258,25 @@ def compensation_run(original_run: Run, *, actor: str, source: str) -> Run:
 # --- the human decision ---------------------------------------------------------------------
 
 
+def open_approvals(compensations: Iterable[Compensation]) -> list[ApprovalRequest]:
+    """The open approval of each compensation that has one, read at once."""
+    of_records = Q()
+    for compensation in compensations:
+        of_records |= Q(tenant_id=compensation.tenant_id, record__key=compensation.key)
+    if not of_records:
+        return []
+    latest: dict[int, ApprovalRequest] = {}
+    for approval in (
+        ApprovalRequest.objects.select_related("record")
+        .filter(of_records, state__in=ApprovalRequest.OPEN_STATES)
+        .order_by("-pk")
+    ):
+        latest.setdefault(approval.record_id, approval)
+    return list(latest.values())
+
+
 def pending_approval(compensation: Compensation) -> ApprovalRequest | None:
-    record = compensation_record(compensation)
-    return approvals.open_approval(record) if record is not None else None
+    return next(iter(open_approvals([compensation])), None)
 
 
 def compensation_of_approval(approval: ApprovalRequest) -> Compensation | None:
@@ -218,17 +295,15 @@ class SagaStep:
     it has none."""
 
     original: IdempotencyRecord
+    state: str  # ``compensated``, the compensation record's state, ``planned``, or ``none``
     compensation: Compensation | None = None
     preview: Preview | None = None
     problem: str = ""
 
     @property
-    def state(self) -> str:
-        """``compensated``, the compensation record's state, ``planned``, or ``none``."""
-        if self.compensation is not None:
-            record = compensation_record(self.compensation)
-            return compensation_state(record.state if record is not None else None)
-        return "planned" if self.preview is not None else "none"
+    def call(self) -> Preview | None:
+        """The call the step makes: as requested, else as planned."""
+        return Preview.of(self.compensation) if self.compensation is not None else self.preview
 
 
 def _run_actions(run: Run) -> list[IdempotencyRecord]:
@@ -248,17 +323,29 @@ def _run_actions(run: Run) -> list[IdempotencyRecord]:
 
 
 def saga_plan(run: Run) -> list[SagaStep]:
-    """What compensating ``run`` as a whole does, in the order it would do it."""
-    existing = {c.original_id: c for c in Compensation.objects.filter(run=run)}
+    """What compensating ``run`` as a whole does, in the order it would do it. Reads the same
+    statements however many actions the run has."""
+    existing = {
+        c.original_id: c
+        for c in Compensation.objects.select_related("original", "tool").filter(run=run)
+    }
+    record_states = dict(
+        IdempotencyRecord.objects.filter(
+            tenant_id=run.tenant_id, key__in=[c.key for c in existing.values()]
+        ).values_list("key", "state")
+    )
+    actions = _run_actions(run)
+    sources = _sources([r for r in actions if r.pk not in existing])
     steps = []
-    for record in _run_actions(run):
-        if record.pk in existing:
-            steps.append(SagaStep(record, compensation=existing[record.pk]))
+    for record in actions:
+        if (compensation := existing.get(record.pk)) is not None:
+            state = compensation_state(record_states.get(compensation.key))
+            steps.append(SagaStep(record, state, compensation=compensation))
             continue
         try:
-            steps.append(SagaStep(record, preview=preview(record=record)))
+            steps.append(SagaStep(record, "planned", preview=_build(record, sources)))
         except (InvalidInput, InvalidTransition) as exc:
-            steps.append(SagaStep(record, problem=exc.message))
+            steps.append(SagaStep(record, "none", problem=exc.message))
     return steps
 
 

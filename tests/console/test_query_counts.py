@@ -323,14 +323,7 @@ OBJECT_PAGES = [
     pytest.param("unknown", _unknown_page, id="unknown"),
     pytest.param("shadow", _shadow_page, id="shadow"),
     pytest.param("record-compensation", _record_compensation_page, id="record-compensation"),
-    pytest.param(
-        "run-compensation",
-        _run_compensation_page,
-        id="run-compensation",
-        # reconcile.compensations.saga_plan previews each action on its own (about six queries
-        # an action): known, left to the compensation work.
-        marks=pytest.mark.xfail(strict=True, reason="a run's saga page reads each action apart"),
-    ),
+    pytest.param("run-compensation", _run_compensation_page, id="run-compensation"),
     pytest.param("run", _run_page, id="run"),
     pytest.param("combination", _combination_page, id="combination"),
     pytest.param("approval", _approval_page, id="approval"),
