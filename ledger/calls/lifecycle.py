@@ -17,7 +17,7 @@ from ledger.calls.selectors import entry_for, entry_with_locked_record
 from ledger.calls.values import Caller, CallResult, Lease, entry_classification
 from ledger.decisions import failure_is_final
 from ledger.domain import Decision, EntryStatus, RecordState
-from ledger.errors import ApprovalError, InvalidInput, InvalidTransition
+from ledger.errors import ApprovalError, InvalidInput, InvalidTransition, StaleFencingToken
 from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tool
 from ledger.records import Outcome
 from ledger.services import approvals
@@ -113,10 +113,13 @@ def start_call(*, caller: Caller, call_id: str) -> CallResult:
 
 
 def heartbeat_call(*, caller: Caller, call_id: str, fencing_token: int) -> datetime:
-    """Extend the lease of a running call; its new expiry."""
+    """Extend the lease of a running call; its new expiry. Only under the call's own token: a
+    call that lent its record to a replay cannot keep the replay's lease alive."""
     entry = entry_for(caller, call_id)
-    if entry.record is None:
+    if entry.record is None or entry.fencing_token is None:
         raise InvalidTransition("this call holds no lease")
+    if entry.fencing_token != fencing_token:
+        raise StaleFencingToken("this token is not this call's own")
     return records.heartbeat(record=entry.record, fencing_token=fencing_token)
 
 

@@ -117,12 +117,17 @@ def test_the_replaced_call_is_refused_through_the_api(tenant) -> None:
         response = api.post(f"/calls/{first['call_id']}/{path}", body)
         assert response.status_code == 409, path
         assert response.json()["code"] == "STALE_FENCING_TOKEN", path
-    # The replay's own token is another call's: the original call cannot borrow it.
-    borrowed = api.post(
-        f"/calls/{first['call_id']}/complete",
-        {"fencing_token": 2, "outcome": "succeeded", "result": {}},
-    )
-    assert borrowed.json()["code"] == "STALE_FENCING_TOKEN"
+    # The replay's own token is another call's: the original call cannot borrow it, to report
+    # or to keep the lease alive.
+    record = IdempotencyRecord.objects.get(tenant=tenant, key=first["idempotency_key"])
+    for path, body in (
+        ("heartbeat", {"fencing_token": 2}),
+        ("complete", {"fencing_token": 2, "outcome": "succeeded", "result": {}}),
+    ):
+        borrowed = api.post(f"/calls/{first['call_id']}/{path}", body)
+        assert borrowed.status_code == 409, path
+        assert borrowed.json()["code"] == "STALE_FENCING_TOKEN", path
+    assert refresh(record).lease_expires_at == record.lease_expires_at
     done = api.post(
         f"/calls/{replay['call_id']}/complete",
         {"fencing_token": 2, "outcome": "succeeded", "result": {"n": 2}},
