@@ -81,31 +81,20 @@ def object_link(page: str, pk: int | None, text: object, pages: set[str]) -> Saf
 
 @register.simple_tag
 def key_link(page: str, pk: int | None, key: str, pages: set[str]) -> SafeString:
-    """``key`` cut to one line (``.key-cell``), its whole text in the title and on a copy
-    button (shown by copy.js where the clipboard works), linked to ``page`` like
-    ``object_link``."""
-    if pk is None or page not in pages:
-        shown = format_html('<span class="key" title="{}">{}</span>', key, key)
-    else:
-        shown = format_html(
-            '<a class="key" href="{}" title="{}">{}</a>', object_url(page, pk), key, key
-        )
+    """``key`` as ``object_clip`` shows it, sized as a key (``.key-cell .key``), with a copy
+    button named for a key."""
     return format_html(
-        '<span class="key-cell">{} <button type="button" class="copy" data-copy="{}" '
-        'aria-label="{}" hidden>{}</button></span>',
-        shown,
-        key,
-        _("Copy the key"),
-        _("Copy"),
+        '<span class="key-cell">{}</span>',
+        object_clip(page, pk, key, pages, size="key", copy=_("Copy the key")),
     )
 
 
 @register.simple_tag
 def clip(text: object, url: str = "", size: str = "", copy: str = "") -> SafeString:
     """``text`` on one line, cut with an ellipsis where its column ends (``size``: "short",
-    "long" or the default, console.css ``.clip``), linked to ``url`` if given. The whole text is
-    its title and, with ``copy`` (the button's name for screen readers), a copy button's
-    (shown by copy.js where the browser can copy)."""
+    "long", "key" or the default, console.css ``.clip``), linked to ``url`` if given. The
+    whole text is its title and, with ``copy`` (the button's name for screen readers), a copy
+    button's (shown by copy.js where the browser can copy)."""
     value = str(text)
     classes = f"clip {size}".rstrip()
     if url:

@@ -122,5 +122,5 @@ def test_keys_are_cut_to_one_line_whole_on_hover_and_copy(django_user_model, ten
     entry = LedgerEntry.objects.get(call_id=orders[1]["call_id"])
     key = orders[1]["idempotency_key"]
     page = _operator(django_user_model, tenant).get(f"/ledger/calls/{entry.pk}/").content.decode()
-    assert f'<a class="key" href="/ledger/records/{entry.record_id}/" title="{key}">' in page
+    assert f'<a class="clip key" href="/ledger/records/{entry.record_id}/" title="{key}">' in page
     assert f'data-copy="{key}"' in page
