@@ -5,7 +5,7 @@ is a query parameter, so a filtered list is a URL that can be shared."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
@@ -35,6 +35,43 @@ def local_datetime(label: Any) -> forms.DateTimeField:
     )
 
 
+#: The relative ranges as the filters offer them.
+RANGE_LABELS = [
+    ("1h", _("last hour")),
+    ("6h", _("last 6 hours")),
+    ("24h", _("last 24 hours")),
+    ("7d", _("last 7 days")),
+]
+
+
+class WindowForm(forms.Form):
+    """A dashboard's window: one of ``RANGES``, the last 24 hours unless another is chosen.
+    Charts of 5-minute buckets are drawn hourly over 7 days (168 points, not 2,016)."""
+
+    DEFAULT = "24h"
+    HOURLY = frozenset({"7d"})
+
+    range = forms.ChoiceField(label=_("Time"), required=False, choices=RANGE_LABELS)
+
+    @property
+    def chosen(self) -> str:
+        """The chosen range, or the default where none (or one not offered) is chosen."""
+        return (self.cleaned_data.get("range") if self.is_valid() else "") or self.DEFAULT
+
+    @property
+    def label(self) -> str:
+        return str(dict(RANGE_LABELS)[self.chosen])
+
+    @property
+    def hourly(self) -> bool:
+        return self.chosen in self.HOURLY
+
+    def span(self) -> tuple[datetime, datetime]:
+        """The window's start and end, by the database's clock."""
+        end = db_now()
+        return end - RANGES[self.chosen], end
+
+
 class TimeRangeForm(forms.Form):
     """A list's time window: ``range`` (relative) or ``since`` / ``until`` (absolute), not
     both. Once valid, ``cleaned_data["since"]`` holds the start of a relative range too."""
@@ -42,13 +79,7 @@ class TimeRangeForm(forms.Form):
     range = forms.ChoiceField(
         label=_("Time"),
         required=False,
-        choices=[
-            ("", _("any time")),
-            ("1h", _("last hour")),
-            ("6h", _("last 6 hours")),
-            ("24h", _("last 24 hours")),
-            ("7d", _("last 7 days")),
-        ],
+        choices=[("", _("any time")), *RANGE_LABELS],
     )
     since = local_datetime(_("From"))
     until = local_datetime(_("To"))

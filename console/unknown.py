@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import timedelta
 
 from django import forms
 from django.contrib import messages
@@ -24,6 +23,7 @@ from django.utils.translation import gettext_lazy
 from console import selectors
 from console.access import audit_foreign_ids, console_view, get_for_tenant
 from console.csv_export import Columns, csv_response, export_href
+from console.filters import RANGES
 from console.navigation import context_for
 from console.params import parse_id
 from console.roles import Role
@@ -86,15 +86,6 @@ def apply_action(record: IdempotencyRecord, action: str, note: str, actor: str) 
     raise InvalidInput(_("Unknown action."))
 
 
-#: The queue's age filter: unknown for longer than this.
-AGES = {
-    "1h": timedelta(hours=1),
-    "6h": timedelta(hours=6),
-    "24h": timedelta(days=1),
-    "7d": timedelta(days=7),
-}
-
-
 #: Why a call was escalated to a human, for each ``EscalationKind``, as the queue says it.
 ESCALATION_KINDS = {
     EscalationKind.WRITE_CONFLICT: gettext_lazy("write conflict"),
@@ -152,7 +143,7 @@ class UnknownFilter(forms.Form):
     older_than = forms.ChoiceField(
         label=gettext_lazy("Unknown for over"),
         required=False,
-        choices=[("", gettext_lazy("any time"))] + [(age, age) for age in AGES],
+        choices=[("", gettext_lazy("any time"))] + [(age, age) for age in RANGES],
     )
 
     def __init__(self, data: QueryDict, *, tenant: Tenant) -> None:
@@ -221,7 +212,7 @@ def _queue(
             "tool": data["tool"].strip(),
             "kind": data["kind"],
             "combination": data["combination"] if data["combination"] != "" else None,
-            "older_than": AGES.get(data["older_than"]),
+            "older_than": RANGES.get(data["older_than"]),
         }
         if params.get("format") == "csv" and bulk is None:
             every = selectors.all_unknown_calls(tenant, **filters)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.conf import settings
@@ -29,7 +29,7 @@ from console import claims, diffs, selectors
 from console.access import TENANT_SESSION_KEY, console_view, get_for_tenant
 from console.csv_export import Columns, csv_response, export_href, in_chunks
 from console.denials import Reason, audit_denial
-from console.filters import TimeRangeForm
+from console.filters import TimeRangeForm, WindowForm
 from console.forbidden import refusal
 from console.language import save_language
 from console.lifecycle import actions_for
@@ -301,9 +301,11 @@ COMBINATION_COLUMNS: Columns = [
 
 @console_view(Role.MANAGER)
 def combinations_page(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
-    """Active, canary and previous combinations side by side, with their metrics."""
-    window = 60 * 24
-    summaries = metrics.by_combination(tenant, since=metrics.window_start(window))
+    """Active, canary and previous combinations side by side, with their metrics over the
+    chosen window."""
+    window = WindowForm(request.GET)
+    since, _end = window.span()
+    summaries = metrics.by_combination(tenant, since=since)
     rows = [
         (combination, summaries.get(combination.pk, metrics.Summary()), actions_for(combination))
         for combination in VersionCombination.objects.filter(tenant=tenant).order_by(
@@ -316,7 +318,11 @@ def combinations_page(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
         request,
         "console/combinations.html",
         context_for(
-            request, tenant, rows=rows, window_hours=window // 60, export_href=export_href("")
+            request,
+            tenant,
+            rows=rows,
+            window=window,
+            export_href=export_href(urlencode({"range": window.chosen})),
         ),
     )
 
@@ -606,11 +612,13 @@ def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
         except LedgerError as exc:
             messages.error(request, exc.message)
         return redirect("console:metrics")
-    minutes = 24 * 60
-    since = metrics.window_start(minutes)
-    span = (since, since + timedelta(minutes=minutes))
+    window = WindowForm(request.GET)
+    span = window.span()
+    since = span[0]
     tool = request.GET.get("tool", "").strip() or None
-    by_combination = metrics.series_by_combination(tenant, since=since, tool=tool)
+    by_combination = metrics.series_by_combination(
+        tenant, since=since, tool=tool, hourly=window.hourly
+    )
     labels_of = dict(
         VersionCombination.objects.filter(tenant=tenant, pk__in=list(by_combination)).values_list(
             "pk", "label"
@@ -664,6 +672,7 @@ def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             charts=charts,
             tools=tools,
             tool=tool or "",
+            window=window,
             thresholds=Threshold.objects.filter(tenant=tenant).order_by("pk"),
             alerts=tenant.alerts.select_related("combination").order_by("-created_at")[:20],
             metric_choices=Threshold.Metric.choices,

@@ -64,6 +64,8 @@ def test_bulk_look_up_with_select_all(page: Page, live_server, django_user_model
     tenant, *_ = incident
     console_user(django_user_model, tenant, "olga", "operator")
     sign_in(page, live_server.url, "olga")
+    escalated = IdempotencyRecord.objects.filter(escalated_at__isnull=False)
+    before = set(escalated.values_list("pk", "escalated_at", "escalation_reason"))
     page.goto(f"{live_server.url}/unknown/")
     page.check("[data-select-all]")
     page.select_option("#bulk-action", "escalate")
@@ -71,10 +73,10 @@ def test_bulk_look_up_with_select_all(page: Page, live_server, django_user_model
     page.click("text=Review…")
     expect(page.locator("text=Dry run: nothing has changed")).to_be_visible()
     shot(page, "unknown-bulk-preview")
-    assert not IdempotencyRecord.objects.filter(escalated_at__isnull=False).exists()
+    assert set(escalated.values_list("pk", "escalated_at", "escalation_reason")) == before
     page.click("text=Confirm for 4 calls")
     expect(page.locator(".messages")).to_contain_text("done for 4 of 4 selected calls")
-    assert IdempotencyRecord.objects.filter(escalated_at__isnull=False).count() == 4
+    assert escalated.filter(escalation_reason="Shop API is down; checking by hand").count() == 4
 
 
 def test_keyboard_walks_the_queue_and_approves(
