@@ -244,7 +244,7 @@ def _succeeded_by_report(record: IdempotencyRecord) -> bool:
         .values_list("action", flat=True)
         .first()
     )
-    return last == "record.succeeded"
+    return last == transitions.REPORTED[Outcome.SUCCEEDED].action
 
 
 CONTRADICTION_ESCALATION = (

@@ -39,10 +39,13 @@ from ledger.models import (
     MetricCursor,
     Tenant,
 )
+from ledger.records.transitions import DECLARED
 
 BUCKET = timedelta(minutes=5)
-EXECUTION_ACTIONS = ("record.started", "record.replayed")
-UNCERTAIN_ACTIONS = ("record.unknown", "record.lease_expired")
+#: The audit actions of the transitions that start an execution, and of those that make an
+#: outcome unknown, as ``records.transitions`` declares them.
+EXECUTION_ACTIONS = tuple(t.action for t in DECLARED if t.target is RecordState.EXECUTING)
+UNCERTAIN_ACTIONS = tuple(t.action for t in DECLARED if t.target is RecordState.UNKNOWN)
 COUNTERS = (
     "keyed_requests",
     "dedup_hits",

@@ -198,3 +198,20 @@ def test_a_report_refused_under_the_callers_lock_says_why(tenant, create_order) 
             complete_locked(locked, now=now, fencing_token=2, outcome=Outcome.FAILED, actor="w")
     assert refused.value.reason == REFUSED_STALE
     assert refresh(record).state == "executing"
+
+
+def test_a_contradicting_report_counts_as_a_call_that_became_uncertain(
+    tenant, create_order
+) -> None:
+    """The metric counts every transition into ``unknown``, the contradiction's too."""
+    from ledger.services import metrics
+
+    record = _settled_as_not_run(tenant, create_order, {"code": "NOT_EXECUTED"})
+    metrics.roll_up()
+    before = metrics.summarize(tenant).became_uncertain
+    entry = _started_entry(tenant, create_order, record)
+    complete_execution(
+        record=record, fencing_token=1, outcome=Outcome.SUCCEEDED, actor="w", entry=entry
+    )
+    metrics.roll_up()
+    assert metrics.summarize(tenant).became_uncertain == before + 1
