@@ -129,11 +129,7 @@ def run_compensation(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespo
     """A run compensated as a whole: every step, newest first, with its state."""
     run = _get_run_for_user(request, tenant, pk)
     steps = compensations.saga_plan(run)
-    waiting = [
-        a
-        for a in compensations.open_approvals(compensations.saga_compensations(run))
-        if a.state == ApprovalRequest.State.PENDING
-    ]
+    waiting = compensations.waiting_approvals(compensations.saga_compensations(run))
     return render(
         request,
         "console/run_compensation.html",

@@ -24,13 +24,13 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from ledger.compensation import compensation_state
 from ledger.domain import Decision, RecordState
 from ledger.models import (
-    ApprovalRequest,
     Compensation,
     IdempotencyRecord,
     MetricBucket,
     RolloutPlan,
     RolloutStep,
 )
+from ledger.services.approvals import still_open
 from ledger.services.metrics import COUNTERS, bucket_of
 from reconcile.models import ReconcileAttempt
 
@@ -133,7 +133,7 @@ class LedgerCollector(Collector):
             "age of the oldest approval waiting for a human",
             labels=["tenant"],
         )
-        pending = ApprovalRequest.objects.filter(state=ApprovalRequest.State.PENDING)
+        pending = still_open()
         for row in _rows(pending.values("tenant__slug").annotate(oldest=Min("created_at"))):
             approvals.add_metric([row["tenant__slug"]], (now - row["oldest"]).total_seconds())
         yield approvals

@@ -31,6 +31,7 @@ from reconcile.compensations import (
     preview,
     saga_compensations,
     saga_plan,
+    waiting_approvals,
 )
 from reconcile.operator_actions import request_lookup
 from reconcile.tasks import send_compensations, send_saga
@@ -196,11 +197,7 @@ def _decide(
     every one of them before any is decided. Returns how many were decided."""
     if not reason.strip():
         raise InvalidInput("deciding a compensation needs a reason")
-    waiting = [
-        approval
-        for approval in open_approvals(compensations)
-        if approval.state == ApprovalRequest.State.PENDING
-    ]
+    waiting = waiting_approvals(compensations)
     if not waiting:
         raise ApprovalError("no compensation here waits for a decision")
     for approval in waiting:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from ledger.compensation import (
     KEY_SUFFIX,
@@ -42,7 +42,7 @@ from ledger.models import (
     Tool,
 )
 from ledger.outbound import OutboundRefused, check_url
-from ledger.services import runs
+from ledger.services import approvals, runs
 from ledger.services.audit import audit
 from ledger.services.runs import RUN_ID_MAX
 from reconcile.models import CompensationAdapter
@@ -258,21 +258,29 @@ def compensation_run(original_run: Run, *, actor: str, source: str) -> Run:
 # --- the human decision ---------------------------------------------------------------------
 
 
-def open_approvals(compensations: Iterable[Compensation]) -> list[ApprovalRequest]:
-    """The open approval of each compensation that has one, read at once."""
+def _approvals_of(compensations: Iterable[Compensation]) -> QuerySet[ApprovalRequest]:
+    """The approval requests of the compensations' own records, in one query."""
     of_records = Q()
     for compensation in compensations:
         of_records |= Q(tenant_id=compensation.tenant_id, record__key=compensation.key)
     if not of_records:
-        return []
+        return ApprovalRequest.objects.none()
+    return ApprovalRequest.objects.select_related("record").filter(of_records)
+
+
+def open_approvals(compensations: Iterable[Compensation]) -> list[ApprovalRequest]:
+    """The open approval of each compensation that has one, read at once."""
     latest: dict[int, ApprovalRequest] = {}
     for approval in (
-        ApprovalRequest.objects.select_related("record")
-        .filter(of_records, state__in=ApprovalRequest.OPEN_STATES)
-        .order_by("-pk")
+        _approvals_of(compensations).filter(state__in=ApprovalRequest.OPEN_STATES).order_by("-pk")
     ):
         latest.setdefault(approval.record_id, approval)
     return list(latest.values())
+
+
+def waiting_approvals(compensations: Iterable[Compensation]) -> list[ApprovalRequest]:
+    """The compensations' approvals a human can still give (``approvals.still_open``)."""
+    return list(approvals.still_open(_approvals_of(compensations)).order_by("pk"))
 
 
 def pending_approval(compensation: Compensation) -> ApprovalRequest | None:

@@ -337,6 +337,31 @@ def test_prometheus_endpoint_refuses_anonymous_and_parses(
 
 
 @pytest.mark.django_db
+def test_the_oldest_pending_approval_is_one_a_human_can_still_give(tenant, settings) -> None:
+    """An expired request waits for nobody: the gauge reads approvals.still_open."""
+    from datetime import timedelta
+
+    from ledger.models import ApprovalRequest
+    from tests.console.conftest import make_pending
+
+    settings.METRICS_TOKEN = "scrape-secret"
+    expired, waiting = make_pending(tenant, "a.py", "run-a"), make_pending(tenant, "b.py", "run-b")
+    ApprovalRequest.objects.filter(pk=waiting.pk).update(
+        created_at=waiting.created_at - timedelta(minutes=10)
+    )
+    ApprovalRequest.objects.filter(pk=expired.pk).update(
+        created_at=expired.created_at - timedelta(days=2),
+        expires_at=expired.created_at - timedelta(days=1),
+    )
+    response = Client().get(
+        "/metrics", secure=True, headers={"Authorization": "Bearer scrape-secret"}
+    )
+    families = {f.name: f for f in text_string_to_metric_families(response.content.decode())}
+    (sample,) = families["agent_ledger_oldest_pending_approval_age_seconds"].samples
+    assert 600 <= sample.value < 3600
+
+
+@pytest.mark.django_db
 def test_rolling_back_a_canary_keeps_the_active_combination(tenant, api: ApiClient) -> None:
     stable = api.post("/combinations", {"label": "stable", **VERSIONS}).json()
     canary = api.post("/combinations", {"label": "canary", **{**VERSIONS, "model": "m2"}}).json()
