@@ -78,6 +78,17 @@ def test_every_allowed_change_is_declared_once_and_every_declared_one_is_allowed
     assert len({t.action for t in transitions.DECLARED}) == len(transitions.DECLARED)
 
 
+def test_the_metrics_count_every_transition_into_executing_and_into_unknown() -> None:
+    from ledger.services import metrics
+
+    into = {
+        target: {t.action for t in transitions.DECLARED if t.target is target}
+        for target in (RecordState.EXECUTING, RecordState.UNKNOWN)
+    }
+    assert set(metrics.EXECUTION_ACTIONS) == into[RecordState.EXECUTING]
+    assert set(metrics.UNCERTAIN_ACTIONS) == into[RecordState.UNKNOWN]
+
+
 @pytest.mark.parametrize(
     ("transition", "source"),
     list(itertools.product(transitions.DECLARED, RecordState)),
