@@ -195,6 +195,7 @@ CELERY_TASK_ROUTES = {
     "reconcile.tasks.deliver_notification": {"queue": "notify"},
     "reconcile.tasks.run_compensations": {"queue": "reconcile"},
     "reconcile.tasks.compensate_run": {"queue": "reconcile"},
+    "reconcile.tasks.sweep_compensations": {"queue": "maintenance"},
     "reconcile.tasks.evaluate_rollouts": {"queue": "maintenance"},
 }
 # publishing must not hang a web request when the broker is down: fail fast, the sweep catches up;
@@ -229,6 +230,7 @@ CELERY_BEAT_SCHEDULE = {
     "cleanup-expired": {"task": "reconcile.tasks.cleanup_expired", "schedule": 300.0},
     "roll-up-metrics": {"task": "reconcile.tasks.roll_up_metrics", "schedule": 30.0},
     "sweep-notifications": {"task": "reconcile.tasks.sweep_notifications", "schedule": 30.0},
+    "sweep-compensations": {"task": "reconcile.tasks.sweep_compensations", "schedule": 30.0},
     "evaluate-rollouts": {
         "task": "reconcile.tasks.evaluate_rollouts",
         "schedule": float(ROLLOUT_EVALUATE_SECONDS),
@@ -304,6 +306,13 @@ LEDGER_NOTIFY_RETRY_SECONDS = positive_int(env, "LEDGER_NOTIFY_RETRY_SECONDS", d
 LEDGER_NOTIFY_CLAIM_SECONDS = positive_int(env, "LEDGER_NOTIFY_CLAIM_SECONDS", default=120)
 if LEDGER_NOTIFY_CLAIM_SECONDS <= 60:
     raise ImproperlyConfigured("LEDGER_NOTIFY_CLAIM_SECONDS must exceed the delivery's 60 s limit.")
+# Approved compensations no worker started (their message was lost): the sweep sends them again
+# once their approval is this many seconds old (the commit's own send has had time to arrive),
+# at most this many runs' sagas per sweep (reconcile.tasks.sweep_compensations).
+LEDGER_COMPENSATION_RESEND_SECONDS = positive_int(
+    env, "LEDGER_COMPENSATION_RESEND_SECONDS", default=60
+)
+LEDGER_COMPENSATION_SWEEP_BATCH = positive_int(env, "LEDGER_COMPENSATION_SWEEP_BATCH", default=100)
 # Prometheus scrapes /metrics with this bearer token (staff users may also view it).
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models.functions import Now
 
 from ledger.compensation import (
     KEY_SUFFIX,
@@ -363,4 +365,43 @@ def saga_compensations(run: Run) -> list[Compensation]:
         Compensation.objects.select_related("original", "tool")
         .filter(run=run)
         .order_by("-original__created_at", "-original__pk")
+    )
+
+
+def _before_in_saga() -> Q:
+    """The compensations of the outer one's run that come before it in saga order (the order
+    of ``saga_compensations``: the newer original first)."""
+    created = OuterRef("original__created_at")
+    return Q(run_id=OuterRef("run_id")) & (
+        Q(original__created_at__gt=created)
+        | Q(original__created_at=created, original_id__gt=OuterRef("original_id"))
+    )
+
+
+def unsent_sagas(*, grace_seconds: int, limit: int) -> list[int]:
+    """The runs (at most ``limit``, by id) whose saga is due and was never sent, or whose
+    message was lost: the first of the run's compensations, in saga order, that has not
+    succeeded waits to start with an approval granted more than ``grace_seconds`` ago by the
+    database's clock (its commit's own send has had time to arrive) and not used yet. A saga
+    that stopped is not among them: the step it stopped at started, its approval is used, and
+    the approved steps after it wait for a human to go on. One statement, whatever the number
+    of compensations; ``limit`` counts only runs that are due."""
+    granted = ApprovalRequest.objects.filter(
+        tenant_id=OuterRef("tenant_id"),
+        record__key=OuterRef("key"),
+        state=ApprovalRequest.State.APPROVED,
+        decided_at__lte=Now() - timedelta(seconds=grace_seconds),
+    ).filter(
+        # Waiting to start (``lifecycle.start_approved``); an unknown one is looked up instead.
+        Q(record__state=RecordState.RESERVED) | IdempotencyRecord.failed_retryably_q("record__")
+    )
+    succeeded = IdempotencyRecord.objects.filter(
+        tenant_id=OuterRef("tenant_id"), key=OuterRef("key"), state=RecordState.SUCCEEDED
+    )
+    unfinished_before = Compensation.objects.filter(_before_in_saga()).exclude(Exists(succeeded))
+    return list(
+        Compensation.objects.filter(Exists(granted), run__isnull=False)
+        .exclude(Exists(unfinished_before))
+        .order_by("pk")
+        .values_list("run_id", flat=True)[:limit]
     )

@@ -17,6 +17,7 @@ from ledger.records import expire_leases
 from ledger.services import metrics, notifications, rollouts, thresholds
 from ledger.services.cleanup import cleanup_expired_records
 from reconcile import compensation_runs, services
+from reconcile.compensations import unsent_sagas
 from reconcile.models import Heartbeat
 
 logger = logging.getLogger(__name__)
@@ -142,9 +143,33 @@ def compensate_run(run_pk: int) -> dict[str, object]:
     return compensation_runs.run_saga(run_pk, worker=services.worker_name())
 
 
+@shared_task(soft_time_limit=50, time_limit=60)
+def sweep_compensations() -> int:
+    """Send again the sagas of approved compensations that no worker started: their message
+    was lost (a broker outage when the approval committed, Redis restarted). Each goes as its
+    run's saga, so that the run's steps keep their order (``unsent_sagas`` says which)."""
+    runs = unsent_sagas(
+        grace_seconds=settings.LEDGER_COMPENSATION_RESEND_SECONDS,
+        limit=settings.LEDGER_COMPENSATION_SWEEP_BATCH,
+    )
+    for sent, run_pk in enumerate(runs):
+        try:
+            compensate_run.delay(run_pk)
+        except Exception:
+            # Nothing is lost: the compensations stay approved; the next sweep sends them.
+            logger.warning(
+                "broker unavailable; compensations left to the next sweep",
+                extra={"runs": len(runs) - sent},
+            )
+            break
+    logger.info("compensation sweep", extra={"runs": len(runs)})
+    return len(runs)
+
+
 def send_compensations(compensation_ids: list[int]) -> None:
     """Put approved compensations on the broker now. A broker outage loses nothing: they stay
-    approved in PostgreSQL and asking for the compensation again sends them."""
+    approved in PostgreSQL, and ``sweep_compensations`` sends them once the grace period has
+    passed."""
     try:
         run_compensations.delay(list(compensation_ids))
     except Exception:

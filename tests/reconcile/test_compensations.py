@@ -1,17 +1,22 @@
 """Compensations against the sandbox's real HTTP orders service: decided on the console by an
 approver, run by the worker task (eagerly, in this process), looked up when their answer is
-lost, and never sent twice (docs/compensation.md)."""
+lost, sent again by the sweep when their message is lost, and never sent twice
+(docs/compensation.md)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from django.db.models.functions import Now
 
+from console.celery import app as celery_app
 from ledger.domain import Idempotency, RecordState
 from ledger.models import (
     ApprovalRequest,
@@ -23,10 +28,10 @@ from ledger.models import (
     Tool,
 )
 from ledger.services.compensations import compensation_record, compensation_view
-from reconcile.compensations import declare_compensation
+from reconcile.compensations import declare_compensation, unsent_sagas
 from reconcile.models import CompensationAdapter, DownstreamAdapter, ReconcileAttempt
 from reconcile.services import reconcile_record
-from reconcile.tasks import compensate_run, run_compensations
+from reconcile.tasks import compensate_run, run_compensations, sweep_compensations
 from sandbox.server import SandboxServer
 from tests.api.conftest import ApiClient, client_for
 from tests.console.conftest import make_user, signed_in
@@ -196,13 +201,15 @@ def test_an_operator_cannot_decide_a_compensation(tenant, api, sandbox, django_u
     assert not AuditEvent.objects.filter(action="approval.approved").exists()
 
 
-def _three_orders(api: ApiClient, sandbox: SandboxServer) -> tuple[Run, list[dict]]:
-    """A run that placed three orders, each with its key passed downstream."""
-    api.start_run("run-3")
+def _three_orders(
+    api: ApiClient, sandbox: SandboxServer, run_id: str = "run-3", count: int = 3
+) -> tuple[Run, list[dict]]:
+    """A run that placed three orders (or ``count``), each with its key passed downstream."""
+    api.start_run(run_id)
     orders = []
-    for n in range(3):
+    for n in range(count):
         call = api.call(
-            "create_order", {"cart": f"cart-{n}"}, run_id="run-3", step_id=f"step-{n}"
+            "create_order", {"cart": f"cart-{n}"}, run_id=run_id, step_id=f"step-{n}"
         ).json()
         order = httpx.post(
             f"{sandbox.url}/orders/objects",
@@ -214,7 +221,7 @@ def _three_orders(api: ApiClient, sandbox: SandboxServer) -> tuple[Run, list[dic
             {"fencing_token": 1, "outcome": "succeeded", "result": order},
         )
         orders.append(order)
-    return Run.objects.get(run_id="run-3"), orders
+    return Run.objects.get(run_id=run_id), orders
 
 
 def _cancelled_at(sandbox: SandboxServer, key: str) -> float:
@@ -361,3 +368,218 @@ def test_the_approvals_inbox_decides_a_compensation_with_a_reason(
     alice.post(f"/approvals/{approval.pk}/decide", {"decision": "approve", "reason": "dup"})
     assert run_compensations([compensation.pk]) == ["succeeded"]
     assert _stats(sandbox)["cancellations_per_object"] == {duplicate["id"]: 1}
+
+
+# --- the sweep: approved compensations whose message was lost --------------------------------
+
+
+def _sweep() -> int:
+    """One compensation sweep, whose messages run at once, in this process: a worker takes
+    each as soon as it is sent."""
+    eager = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    try:
+        return sweep_compensations()
+    finally:
+        celery_app.conf.task_always_eager = eager
+
+
+def _approved_long_ago(settings: Any) -> None:
+    """Every granted approval was granted longer ago than the sweep's grace period."""
+    ApprovalRequest.objects.filter(state="approved").update(
+        decided_at=Now() - timedelta(seconds=settings.LEDGER_COMPENSATION_RESEND_SECONDS + 1)
+    )
+
+
+def _approved_with_the_broker_down(
+    broker: RedisServer, django_capture_on_commit_callbacks: Any, decide: Callable[[], object]
+) -> None:
+    """``decide`` approves, and its commit puts the work on a broker that is down."""
+    broker.stop()
+    with django_capture_on_commit_callbacks(execute=True) as sends:
+        decide()
+    assert sends  # the send was tried, and failed fast
+
+
+def test_a_compensation_approved_while_the_broker_is_down_is_sent_by_the_sweep_once(
+    tenant,
+    api,
+    sandbox,
+    django_user_model,
+    settings,
+    broker: RedisServer,
+    django_capture_on_commit_callbacks,
+    caplog,
+):
+    place = make_tool(tenant, "place_order", declared_idempotency=Idempotency.IDEMPOTENT)
+    _declare_cancel(tenant, sandbox, place)
+    record, duplicate = _order_twice(api, sandbox)
+    signed_in(make_user(django_user_model, "olga", tenant, "operator")).post(
+        f"/compensations/records/{record.pk}/request"
+    )
+    alice = signed_in(make_user(django_user_model, "alice", tenant, "approver"))
+    compensation = Compensation.objects.get(original=record)
+    with caplog.at_level(logging.WARNING, logger="reconcile.tasks"):
+        _approved_with_the_broker_down(
+            broker,
+            django_capture_on_commit_callbacks,
+            lambda: alice.post(
+                f"/compensations/records/{record.pk}/decide",
+                {"decision": "approve", "reason": "duplicate order"},
+            ),
+        )
+    assert "broker unavailable; compensations wait" in caplog.messages
+    assert compensation_record(compensation).state == RecordState.RESERVED
+    _approved_long_ago(settings)
+    assert _sweep() == 1
+    assert _sweep() == 0  # sent once: its approval is used up
+    assert compensation_record(compensation).state == RecordState.SUCCEEDED
+    stats = _stats(sandbox)
+    assert stats["cancellations_per_object"] == {duplicate["id"]: 1}
+    assert stats["cancel_requests_per_key"] == {compensation.key: 1}
+
+
+def test_the_sweep_leaves_a_compensation_approved_within_the_grace_period(
+    tenant, api, sandbox, django_user_model
+):
+    """Its message may still be on its way (the commit's send): the sweep does not race it."""
+    place = make_tool(tenant, "place_order", declared_idempotency=Idempotency.IDEMPOTENT)
+    _declare_cancel(tenant, sandbox, place)
+    record, _duplicate = _order_twice(api, sandbox)
+    signed_in(make_user(django_user_model, "olga", tenant, "operator")).post(
+        f"/compensations/records/{record.pk}/request"
+    )
+    signed_in(make_user(django_user_model, "alice", tenant, "approver")).post(
+        f"/compensations/records/{record.pk}/decide",
+        {"decision": "approve", "reason": "duplicate order"},
+    )
+    assert _sweep() == 0
+    compensation = Compensation.objects.get(original=record)
+    assert compensation_record(compensation).state == RecordState.RESERVED
+    assert _stats(sandbox)["cancellations"] == 0
+
+
+def _stopped_by_a_lost_answer(sandbox: SandboxServer, settings: Any) -> None:
+    arm(sandbox, service="orders", operation="cancel", mode="error_5xx")
+
+
+def _stopped_by_a_refused_request(sandbox: SandboxServer, settings: Any) -> None:
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = False  # not sent: failed, retryable
+
+
+@pytest.mark.parametrize(
+    ("stop", "state"),
+    [
+        (_stopped_by_a_lost_answer, RecordState.UNKNOWN),
+        (_stopped_by_a_refused_request, RecordState.FAILED_FINAL),
+    ],
+)
+def test_the_sweep_does_not_send_a_stopped_saga_again(
+    tenant, api, sandbox, django_user_model, create_order, settings, stop, state
+):
+    """The steps after the one it stopped at wait, approved, for a human to go on."""
+    _declare_cancel(tenant, sandbox, create_order)
+    run, _orders = _three_orders(api, sandbox)
+    signed_in(make_user(django_user_model, "olga", tenant, "operator")).post(
+        f"/compensations/runs/{run.pk}/request"
+    )
+    signed_in(make_user(django_user_model, "alice", tenant, "approver")).post(
+        f"/compensations/runs/{run.pk}/decide", {"decision": "approve", "reason": "wrong cart"}
+    )
+    stop(sandbox, settings)
+    stopped = compensate_run(run.pk)
+    assert stopped["state"] == state and len(stopped["not_run"]) == 2
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True  # the next cancel would be sent and succeed
+    _approved_long_ago(settings)
+    requests = _stats(sandbox)["cancel_requests_per_key"]
+    assert _sweep() == 0
+    assert _stats(sandbox)["cancel_requests_per_key"] == requests
+    assert AuditEvent.objects.filter(action="compensation.saga_stopped").count() == 1
+    waiting = Compensation.objects.filter(key__in=stopped["not_run"])
+    assert {compensation_record(c).state for c in waiting} == {RecordState.RESERVED}
+
+
+def test_a_saga_whose_message_was_lost_is_resumed_by_the_sweep_newest_first(
+    tenant,
+    api,
+    sandbox,
+    django_user_model,
+    create_order,
+    settings,
+    broker: RedisServer,
+    django_capture_on_commit_callbacks,
+):
+    _declare_cancel(tenant, sandbox, create_order)
+    run, orders = _three_orders(api, sandbox)
+    signed_in(make_user(django_user_model, "olga", tenant, "operator")).post(
+        f"/compensations/runs/{run.pk}/request"
+    )
+    alice = signed_in(make_user(django_user_model, "alice", tenant, "approver"))
+    _approved_with_the_broker_down(
+        broker,
+        django_capture_on_commit_callbacks,
+        lambda: alice.post(
+            f"/compensations/runs/{run.pk}/decide",
+            {"decision": "approve", "reason": "wrong cart"},
+        ),
+    )
+    assert _stats(sandbox)["cancellations"] == 0
+    _approved_long_ago(settings)
+    assert _sweep() == 1
+    assert _sweep() == 0
+    stats = _stats(sandbox)
+    assert stats["cancellations_per_object"] == {order["id"]: 1 for order in orders}
+    assert set(stats["cancel_requests_per_key"].values()) == {1}
+    keys = [Compensation.objects.get(arguments={"order_id": o["id"]}).key for o in orders]
+    times = [_cancelled_at(sandbox, key) for key in keys]
+    assert times == sorted(times, reverse=True)  # the newest order was cancelled first
+    assert AuditEvent.objects.filter(action="compensation.saga_done").count() == 1
+
+
+def test_a_saga_that_went_on_while_the_broker_was_down_is_resumed_where_it_stopped(
+    tenant, api, sandbox, django_user_model, create_order, settings
+):
+    _declare_cancel(tenant, sandbox, create_order)
+    run, orders = _three_orders(api, sandbox)
+    olga = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    olga.post(f"/compensations/runs/{run.pk}/request")
+    signed_in(make_user(django_user_model, "alice", tenant, "approver")).post(
+        f"/compensations/runs/{run.pk}/decide", {"decision": "approve", "reason": "wrong cart"}
+    )
+    arm(sandbox, service="orders", operation="cancel", mode="reset_after_commit")
+    stopped = compensate_run(run.pk)
+    newest = Compensation.objects.get(key=stopped["stopped_at"])
+    assert reconcile_record(compensation_record(newest).pk) == "succeeded"
+    _approved_long_ago(settings)
+    assert _sweep() == 1  # the "Go on" whose message was lost
+    stats = _stats(sandbox)
+    assert stats["cancellations_per_object"] == {order["id"]: 1 for order in orders}
+    assert set(stats["cancel_requests_per_key"].values()) == {1}
+
+
+def test_held_sagas_do_not_keep_the_sweep_from_a_lost_compensation(
+    tenant, api, sandbox, django_user_model, create_order, settings, django_assert_num_queries
+):
+    """The sweep's batch counts only what it sends: approved steps waiting behind a stopped
+    saga never fill it."""
+    settings.LEDGER_COMPENSATION_SWEEP_BATCH = 1
+    _declare_cancel(tenant, sandbox, create_order)
+    run, _orders = _three_orders(api, sandbox)
+    olga = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    alice = signed_in(make_user(django_user_model, "alice", tenant, "approver"))
+    olga.post(f"/compensations/runs/{run.pk}/request")
+    alice.post(
+        f"/compensations/runs/{run.pk}/decide", {"decision": "approve", "reason": "wrong cart"}
+    )
+    arm(sandbox, service="orders", operation="cancel", mode="error_5xx")
+    assert compensate_run(run.pk)["state"] == RecordState.UNKNOWN  # two steps held after it
+    other, [order] = _three_orders(api, sandbox, run_id="run-4", count=1)
+    olga.post(f"/compensations/runs/{other.pk}/request")
+    alice.post(
+        f"/compensations/runs/{other.pk}/decide", {"decision": "approve", "reason": "wrong cart"}
+    )  # its message is lost
+    _approved_long_ago(settings)
+    with django_assert_num_queries(1):  # one statement, however many compensations wait
+        assert unsent_sagas(grace_seconds=60, limit=1) == [other.pk]
+    assert _sweep() == 1
+    assert _stats(sandbox)["cancellations_per_object"] == {order["id"]: 1}

@@ -79,6 +79,7 @@ def test_every_task_has_a_named_queue() -> None:
         "reconcile.tasks.deliver_notification": "notify",
         "reconcile.tasks.run_compensations": "reconcile",
         "reconcile.tasks.compensate_run": "reconcile",
+        "reconcile.tasks.sweep_compensations": "maintenance",
         "reconcile.tasks.evaluate_rollouts": "maintenance",
     }
 
