@@ -11,10 +11,12 @@ from django.conf import settings
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.dispatch import receiver
 from django.http import HttpRequest
+from django.utils.translation import gettext_noop
 
 from console.denials import Reason, audit_denial
 from ledger.models import AuditEvent
 from ledger.services.audit import audit
+from ledger.stored_text import StoredText
 
 THROTTLED = "throttled: too many failed sign-ins, locked for a while"
 
@@ -29,6 +31,16 @@ class ThrottledSignIn(AxesStandaloneBackend):
         except AxesBackendPermissionDenied:
             request.login_refusal = THROTTLED  # type: ignore[attr-defined]
             raise
+
+
+# The sign-in events' details (shown translated; an address is filled in, or says it is unknown).
+_WRONG_PASSWORD = StoredText(gettext_noop("wrong user name or password"))
+_UNKNOWN_ADDRESS = StoredText(gettext_noop("unknown address"))
+_LOCKED = StoredText(
+    gettext_noop("sign-in refused while locked (from %(address)s)"), texts=("address",)
+)
+_FAILED = StoredText(gettext_noop("%(reason)s (from %(address)s)"), texts=("reason", "address"))
+_FROM = StoredText(gettext_noop("from %(address)s"), texts=("address",))
 
 
 def _source(request: HttpRequest | None) -> str:
@@ -54,8 +66,8 @@ def audit_failed_sign_in(
 ) -> None:
     # Django has already masked the password in ``credentials``; only the name is kept.
     username = str(credentials.get("username", ""))[:150]
-    reason = getattr(request, "login_refusal", "") or "wrong user name or password"
-    address = client_address(request) or "unknown address"
+    reason = getattr(request, "login_refusal", "") or _WRONG_PASSWORD()
+    address = client_address(request) or _UNKNOWN_ADDRESS()
     if reason == THROTTLED and request is not None:
         # Counted per address: a locked-out flood is bounded like any other denial.
         audit_denial(
@@ -63,7 +75,7 @@ def audit_failed_sign_in(
             reason=Reason.THROTTLED,
             tenant=None,
             target=("user", username),
-            detail=f"sign-in refused while locked (from {address})",
+            detail=_LOCKED(address=address),
             actor=username or "anonymous",
             action="login.throttled",
             key=f"address:{address}",
@@ -76,7 +88,7 @@ def audit_failed_sign_in(
         target=("user", username),
         source=_source(request),
         outcome=AuditEvent.Outcome.DENIED,
-        detail=f"{reason} (from {address})",
+        detail=_FAILED(reason=reason, address=address),
     )
 
 
@@ -88,5 +100,5 @@ def audit_sign_in(sender: object, request: HttpRequest | None, user: Any, **kwar
         action="login.succeeded",
         target=("user", str(user.pk)),
         source=_source(request),
-        detail=f"from {client_address(request) or 'unknown address'}",
+        detail=_FROM(address=client_address(request) or _UNKNOWN_ADDRESS()),
     )

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from django.utils.translation import gettext_noop
+
+from ledger.stored_text import StoredText
+
 
 class Idempotency(StrEnum):
     IDEMPOTENT = "idempotent"
@@ -119,16 +123,20 @@ class EscalationKind(StrEnum):
 
 
 #: What a human is told about a write conflict (``EscalationKind.WRITE_CONFLICT``).
-WRITE_CONFLICT_ESCALATION = (
-    "Write conflict: the file was changed by someone else since the write was planned. "
-    "A human decides."
-)
+WRITE_CONFLICT_ESCALATION = StoredText(
+    gettext_noop(
+        "Write conflict: the file was changed by someone else since the write was planned. "
+        "A human decides."
+    )
+)()
 
 #: What a human is told about a write that did not land (``EscalationKind.WRITE_NOT_LANDED``).
-WRITE_NOT_LANDED_ESCALATION = (
-    "The write did not land (the file still has its old content): approve applying it again, "
-    "or reject."
-)
+WRITE_NOT_LANDED_ESCALATION = StoredText(
+    gettext_noop(
+        "The write did not land (the file still has its old content): approve applying it "
+        "again, or reject."
+    )
+)()
 
 #: Error codes that are final by nature: never replayed, whatever the tool's class.
 FINAL_ERROR_CODES = frozenset({"PERMISSION_DENIED", "INVALID_INPUT", "NOT_FOUND", "FORBIDDEN"})

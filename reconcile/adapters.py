@@ -9,9 +9,13 @@ from typing import Any, Protocol
 
 import httpx
 from django.conf import settings
+from django.utils.translation import gettext_noop
 
 from ledger import outbound, tracing
+from ledger.stored_text import StoredText
 from reconcile.models import DownstreamAdapter
+
+URL_REFUSED = StoredText(gettext_noop("look-up URL refused: %(error)s"))
 
 
 class LookupOutcome(StrEnum):
@@ -49,7 +53,7 @@ class HttpLookup:
                 url, timeout=adapter.timeout_seconds, headers=tracing.outgoing_headers()
             )
         except outbound.OutboundRefused as exc:
-            return LookupResult(LookupOutcome.REFUSED, f"look-up URL refused: {exc}")
+            return LookupResult(LookupOutcome.REFUSED, URL_REFUSED(error=exc))
         except httpx.TimeoutException as exc:
             return LookupResult(LookupOutcome.TIMEOUT, f"no answer in time: {exc}")
         except httpx.TransportError as exc:

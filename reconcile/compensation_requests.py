@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.utils.translation import gettext_noop
 
 from ledger import records
 from ledger.calls import entries
@@ -23,6 +24,7 @@ from ledger.models import (
 from ledger.services import approvals
 from ledger.services.audit import audit
 from ledger.services.compensations import compensation_record
+from ledger.stored_text import StoredText
 from reconcile.compensations import (
     Preview,
     compensation_run,
@@ -35,6 +37,11 @@ from reconcile.compensations import (
 )
 from reconcile.operator_actions import request_lookup
 from reconcile.tasks import send_compensations, send_saga
+
+# The compensation events' details (shown translated, the original call's key filled in).
+_COMPENSATE = StoredText(gettext_noop("compensate %(key)s"))
+_ASKED_AGAIN = StoredText(gettext_noop("compensate %(key)s: asked again"))
+_AGAIN = StoredText(gettext_noop("compensate %(key)s again: it did not run"))
 
 
 def request_compensation(
@@ -98,7 +105,7 @@ def request_compensation(
             entry=entry,
             requested_by=actor,
             requester_id=requester_id,
-            detail=f"compensate {record.key}",
+            detail=_COMPENSATE(key=record.key),
         )
     return compensation
 
@@ -161,7 +168,7 @@ def _move_on(
                 entry=entry,
                 requested_by=actor,
                 requester_id=requester_id,
-                detail=f"compensate {compensation.original.key}: asked again",
+                detail=_ASKED_AGAIN(key=compensation.original.key),
             )
         elif approval.state == ApprovalRequest.State.APPROVED and send:
             send_compensations([compensation.pk])
@@ -180,7 +187,7 @@ def _move_on(
                 entry=entry,
                 requested_by=actor,
                 requester_id=requester_id,
-                detail=f"compensate {compensation.original.key} again: it did not run",
+                detail=_AGAIN(key=compensation.original.key),
             )
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from django.utils.translation import gettext_noop
 
 from ledger import records
 from ledger.calls.lifecycle import NotWaiting, checked_report, start_approved
@@ -21,6 +22,7 @@ from ledger.records import Outcome
 from ledger.services import approvals
 from ledger.services.audit import audit
 from ledger.services.compensations import compensation_record
+from ledger.stored_text import StoredText
 from reconcile.compensations import saga_compensations
 from reconcile.models import CompensationAdapter
 
@@ -33,6 +35,9 @@ class Sent:
     result: Any = None
     error: dict[str, Any] | None = None
     retryable: bool = False
+
+
+_SAGA_STOPPED = StoredText(gettext_noop("%(key)s is %(state)s; %(left)s not run"))
 
 
 def _send(adapter: CompensationAdapter, compensation: Compensation) -> Sent:
@@ -145,7 +150,7 @@ def run_saga(run_pk: int, *, worker: str) -> dict[str, Any]:
                 worker,
                 "compensation.saga_stopped",
                 after={"stopped_at": compensation.key, "state": state, "not_run": left},
-                detail=f"{compensation.key} is {state}; {len(left)} not run",
+                detail=_SAGA_STOPPED(key=compensation.key, state=state, left=len(left)),
             )
             return {"done": done, "stopped_at": compensation.key, "state": state, "not_run": left}
         done.append(compensation.key)

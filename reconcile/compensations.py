@@ -19,6 +19,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
+from django.utils.translation import gettext_noop
 
 from ledger.compensation import (
     KEY_SUFFIX,
@@ -47,12 +48,18 @@ from ledger.outbound import OutboundRefused, check_url
 from ledger.services import approvals, runs
 from ledger.services.audit import audit
 from ledger.services.runs import RUN_ID_MAX
+from ledger.stored_text import StoredText
 from reconcile.models import CompensationAdapter
 
 logger = logging.getLogger(__name__)
 
 
 # --- declarations ---------------------------------------------------------------------------
+
+
+_DECLARED = StoredText(gettext_noop("declared"))
+_CHANGED = StoredText(gettext_noop("changed"))
+NO_COMPENSATION = StoredText(gettext_noop("%(tool)s declares no compensation"))
 
 
 def _compensating_tool(tool: Tool, name: str) -> Tool:
@@ -102,7 +109,7 @@ def declare_compensation(
             target=record if record is not None else tool,
             source=source,
             after={"tool": tool.name, "compensating_tool": target.name, "arguments": mapping},
-            detail="declared" if created else "changed",
+            detail=(_DECLARED if created else _CHANGED)(),
         )
     return declared
 
@@ -209,7 +216,7 @@ def _build(record: IdempotencyRecord, sources: _Sources) -> Preview:
         )
     declared = sources.declarations.get(record.pk)
     if declared is None:
-        raise InvalidInput(f"{record.tool.name} declares no compensation")
+        raise InvalidInput(NO_COMPENSATION(tool=record.tool.name))
     tool = declared.compensating_tool
     adapter = sources.adapters.get(tool.pk)
     if adapter is None:

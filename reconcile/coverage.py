@@ -7,8 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from django.utils.translation import gettext_noop
+
 from ledger.models import IdempotencyRecord, WritePlan
+from ledger.stored_text import StoredText
 from reconcile.models import DownstreamAdapter, WorkspaceRoot
+
+#: Why no worker can settle a call; the worker escalates it in the same words.
+NO_ADAPTER = StoredText(gettext_noop("%(tool)s has no downstream adapter to look the key up"))
+NOT_REGISTERED = StoredText(
+    gettext_noop("workspace %(workspace)s is not registered on the workers")
+)
 
 
 def cannot_look_up(records: Sequence[IdempotencyRecord]) -> dict[int, str]:
@@ -39,7 +48,7 @@ def cannot_look_up(records: Sequence[IdempotencyRecord]) -> dict[int, str]:
         planned = plans.get(record.pk)
         if planned is not None:
             if (record.tenant_id, planned) not in registered:
-                reasons[record.pk] = f"workspace {planned!r} is not registered on the workers"
+                reasons[record.pk] = NOT_REGISTERED(workspace=repr(planned))
         elif record.tool_id not in with_adapter:
-            reasons[record.pk] = f"{record.tool.name} has no downstream adapter to look the key up"
+            reasons[record.pk] = NO_ADAPTER(tool=record.tool.name)
     return reasons

@@ -26,6 +26,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
+from django.utils.translation import gettext_noop
 
 from ledger import tracing
 from ledger.decisions import WriteCheck, WriteCheckAction, answer_write_check, check_write_plan
@@ -51,12 +52,19 @@ from ledger.services.statements import (
     select_columns,
     table,
 )
+from ledger.stored_text import StoredText
 from reconcile.adapters import LookupOutcome, LookupResult, lookup_for
+from reconcile.coverage import NO_ADAPTER, NOT_REGISTERED
 from reconcile.filehash import PathRefused, file_sha256
 from reconcile.models import DownstreamAdapter, ReconcileAttempt, WorkspaceRoot
 
 logger = logging.getLogger(__name__)
 Attempt = ReconcileAttempt.Outcome
+
+
+LOOKUPS_FAILED = StoredText(
+    gettext_noop("%(attempts)s look-ups failed (%(detail)s); resolve by hand."), texts=("detail",)
+)
 
 
 def worker_name() -> str:
@@ -167,7 +175,7 @@ def reconcile_record(record_id: int, *, worker: str | None = None) -> str:
             finding = Finding(
                 ReconcileAttempt.Kind.NONE,
                 Attempt.NO_CHECK,
-                f"{record.tool.name} has no downstream adapter to look the key up",
+                NO_ADAPTER(tool=record.tool.name),
             )
         result = _apply(record, finding, adapter, plan, worker)
         if span.is_recording():  # one more read, only when the span is exported
@@ -182,9 +190,7 @@ def _check_file(record: IdempotencyRecord, plan: WritePlan) -> Finding:
     kind = ReconcileAttempt.Kind.FILE_HASH
     root = WorkspaceRoot.objects.filter(tenant_id=record.tenant_id, name=plan.workspace).first()
     if root is None:
-        return Finding(
-            kind, Attempt.NO_CHECK, f"workspace {plan.workspace!r} is not registered on the workers"
-        )
+        return Finding(kind, Attempt.NO_CHECK, NOT_REGISTERED(workspace=repr(plan.workspace)))
     try:
         current = file_sha256(root.path, plan.path)
     except PathRefused as exc:
@@ -349,7 +355,7 @@ def _settle(
         return _escalate(
             record,
             EscalationKind.LOOKUPS_EXHAUSTED,
-            f"{attempt_no} look-ups failed ({finding.detail}); resolve by hand.",
+            LOOKUPS_FAILED(attempts=attempt_no, detail=finding.detail),
         )
     changes["next_reconcile_at"] = now + backoff(attempt_no)
     return "retry-later"

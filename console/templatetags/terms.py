@@ -9,6 +9,8 @@ from django import template
 from django.utils.translation import get_language
 from django.utils.translation import gettext_lazy as _
 
+from ledger.stored_text import translate
+
 register = template.Library()
 
 TERMS = {
@@ -119,3 +121,10 @@ def term(value: object) -> str:
 def _term(text: str, language: str | None) -> str:
     """One translation per identifier and language: a list shows a few terms on every row."""
     return str(TERMS.get(text, text.replace("_", " ")))
+
+
+@register.filter
+def stored(value: object) -> str:
+    """``{{ value|stored }}``: a text the ledger stored in English (a reason, an audit
+    detail), in the user's language when it is one of ``ledger.stored_text``'s templates."""
+    return translate(str(value)) if value else ""

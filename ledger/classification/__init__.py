@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.utils.translation import gettext_noop
+
 from ledger.domain import POLICY_FOR, Idempotency, ReplayPolicy
+from ledger.stored_text import StoredText
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +42,9 @@ class Classification:
 
 UNDECLARED = Classification.of(
     Idempotency.NON_IDEMPOTENT,
-    reason="No idempotency was declared, so the tool is treated as non-idempotent.",
+    reason=StoredText(
+        gettext_noop("No idempotency was declared, so the tool is treated as non-idempotent.")
+    )(),
     rule="default.undeclared",
 )
 

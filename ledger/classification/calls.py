@@ -15,7 +15,7 @@ from ledger.classification import Classification, most_conservative
 from ledger.classification.files import classify_file_write, workspace_roots
 from ledger.classification.shell import classify_command
 from ledger.classification.sql import classify_sql
-from ledger.classification.words import name_write, read_name
+from ledger.classification.words import NAME_SAYS, name_write, read_name
 from ledger.domain import Idempotency, PerCall, ReplayPolicy
 from ledger.errors import InvalidInput
 
@@ -67,7 +67,7 @@ def _code_call(tool: Tool, classification: Classification) -> Classification:
         classification,
         Classification.of(
             floor.idempotency,
-            reason=f"The name says it {floor.what} ('{floor.word}').",
+            reason=NAME_SAYS(what=floor.what, word=floor.word),
             rule=floor.rule,
             destructive=floor.destructive,
         ),

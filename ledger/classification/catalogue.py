@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.utils.translation import gettext_noop
+
 from ledger.classification import Classification
 from ledger.domain import Idempotency, KeyScope
+from ledger.stored_text import StoredText
 
 SHELL_TOOLS = frozenset({"run_command", "shell", "bash", "exec_command", "run_shell"})
 """Tools whose classification depends on the command in their input (see ``commands``)."""
@@ -22,21 +25,25 @@ class CatalogueTool:
 def _tool(
     name: str,
     idempotency: Idempotency,
-    reason: str,
+    reason: StoredText,
     *,
     description: str,
     destructive: bool = False,
     key_scope: KeyScope = KeyScope.RUN,
 ) -> CatalogueTool:
     classification = Classification.of(
-        idempotency, reason=reason, rule=f"catalogue.{name}", destructive=destructive
+        idempotency, reason=reason(), rule=f"catalogue.{name}", destructive=destructive
     )
     return CatalogueTool(name, classification, key_scope, description)
 
 
-_READ = "Reads state without changing it; repeating it changes nothing."
-_WRITE = "Overwrites state; safe to replay only after its condition (base hash) is checked."
-_EFFECT = "Creates an external side effect; a repeat would duplicate it."
+_READ = StoredText(gettext_noop("Reads state without changing it; repeating it changes nothing."))
+_WRITE = StoredText(
+    gettext_noop(
+        "Overwrites state; safe to replay only after its condition (base hash) is checked."
+    )
+)
+_EFFECT = StoredText(gettext_noop("Creates an external side effect; a repeat would duplicate it."))
 
 CATALOGUE: dict[str, CatalogueTool] = {
     tool.name: tool
@@ -48,14 +55,18 @@ CATALOGUE: dict[str, CatalogueTool] = {
         _tool(
             "pure_compute",
             Idempotency.IDEMPOTENT,
-            "A pure computation with no side effects.",
+            StoredText(gettext_noop("A pure computation with no side effects.")),
             description="Compute a value from its input.",
         ),
         _tool("write_file", Idempotency.CONDITIONAL, _WRITE, description="Write a file."),
         _tool(
             "apply_patch",
             Idempotency.CONDITIONAL,
-            "Replay only if the patch is not applied yet (checked by file hashes).",
+            StoredText(
+                gettext_noop(
+                    "Replay only if the patch is not applied yet (checked by file hashes)."
+                )
+            ),
             description="Apply a patch to files.",
         ),
         _tool(
@@ -78,7 +89,7 @@ CATALOGUE: dict[str, CatalogueTool] = {
         _tool(
             "charge_customer",
             Idempotency.NON_IDEMPOTENT,
-            "Moves money; a repeat charges the customer twice.",
+            StoredText(gettext_noop("Moves money; a repeat charges the customer twice.")),
             description="Charge a customer's card.",
             key_scope=KeyScope.BUSINESS,
         ),
@@ -92,14 +103,14 @@ CATALOGUE: dict[str, CatalogueTool] = {
         _tool(
             "merge_pull_request",
             Idempotency.NON_IDEMPOTENT,
-            "Merges code; cannot be undone by replaying.",
+            StoredText(gettext_noop("Merges code; cannot be undone by replaying.")),
             description="Merge a pull request.",
             key_scope=KeyScope.BUSINESS,
         ),
         _tool(
             "run_migration",
             Idempotency.NON_IDEMPOTENT,
-            "Changes a database schema; destructive and not repeatable.",
+            StoredText(gettext_noop("Changes a database schema; destructive and not repeatable.")),
             description="Run a database migration.",
             destructive=True,
         ),

@@ -15,8 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import PurePosixPath
 
+from django.utils.translation import gettext_noop
+
 from ledger.classification import Classification
 from ledger.domain import Idempotency
+from ledger.stored_text import StoredText
 
 
 def _no_roots(tenant_id: int) -> list[str]:
@@ -35,6 +38,21 @@ def register_workspace_roots(lookup: Callable[[int], list[str]]) -> None:
 def workspace_roots(tenant_id: int) -> list[str]:
     """The paths of the tenant's registered workspace roots."""
     return _roots_of(tenant_id)
+
+
+_NOT_COVERED = StoredText(
+    gettext_noop(
+        "%(reason)s No registered workspace root covers its '%(argument)s', so no base-hash "
+        "check can run."
+    ),
+    texts=("reason",),
+)
+_UNDER_ROOT = StoredText(
+    gettext_noop(
+        "A whole-file write under the workspace root %(root)s: a replay is decided by the "
+        "file's hash (already applied, apply again, or conflict)."
+    )
+)
 
 
 def covering_root(path: str, roots: Iterable[str]) -> str | None:
@@ -62,14 +80,12 @@ def classify_file_write(
             stored.idempotency,
             stored.replay_policy,
             stored.destructive,
-            stored.reason + f" No registered workspace root covers its '{argument}', so no "
-            "base-hash check can run.",
+            _NOT_COVERED(reason=stored.reason, argument=argument),
             stored.rule,
         )
     return Classification.of(
         Idempotency.CONDITIONAL,
-        reason=f"A whole-file write under the workspace root {root}: a replay is decided by "
-        "the file's hash (already applied, apply again, or conflict).",
+        reason=_UNDER_ROOT(root=root),
         rule="file_write.workspace",
         destructive=stored.destructive,
     )

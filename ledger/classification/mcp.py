@@ -21,10 +21,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from django.utils.translation import gettext_noop
+
 from ledger.classification import UNDECLARED, Classification, most_conservative
 from ledger.classification.arguments import DecidingArgument, deciding_argument
 from ledger.classification.words import (
     AMBIGUOUS_VERBS,
+    NAME_SAYS,
     NameReading,
     Verdict,
     description_read,
@@ -34,15 +37,86 @@ from ledger.classification.words import (
     stems,
 )
 from ledger.domain import Idempotency, PerCall, ServerTrust
+from ledger.stored_text import StoredText
 
 _MKDIR_WORDS = frozenset({"directory", "directories", "dir", "dirs", "folder", "folders"})
 _MKDIR_SEMANTICS = re.compile(r"already exists|ensure[sd]? (?:that )?(?:a |the )?\w* ?exist", re.I)
 
 
+_SAYS = {
+    "name": NAME_SAYS,
+    "description": StoredText(
+        gettext_noop("The description says it %(what)s ('%(word)s')."), texts=("what",)
+    ),
+}
+_ONLY_READS = StoredText(gettext_noop("The name only reads ('%(word)s')."))
+_DESCRIPTION_READS = StoredText(gettext_noop("The description establishes a read ('%(opening)s')."))
+_DESCRIPTION_READS_FOR = StoredText(
+    gettext_noop(
+        "The description establishes a read ('%(opening)s') for the name's other words "
+        "(%(unknown)s)."
+    )
+)
+_NOTHING_READS = StoredText(
+    gettext_noop(
+        "Nothing establishes a read: the name's words (%(unknown)s) are not known, "
+        "and the description does not open with a read."
+    )
+)
+_PER_CALL = StoredText(
+    gettext_noop(
+        "Classified per call from its %(kind)s argument '%(name)s', whatever is claimed about "
+        "the tool; this is the fallback."
+    )
+)
+_MKDIR_UNTRUSTED = StoredText(
+    gettext_noop(
+        "%(reason)s It claims mkdir -p semantics (creating an existing directory changes "
+        "nothing); that is believed only from a trusted server."
+    ),
+    texts=("reason",),
+)
+_MKDIR_TRUSTED = StoredText(
+    gettext_noop(
+        "The trusted server declares mkdir -p semantics: creating a directory that exists "
+        "changes nothing, so a repeat is harmless."
+    )
+)
+_UNTRUSTED_WRITES = StoredText(gettext_noop("The server's annotations say the tool writes."))
+_UNTRUSTED_DESTROYS = StoredText(
+    gettext_noop("The server's annotations say the tool writes destructively.")
+)
+_READ_ONLY_NOT_BELIEVED = StoredText(
+    gettext_noop("%(reason)s (readOnlyHint is not believed from an untrusted server.)"),
+    texts=("reason",),
+)
+_DESTRUCTIVE_NAME = StoredText(
+    gettext_noop("%(reason)s Annotations cannot clear a destructive name."), texts=("reason",)
+)
+_CONTRADICTED = StoredText(
+    gettext_noop("%(reason)s A readOnlyHint that contradicts the name is not believed."),
+    texts=("reason",),
+)
+_TRUSTED_READ_ONLY = StoredText(
+    gettext_noop("The trusted server declares the tool read-only (readOnlyHint).")
+)
+_TRUSTED_IDEMPOTENT = StoredText(
+    gettext_noop("The trusted server declares an idempotent, non-destructive write.")
+)
+_TRUSTED_WRITE = StoredText(
+    gettext_noop("The trusted server declares a write that is not idempotent.")
+)
+_TRUSTED_DESTRUCTIVE = StoredText(
+    gettext_noop(
+        "The trusted server declares a write that is not idempotent and may be destructive."
+    )
+)
+
+
 def _of(verdict: Verdict, origin: str) -> Classification:
     return Classification.of(
         verdict.idempotency,
-        reason=f"The {origin} says it {verdict.what} ('{verdict.word}').",
+        reason=_SAYS[origin](what=verdict.what, word=verdict.word),
         rule=verdict.rule,
         destructive=verdict.destructive,
     )
@@ -79,15 +153,18 @@ def classify_words(reading: NameReading, description: str) -> Classification:
     elif not reading.unknown and reading.reads:
         result = Classification.of(
             Idempotency.IDEMPOTENT,
-            reason=f"The name only reads ('{reading.reads[0]}').",
+            reason=_ONLY_READS(word=reading.reads[0]),
             rule="mcp.name.read",
         )
     elif (opening := description_read(description)) is not None:
         unknown = ", ".join(f"'{w}'" for w in reading.unknown)
         result = Classification.of(
             Idempotency.IDEMPOTENT,
-            reason=f"The description establishes a read ('{opening}')"
-            + (f" for the name's other words ({unknown})." if unknown else "."),
+            reason=(
+                _DESCRIPTION_READS_FOR(opening=opening, unknown=unknown)
+                if unknown
+                else _DESCRIPTION_READS(opening=opening)
+            ),
             rule="mcp.description.read",
         )
     else:
@@ -96,8 +173,7 @@ def classify_words(reading: NameReading, description: str) -> Classification:
             UNDECLARED.idempotency,
             UNDECLARED.replay_policy,
             False,
-            f"Nothing establishes a read: the name's words ({unknown}) are not known, "
-            "and the description does not open with a read.",
+            _NOTHING_READS(unknown=unknown),
             "mcp.name.unknown",
         )
     from_description = description_write(description)
@@ -131,8 +207,7 @@ def per_call_fallback(argument: DecidingArgument, result: Classification) -> Cla
         Idempotency.NON_IDEMPOTENT,
         UNDECLARED.replay_policy,
         result.destructive,
-        f"Classified per call from its {argument.kind.value} argument '{argument.name}', "
-        "whatever is claimed about the tool; this is the fallback.",
+        _PER_CALL(kind=argument.kind.value, name=argument.name),
         f"mcp.per_call.{argument.kind.value}",
     )
 
@@ -159,14 +234,12 @@ def _directory_creation(
             result.idempotency,
             result.replay_policy,
             result.destructive,
-            result.reason + " It claims mkdir -p semantics (creating an existing directory "
-            "changes nothing); that is believed only from a trusted server.",
+            _MKDIR_UNTRUSTED(reason=result.reason),
             result.rule,
         )
     return Classification.of(
         Idempotency.IDEMPOTENT,
-        reason="The trusted server declares mkdir -p semantics: creating a directory that "
-        "exists changes nothing, so a repeat is harmless.",
+        reason=_MKDIR_TRUSTED(),
         rule="mcp.directory_creation.idempotent",
     )
 
@@ -187,8 +260,7 @@ def _raise_only(result: Classification, annotations: Mapping[str, Any]) -> Class
             result,
             Classification.of(
                 idempotency,
-                reason="The server's annotations say the tool writes"
-                + (" destructively." if says_destructive else "."),
+                reason=(_UNTRUSTED_DESTROYS if says_destructive else _UNTRUSTED_WRITES)(),
                 rule="mcp.annotations.untrusted",
                 destructive=says_destructive,
             ),
@@ -198,7 +270,7 @@ def _raise_only(result: Classification, annotations: Mapping[str, Any]) -> Class
             result.idempotency,
             result.replay_policy,
             result.destructive,
-            result.reason + " (readOnlyHint is not believed from an untrusted server.)",
+            _READ_ONLY_NOT_BELIEVED(reason=result.reason),
             result.rule,
         )
     return result
@@ -220,7 +292,7 @@ def _believe_annotations(
             result.idempotency,
             result.replay_policy,
             True,
-            result.reason + " Annotations cannot clear a destructive name.",
+            _DESTRUCTIVE_NAME(reason=result.reason),
             result.rule,
         )
     if read_only is True:
@@ -229,25 +301,24 @@ def _believe_annotations(
                 result.idempotency,
                 result.replay_policy,
                 result.destructive,
-                result.reason + " A readOnlyHint that contradicts the name is not believed.",
+                _CONTRADICTED(reason=result.reason),
                 result.rule,
             )
         return Classification.of(
             Idempotency.IDEMPOTENT,
-            reason="The trusted server declares the tool read-only (readOnlyHint).",
+            reason=_TRUSTED_READ_ONLY(),
             rule="mcp.annotations.trusted.read_only",
         )
     says_destructive = destructive is not False
     if idempotent is True and not says_destructive:
         return Classification.of(
             Idempotency.CONDITIONAL,
-            reason="The trusted server declares an idempotent, non-destructive write.",
+            reason=_TRUSTED_IDEMPOTENT(),
             rule="mcp.annotations.trusted.idempotent_write",
         )
     return Classification.of(
         Idempotency.NON_IDEMPOTENT,
-        reason="The trusted server declares a write that is not idempotent"
-        + (" and may be destructive." if says_destructive else "."),
+        reason=(_TRUSTED_DESTRUCTIVE if says_destructive else _TRUSTED_WRITE)(),
         rule="mcp.annotations.trusted.write",
         destructive=says_destructive,
     )

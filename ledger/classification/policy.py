@@ -11,11 +11,14 @@ import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from django.utils.translation import gettext_noop
+
 from ledger.classification import UNDECLARED, Classification, most_conservative
 from ledger.classification.arguments import DecidingArgument
 from ledger.classification.catalogue import SHELL_TOOLS, catalogue_tool
 from ledger.classification.mcp import classify_mcp_tool, per_call_fallback
 from ledger.domain import POLICY_FOR, Idempotency, PerCall, ServerTrust
+from ledger.stored_text import StoredText
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,14 @@ class Override:
     actor: str
 
 
+_ORG_POLICY = StoredText(gettext_noop("Org policy '%(pattern)s': %(reason)s"))
+_OVERRIDDEN = StoredText(gettext_noop("Overridden by %(actor)s: %(reason)s"))
+_DECLARED = StoredText(gettext_noop("Declared %(idempotency)s at registration."))
+_SHELL_FALLBACK = StoredText(
+    gettext_noop("A shell tool is classified per call from its command; this is the fallback.")
+)
+
+
 def apply_policy(
     base: Classification, tool_name: str, rules: Iterable[PolicyRule]
 ) -> Classification:
@@ -52,7 +63,7 @@ def apply_policy(
                 rule.idempotency,
                 POLICY_FOR[rule.idempotency],
                 rule.destructive or base.destructive,
-                f"Org policy '{rule.pattern}': {rule.reason}",
+                _ORG_POLICY(pattern=rule.pattern, reason=rule.reason),
                 f"policy.{rule.rule_id}",
             )
     return base
@@ -65,7 +76,7 @@ def apply_override(base: Classification, override: Override | None) -> Classific
         override.idempotency,
         POLICY_FOR[override.idempotency],
         override.destructive,
-        f"Overridden by {override.actor}: {override.reason}",
+        _OVERRIDDEN(actor=override.actor, reason=override.reason),
         "override",
     )
 
@@ -80,7 +91,7 @@ def declared_classification(tool_name: str, declared: Idempotency | None) -> Cla
     if declared is None:
         return known.classification if known is not None else UNDECLARED
     result = Classification.of(
-        declared, reason=f"Declared {declared.value} at registration.", rule="declared"
+        declared, reason=_DECLARED(idempotency=declared.value), rule="declared"
     )
     return result if known is None else most_conservative(known.classification, result)
 
@@ -88,7 +99,7 @@ def declared_classification(tool_name: str, declared: Idempotency | None) -> Cla
 def shell_tool_classification() -> Classification:
     return Classification.of(
         Idempotency.NON_IDEMPOTENT,
-        reason="A shell tool is classified per call from its command; this is the fallback.",
+        reason=_SHELL_FALLBACK(),
         rule="shell.per_call",
     )
 

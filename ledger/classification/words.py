@@ -37,7 +37,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from django.utils.translation import gettext_noop
+
 from ledger.domain import Idempotency
+from ledger.stored_text import StoredText
 
 
 def _words(text: str) -> frozenset[str]:
@@ -199,20 +202,30 @@ def _kind(word: str) -> str:
     return "unknown"
 
 
+#: A reason that names what the name's write word does: ``what`` is one of ``_WRITE_KINDS``'s.
+NAME_SAYS = StoredText(gettext_noop("The name says it %(what)s ('%(word)s')."), texts=("what",))
+# What a write class does, in the reasons that name it (translated where they are shown).
+_CREATES = StoredText(gettext_noop("creates a side effect"))()
 _WRITE_KINDS = {
-    "destructive": (Idempotency.NON_IDEMPOTENT, True, "destroys something"),
-    "effect": (Idempotency.NON_IDEMPOTENT, False, "creates a side effect"),
+    "destructive": (
+        Idempotency.NON_IDEMPOTENT,
+        True,
+        StoredText(gettext_noop("destroys something"))(),
+    ),
+    "effect": (Idempotency.NON_IDEMPOTENT, False, _CREATES),
     "ambiguous": (
         Idempotency.NON_IDEMPOTENT,
         False,
-        "may write: the word is a read in one sense and a write in another",
+        StoredText(
+            gettext_noop("may write: the word is a read in one sense and a write in another")
+        )(),
     ),
-    "object": (Idempotency.NON_IDEMPOTENT, False, "creates a side effect"),
-    "overwrite": (Idempotency.CONDITIONAL, False, "overwrites state"),
+    "object": (Idempotency.NON_IDEMPOTENT, False, _CREATES),
+    "overwrite": (Idempotency.CONDITIONAL, False, StoredText(gettext_noop("overwrites state"))()),
     "unknown_verb": (
         Idempotency.NON_IDEMPOTENT,
         False,
-        "may write: a word not known to read leads a second clause",
+        StoredText(gettext_noop("may write: a word not known to read leads a second clause"))(),
     ),
 }
 _ORDER = ("destructive", "effect", "object", "ambiguous", "unknown_verb", "overwrite")

@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.utils.translation import gettext_noop
+
 from ledger.decisions import WriteCheckAction, WriteCheckAnswer
 from ledger.domain import WRITE_CONFLICT_ESCALATION, WRITE_NOT_LANDED_ESCALATION, EscalationKind
 from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry, WritePlan
@@ -14,6 +16,9 @@ from ledger.records.escalation import escalate
 from ledger.records.resolve import resolve_locked
 from ledger.records.transitions import Outcome
 from ledger.services import approvals
+from ledger.stored_text import StoredText
+
+NOW_HAS_HASH = StoredText(gettext_noop("%(path)s now has hash %(hash)s"))
 
 _ESCALATION = {
     EscalationKind.WRITE_CONFLICT: WRITE_CONFLICT_ESCALATION,
@@ -49,7 +54,7 @@ def apply_write_check(
     is asked for on ``entry`` (by default the record's latest), by ``requester_id``'s user if
     any; the request asked for, or the open one joined, is returned."""
     # What the check saw, for the audit trail and beside the condition for the approver.
-    found = f"{plan.path} now has hash {current_hash[:12]}"
+    found = NOW_HAS_HASH(path=plan.path, hash=current_hash[:12])
     if answered.action is WriteCheckAction.SETTLE:
         resolve_locked(
             locked,

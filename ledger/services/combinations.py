@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils.translation import gettext_noop
 
 from ledger.clock import db_now
 from ledger.domain import RecordState
@@ -28,6 +29,7 @@ from ledger.services import approvals
 from ledger.services.audit import audit
 from ledger.services.lookup_coverage import cannot_look_up
 from ledger.signals import records_became_unknown
+from ledger.stored_text import StoredText
 
 State = VersionCombination.State
 FIELDS = ("model", "prompt", "rules", "tool_schema", "data_version")
@@ -36,6 +38,16 @@ FULL_SHARE = 10_000
 
 class NoRestoreTarget(Conflict):
     """A rollback of the tenant's only active combination, with none named to restore."""
+
+
+# What the ledger stores of a halt, a retirement and a rollback (shown translated).
+_HALTED = StoredText(
+    gettext_noop("version combination %(label)s halted: %(reason)s"), texts=("reason",)
+)
+_RETIRED_WHILE_HALTED = StoredText(gettext_noop("combination retired while halted"))
+_ROLLBACK = StoredText(gettext_noop("rollback: %(reason)s"))
+_ROLLED_BACK = StoredText(gettext_noop("combination rolled back"))
+_ROLLBACK_OF = StoredText(gettext_noop("rollback of %(label)s"))
 
 
 def create_combination(
@@ -373,7 +385,7 @@ def halt(
             combination_id=combination.pk,
             actor=actor,
             source=source,
-            detail=f"version combination {combination.label} halted: {reason}",
+            detail=_HALTED(label=combination.label, reason=reason),
         )
         _audit_state(
             combination,
@@ -545,7 +557,7 @@ def retire(
             Run.objects.filter(tenant=tenant, combination=target, status=Run.Status.RUNNING).update(
                 status=Run.Status.HALTED,
                 finished_at=db_now(),
-                termination_reason="combination retired while halted",
+                termination_reason=_RETIRED_WHILE_HALTED(),
             )
         target.state = State.RETIRED
         target.canary_share_bp = 0
@@ -691,7 +703,7 @@ def rollback(
             combination_id=bad.pk,
             actor=actor,
             source=source,
-            reason=f"rollback: {reason}",
+            reason=_ROLLBACK(reason=reason),
         )
         report.steps.append(
             _step(
@@ -702,7 +714,7 @@ def rollback(
         )
         now = db_now()
         halted_runs = running.update(
-            status=Run.Status.HALTED, finished_at=now, termination_reason="combination rolled back"
+            status=Run.Status.HALTED, finished_at=now, termination_reason=_ROLLED_BACK()
         )
         audit_step("rollback.runs_halted", {"runs": report.halted_runs}, detail=reason)
         report.steps.append(_step("runs_halted", count=halted_runs))
@@ -716,7 +728,7 @@ def rollback(
                 combination_id=restore.pk,
                 actor=actor,
                 source=source,
-                reason=f"rollback of {bad.label}",
+                reason=_ROLLBACK_OF(label=bad.label),
             )
             report.steps.append(_step("restored", combination=restore.pk))
         queued_ids = [r.pk for r in queued]
