@@ -167,9 +167,19 @@ def test_the_search_can_use_its_index(orders, lookup, value, index):
 
 
 def test_the_start_of_a_key_is_searched_on_its_b_tree_index(orders, tenant):
+    """The index's pattern class serves a key's start as a range. On a test table of a few
+    rows (and the dead ones of earlier tests) the planner may prefer any index that leads
+    with the tenant, so the others are dropped in the test's transaction (rolled back after
+    it); which index wins at 1,000,000 rows is measured by make bench."""
     start = LedgerEntry.objects.get(step_id="cart-7").idempotency_key  # a start of itself
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE ledger_ledgerentry")  # the key is one row of the tenant's few
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'ledger_ledgerentry' "
+            "AND indexname <> 'entry_key_prefix_idx' AND indexdef NOT LIKE '%%UNIQUE%%'"
+        )
+        for (name,) in cursor.fetchall():
+            cursor.execute(f'DROP INDEX "{name}"')
+        cursor.execute("ANALYZE ledger_ledgerentry")
         cursor.execute("SET LOCAL enable_seqscan = off")
     plan = LedgerEntry.objects.filter(tenant=tenant, **{key_lookup(start): start}).explain()
     # The key's range is read from the index, not only the tenant's part of it.
