@@ -6,11 +6,12 @@ older than the tenant's first service level (tier 1) or second (tier 2), an appr
 expire, a halted combination, a metric threshold's alert. PostgreSQL is the source of truth, so
 nothing is missed while Redis or a worker is down; the next sweep finds it.
 
-``sweep`` inserts one ``Notification`` per channel and item (``INSERT ... ON CONFLICT DO
-NOTHING`` against the ``notification_once_per_item_and_tier`` constraint, so sweeps may run
-concurrently) and returns those due to be sent. ``deliver`` claims one with a conditional UPDATE,
-sends it outside any transaction, and records the outcome and an audit event. Ages are by the
-database's clock (``Now()`` in the deciding statement).
+The items and what a message about one says are in ``notification_items``. ``sweep`` inserts
+one ``Notification`` per channel and item (``INSERT ... ON CONFLICT DO NOTHING`` against the
+``notification_once_per_item_and_tier`` constraint, so sweeps may run concurrently) and returns
+those due to be sent. ``deliver`` claims one with a conditional UPDATE, sends it outside any
+transaction, and records the outcome and an audit event. Ages are by the database's clock
+(``Now()`` in the deciding statement).
 """
 
 from __future__ import annotations
@@ -18,22 +19,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
-from django.urls import reverse
 
-from ledger.clock import db_now
-from ledger.domain import RecordState
 from ledger.errors import InvalidInput, NotFound
 from ledger.models import (
     AlertEvent,
-    ApprovalRequest,
-    IdempotencyRecord,
     Notification,
     NotificationChannel,
     OnCallPolicy,
@@ -41,8 +37,8 @@ from ledger.models import (
     VersionCombination,
 )
 from ledger.services import senders
-from ledger.services.approvals import still_open
 from ledger.services.audit import audit
+from ledger.services.notification_items import compose, unknown_records, waiting_approvals
 
 logger = logging.getLogger(__name__)
 Event = Notification.Event
@@ -54,16 +50,6 @@ MAX_SLA_MINUTES = 60 * 24 * 7
 
 def _ago(minutes: int) -> Any:
     return Now() - timedelta(minutes=minutes)
-
-
-def _pending_approvals(tenant: Tenant) -> QuerySet[ApprovalRequest]:
-    """The approvals that still wait for an approver: pending and still possible to give (an
-    expired one, or one whose action settled, is no longer waiting, whatever its state)."""
-    return still_open(ApprovalRequest.objects.filter(tenant=tenant))
-
-
-def _unknown_records(tenant: Tenant) -> QuerySet[IdempotencyRecord]:
-    return IdempotencyRecord.objects.filter(tenant=tenant, state=RecordState.UNKNOWN)
 
 
 @dataclass(frozen=True)
@@ -86,14 +72,14 @@ RULES = (
         Subject.APPROVAL,
         Role.APPROVER,
         1,
-        lambda t, p, c: _pending_approvals(t),
+        lambda t, p, c: waiting_approvals(t),
     ),
     Rule(
         Event.APPROVAL_EXPIRING,
         Subject.APPROVAL,
         Role.APPROVER,
         1,
-        lambda t, p, c: _pending_approvals(t).filter(
+        lambda t, p, c: waiting_approvals(t).filter(
             expires_at__gt=Now(),
             expires_at__lte=Now() + timedelta(minutes=p.expiry_warning_minutes),
         ),
@@ -103,35 +89,35 @@ RULES = (
         Subject.APPROVAL,
         Role.APPROVER,
         1,
-        lambda t, p, c: _pending_approvals(t).filter(created_at__lte=_ago(p.first_sla_minutes)),
+        lambda t, p, c: waiting_approvals(t).filter(created_at__lte=_ago(p.first_sla_minutes)),
     ),
     Rule(
         Event.SLA_EXCEEDED,
         Subject.APPROVAL,
         Role.APPROVER,
         2,
-        lambda t, p, c: _pending_approvals(t).filter(created_at__lte=_ago(p.second_sla_minutes)),
+        lambda t, p, c: waiting_approvals(t).filter(created_at__lte=_ago(p.second_sla_minutes)),
     ),
     Rule(
         Event.UNKNOWN_ESCALATED,
         Subject.RECORD,
         Role.OPERATOR,
         1,
-        lambda t, p, c: _unknown_records(t).filter(escalated_at__isnull=False),
+        lambda t, p, c: unknown_records(t).filter(escalated_at__isnull=False),
     ),
     Rule(
         Event.SLA_EXCEEDED,
         Subject.RECORD,
         Role.OPERATOR,
         1,
-        lambda t, p, c: _unknown_records(t).filter(uncertain_since__lte=_ago(p.first_sla_minutes)),
+        lambda t, p, c: unknown_records(t).filter(uncertain_since__lte=_ago(p.first_sla_minutes)),
     ),
     Rule(
         Event.SLA_EXCEEDED,
         Subject.RECORD,
         Role.OPERATOR,
         2,
-        lambda t, p, c: _unknown_records(t).filter(uncertain_since__lte=_ago(p.second_sla_minutes)),
+        lambda t, p, c: unknown_records(t).filter(uncertain_since__lte=_ago(p.second_sla_minutes)),
     ),
     Rule(
         Event.COMBINATION_HALTED,
@@ -263,6 +249,13 @@ def set_policy(
 
 
 # --- the sweep -------------------------------------------------------------------------------
+#: A notification due to be sent: pending and due, or taken by a sender that died mid-delivery
+#: (its claim lapsed, so the message goes again).
+_DUE = Q(state=Notification.State.PENDING, next_attempt_at__lte=Now()) | Q(
+    state=Notification.State.SENDING, claimed_until__lt=Now()
+)
+
+
 def sweep(*, batch_size: int) -> list[int]:
     """Create what is due (at most ``batch_size`` items per rule and channel) and return the
     ids of notifications due to be sent, oldest first."""
@@ -271,11 +264,7 @@ def sweep(*, batch_size: int) -> list[int]:
     for tenant in Tenant.objects.filter(pk__in=list(tenant_ids)):
         created += _plan(tenant, batch_size)
     due = list(
-        Notification.objects.filter(
-            Q(state=Notification.State.PENDING, next_attempt_at__lte=Now())
-            # A sender that died mid-delivery: its claim lapses and the message goes again.
-            | Q(state=Notification.State.SENDING, claimed_until__lt=Now())
-        )
+        Notification.objects.filter(_DUE)
         .order_by("next_attempt_at", "pk")
         .values_list("pk", flat=True)[:batch_size]
     )
@@ -319,21 +308,10 @@ def _plan(tenant: Tenant, batch_size: int) -> int:
 
 
 # --- delivery --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Message:
-    subject: str
-    text: str
-    payload: dict[str, Any]
-
-
 def deliver(notification_id: int) -> str:
     """Send one notification if it is due and nobody else is sending it: "delivered",
     "skipped" (not due, taken, or its item no longer waits), "retry" or "failed"."""
-    claimed = Notification.objects.filter(
-        Q(state=Notification.State.PENDING, next_attempt_at__lte=Now())
-        | Q(state=Notification.State.SENDING, claimed_until__lt=Now()),
-        pk=notification_id,
-    ).update(
+    claimed = Notification.objects.filter(_DUE, pk=notification_id).update(
         state=Notification.State.SENDING,
         attempts=F("attempts") + 1,
         claimed_until=Now() + timedelta(seconds=settings.LEDGER_NOTIFY_CLAIM_SECONDS),
@@ -403,108 +381,3 @@ def _finish(notification: Notification, state: str, outcome: str) -> None:
             },
             detail=outcome,
         )
-
-
-def compose(notification: Notification) -> Message | None:
-    """The message about the notification's item, or None if the item no longer waits."""
-    now = db_now()
-    tier = notification.channel.tier
-    subject_type, subject_id = notification.subject_type, notification.subject_id
-    facts: dict[str, Any] = {
-        "event": notification.event,
-        "tier": tier,
-        "tenant": notification.tenant.slug,
-        "subject": {"type": subject_type, "id": subject_id},
-    }
-    if subject_type == Subject.RECORD:
-        records = _unknown_records(notification.tenant).select_related("tool")
-        record = records.filter(pk=subject_id).first()
-        if record is None:
-            return None
-        since = record.uncertain_since or record.updated_at
-        facts |= _waiting(
-            record.tool.name,
-            record.state,
-            since,
-            now,
-            reverse("console:unknown_call", args=[record.pk]),
-        )
-        what = f"{record.tool.name}: outcome unknown for {_minutes(now, since)} min"
-        if notification.event == Event.UNKNOWN_ESCALATED:
-            what += f", escalated to a human ({record.escalation_reason[:200]})"
-    elif subject_type == Subject.APPROVAL:
-        approvals = _pending_approvals(notification.tenant).select_related("record__tool")
-        approval = approvals.filter(pk=subject_id).first()
-        if approval is None:
-            return None
-        tool = approval.record.tool.name
-        facts |= _waiting(
-            tool,
-            approval.state,
-            approval.created_at,
-            now,
-            reverse("console:approval", args=[approval.pk]),
-        )
-        facts["expires_at"] = approval.expires_at.isoformat()
-        what = f"{tool}: approval waiting for {_minutes(now, approval.created_at)} min"
-        if notification.event == Event.APPROVAL_EXPIRING:
-            what = f"{tool}: approval expires in {max(0, -_minutes(now, approval.expires_at))} min"
-    elif subject_type == Subject.ALERT:
-        alert = (
-            AlertEvent.objects.filter(tenant=notification.tenant, pk=subject_id)
-            .select_related("threshold", "combination")
-            .first()
-        )
-        if alert is None:
-            return None
-        facts.update(
-            metric=alert.metric,
-            observed=alert.observed,
-            threshold=alert.threshold.above,
-            action=alert.action,
-            combination=alert.combination.label,
-            console_path=reverse("console:metrics"),
-        )
-        what = (
-            f"{alert.metric} = {alert.observed:.4g} on combination {alert.combination.label} "
-            f"crossed {alert.threshold.above:g}; action: {alert.action}"
-        )
-    else:
-        combination = VersionCombination.objects.filter(
-            tenant=notification.tenant, pk=subject_id, state=VersionCombination.State.HALTED
-        ).first()
-        if combination is None:
-            return None
-        facts.update(
-            combination=combination.label,
-            state=combination.state,
-            console_path=reverse("console:combinations"),
-        )
-        what = f"combination {combination.label} halted: {combination.halted_reason[:200]}"
-    headline = {
-        Event.APPROVAL_REQUESTED: "approval requested",
-        Event.APPROVAL_EXPIRING: "approval about to expire",
-        Event.SLA_EXCEEDED: f"past the tier {tier} service level",
-        Event.UNKNOWN_ESCALATED: "unknown call escalated",
-        Event.COMBINATION_HALTED: "combination halted",
-        Event.THRESHOLD_CROSSED: "metric threshold crossed",
-    }[Event(notification.event)]
-    text = f"Agent Ledger ({notification.tenant.slug}), {headline}: {what}. {facts['console_path']}"
-    return Message(subject=f"Agent Ledger: {headline}", text=text, payload={**facts, "text": text})
-
-
-def _waiting(
-    tool: str, state: str, since: datetime, now: datetime, console_path: str
-) -> dict[str, Any]:
-    """The facts of an item that waits for a human: whose, in what state, since when."""
-    return {
-        "tool": tool,
-        "state": state,
-        "waiting_since": since.isoformat(),
-        "waiting_minutes": _minutes(now, since),
-        "console_path": console_path,
-    }
-
-
-def _minutes(now: datetime, then: datetime) -> int:
-    return int((now - then).total_seconds() // 60)
