@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import (
+    BooleanField,
     Count,
     DurationField,
     ExpressionWrapper,
@@ -98,13 +99,19 @@ def reconciler() -> Reconciler:
     """Whether unknown calls are being looked up: the scheduler's heartbeat is recent."""
     from reconcile.models import Heartbeat
 
-    last = (
-        Heartbeat.objects.filter(name=Heartbeat.SCHEDULER).values_list("beat_at", flat=True).first()
+    # Stamped and judged by the database's clock (ledger.clock), in the statement that reads it.
+    row = (
+        Heartbeat.objects.filter(name=Heartbeat.SCHEDULER)
+        .annotate(
+            fresh=ExpressionWrapper(
+                Q(beat_at__gt=Now() - SCHEDULER_STALE_AFTER), output_field=BooleanField()
+            )
+        )
+        .values_list("beat_at", "fresh")
+        .first()
     )
-    return Reconciler(
-        running=last is not None and last > timezone.now() - SCHEDULER_STALE_AFTER,
-        last_seen=last,
-    )
+    last, fresh = row if row is not None else (None, False)
+    return Reconciler(running=fresh, last_seen=last)
 
 
 #: What the approvals queue shows of a request: only these are read (with its record, call,

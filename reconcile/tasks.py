@@ -11,7 +11,7 @@ import time
 from celery import Task, shared_task
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from ledger.records import expire_leases
 from ledger.services import metrics, notifications, rollouts, thresholds
@@ -62,9 +62,7 @@ def _soft_time_limit(task: Task) -> float:
 def schedule_reconciliation() -> int:
     """Enqueue a look-up for every unknown record that is due. PostgreSQL is the source of
     truth: this sweep finds everything, including records whose message a broker outage lost."""
-    Heartbeat.objects.update_or_create(
-        name=Heartbeat.SCHEDULER, defaults={"beat_at": timezone.now()}
-    )
+    Heartbeat.objects.update_or_create(name=Heartbeat.SCHEDULER, defaults={"beat_at": Now()})
     ids = services.due_records(limit=settings.RECONCILE_BATCH_SIZE)
     enqueue_reconciliation(ids)
     logger.info("reconcile sweep", extra={"enqueued": len(ids)})

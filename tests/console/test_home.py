@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from ledger.clock import db_now
 from ledger.domain import EscalationKind
 from ledger.models import IdempotencyRecord
 from reconcile.models import Heartbeat
@@ -41,3 +42,20 @@ def test_operators_are_told_when_no_worker_is_looking_calls_up(django_user_model
     Heartbeat.objects.update(beat_at=timezone.now() - timedelta(minutes=5))
     unknown = operator.get("/unknown/", secure=True).content.decode()
     assert "Look-ups have stopped: no reconciliation worker has run for 5" in unknown
+
+
+@pytest.mark.parametrize("skew", [timedelta(minutes=-10), timedelta(minutes=10)])
+def test_the_workers_heartbeat_is_stamped_and_judged_by_the_databases_clock(skew) -> None:
+    """A worker or web process whose clock is off by minutes neither hides a stopped worker
+    nor reports a running one as stopped (DESIGN section 3, one clock)."""
+    from unittest import mock
+
+    from console.selectors import reconciler
+
+    skewed = timezone.now() + skew
+    with mock.patch("django.utils.timezone.now", return_value=skewed):
+        schedule_reconciliation()
+        assert reconciler().running
+    Heartbeat.objects.update(beat_at=db_now() - timedelta(minutes=5))
+    with mock.patch("django.utils.timezone.now", return_value=skewed):
+        assert not reconciler().running
