@@ -94,3 +94,13 @@ def test_the_combinations_list_sums_the_chosen_window(
     rows = csv.DictReader(io.StringIO(b"".join(export.streaming_content).decode()))
     exported = {row["combination_id"]: row["keyed_requests"] for row in rows}
     assert exported[str(history.pk)] == str(requests)
+
+
+def test_the_threshold_forms_metrics_are_in_the_users_language(django_user_model, tenant):
+    from console.models import Preferences
+
+    manager = make_user(django_user_model, "mgr", tenant, "manager")
+    Preferences.objects.create(user=manager, language="zh-hans")
+    page = signed_in(manager).get("/metrics/", secure=True).content.decode()
+    assert '<option value="dedup_hit_rate">去重命中率</option>' in page
+    assert "Dedup Hit Rate" not in page
