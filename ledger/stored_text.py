@@ -6,6 +6,9 @@ A stored text is a template, marked with ``gettext_noop`` where it is defined so
 API and the exports keep the English. The console matches a stored text back to its template
 (``translate``), translates the template and fills in the same parameters; a parameter named
 in ``texts`` is itself a stored text (a reason inside a reason) and is translated in turn.
+Where more than one template matches, the reading whose templates cover the most of the text
+wins: ``SQL: Delete is not a read-only statement.`` is the frame ``SQL: %(reason)s`` around a
+reason, not ``%(kind)s is not a read-only statement.`` with ``SQL: Delete`` as its ``kind``.
 A module's templates are known once it is imported: every module that stores one is imported
 by the URLconf or an app's ``ready()``.
 """
@@ -30,6 +33,7 @@ class StoredText:
         self.texts = texts
         names = _PLACEHOLDER.findall(template)
         assert set(texts) <= set(names), (template, texts)
+        self.literal = len(_PLACEHOLDER.sub("", template))
         parts = _PLACEHOLDER.split(template)
         # Literal parts escaped, each placeholder any text (the shortest that fits the whole).
         self.pattern = re.compile(
@@ -42,7 +46,7 @@ class StoredText:
         if names:
             _PARAMETRISED.append(self)
             # The template with the most words of its own is tried first: the most specific.
-            _PARAMETRISED.sort(key=lambda t: -len(_PLACEHOLDER.sub("", t.template)))
+            _PARAMETRISED.sort(key=lambda t: -t.literal)
         else:
             _EXACT[template.replace("%%", "%")] = self
 
@@ -54,26 +58,32 @@ class StoredText:
         return self.template
 
     def translated(self, params: dict[str, str]) -> str:
-        filled = {
-            name: translate(value) if name in self.texts else value
-            for name, value in params.items()
-        }
-        return gettext(self.template) % filled if filled else gettext(self.template)
+        """The template in the active language, ``params`` (already translated) filled in."""
+        return gettext(self.template) % params if params else gettext(self.template)
 
 
 def translate(text: str) -> str:
     """``text`` in the active language when it is a stored text's English; else as it is."""
-    return _translate(text, get_language())
+    return _reading(text, get_language())[1]
 
 
 @lru_cache(maxsize=4096)
-def _translate(text: str, language: str | None) -> str:
-    """One translation per text and language: a list shows a few texts on every row."""
+def _reading(text: str, language: str | None) -> tuple[int, str]:
+    """The reading of ``text`` whose templates cover the most of it: (how many characters
+    they cover, ``text`` in the active language). One per text and language: a list shows a
+    few texts on every row."""
     exact = _EXACT.get(text)
     if exact is not None:
-        return exact.translated({})
+        return len(text), exact.translated({})
+    best = (0, text)
     for stored in _PARAMETRISED:
         match = stored.pattern.fullmatch(text)
-        if match:
-            return stored.translated(match.groupdict())
-    return text
+        if match is None:
+            continue
+        covered, params = stored.literal, match.groupdict()
+        for name in stored.texts:
+            inner, params[name] = _reading(params[name], language)
+            covered += inner
+        if covered > best[0]:
+            best = (covered, stored.translated(params))
+    return best

@@ -20,10 +20,12 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from django.utils.translation import gettext_noop
 from pglast.parser import ParseError, parse_sql_json
 
 from ledger.classification import Classification
 from ledger.domain import Idempotency
+from ledger.stored_text import StoredText
 
 
 def _words(text: str) -> frozenset[str]:
@@ -108,22 +110,57 @@ BUILT_IN_TYPES = _words(
 BUILT_IN_SAMPLING = _words("system bernoulli")
 _READ_STATEMENTS = frozenset({"SelectStmt", "ExplainStmt", "VariableShowStmt"})
 _WRITE_NODES = {
-    "InsertStmt": ("inserts rows", False),
-    "UpdateStmt": ("updates rows", False),
-    "DeleteStmt": ("deletes rows", True),
-    "MergeStmt": ("merges rows", False),
-    "intoClause": ("creates a table from the result (SELECT ... INTO)", False),
-    "lockingClause": ("locks rows (FOR UPDATE / FOR SHARE)", False),
+    "InsertStmt": (StoredText(gettext_noop("inserts rows")), False),
+    "UpdateStmt": (StoredText(gettext_noop("updates rows")), False),
+    "DeleteStmt": (StoredText(gettext_noop("deletes rows")), True),
+    "MergeStmt": (StoredText(gettext_noop("merges rows")), False),
+    "intoClause": (
+        StoredText(gettext_noop("creates a table from the result (SELECT ... INTO)")),
+        False,
+    ),
+    "lockingClause": (StoredText(gettext_noop("locks rows (FOR UPDATE / FOR SHARE)")), False),
 }
 _DESTRUCTIVE_STATEMENTS = frozenset(
     {"DropStmt", "TruncateStmt", "DropdbStmt", "DropRoleStmt", "DropOwnedStmt", "DeleteStmt"}
 )
 
+_SQL = StoredText(gettext_noop("SQL: %(reason)s"), texts=("reason",))
+_READ_ONLY = StoredText(gettext_noop("one read-only %(kind)s statement."))
+_OPERATOR = StoredText(gettext_noop("an operator"))
+_ORDER_BY_OPERATOR = StoredText(gettext_noop("an ORDER BY ... USING operator"))
+_CAST = StoredText(gettext_noop("a cast to a type"))
+_SAMPLING = StoredText(gettext_noop("a TABLESAMPLE method"))
+_MYSQL_CODE = StoredText(gettext_noop("a /*! ... */ comment is code on MySQL"))
+_MYSQL_BACKSLASH = StoredText(gettext_noop("a backslash escapes a quote on MySQL"))
+_NESTED_COMMENT = StoredText(gettext_noop("a nested comment ends early on MySQL and SQLite"))
+_COPY_PROGRAM = StoredText(gettext_noop("COPY ... PROGRAM runs a program on the server."))
+_COPY = StoredText(gettext_noop("COPY reads or writes files and tables on the server."))
+_TRANSACTION = StoredText(gettext_noop("transaction control can end the read-only transaction."))
+_EXPLAIN_ANALYZE = StoredText(gettext_noop("EXPLAIN ANALYZE executes the statement."))
+_NOT_READ_ONLY = StoredText(gettext_noop("%(kind)s is not a read-only statement."))
+_EMPTY = StoredText(gettext_noop("an empty statement is not understood."))
+_TOO_LONG = StoredText(gettext_noop("longer than %(limit)s characters."))
+_DIALECT = StoredText(
+    gettext_noop("%(dialect)s, so it may hide a second statement."), texts=("dialect",)
+)
+_NOT_PARSED = StoredText(gettext_noop("not understood by PostgreSQL's parser (%(error)s)."))
+_STACKED = StoredText(
+    gettext_noop(
+        "%(count)s statements: stacked statements can leave a read-only transaction and write."
+    )
+)
+_USER_DEFINED = StoredText(
+    gettext_noop("%(what)s that may be user-defined runs a function."), texts=("what",)
+)
+_WRITES = StoredText(gettext_noop("the statement %(what)s."), texts=("what",))
+_EFFECT = StoredText(gettext_noop("%(function)s() has side effects."))
+_NOT_KNOWN = StoredText(gettext_noop("%(function)s() is not known to be free of side effects."))
+
 
 def _never(reason: str, rule: str, *, destructive: bool = False) -> Classification:
     return Classification.of(
         Idempotency.NON_IDEMPOTENT,
-        reason=f"SQL: {reason}",
+        reason=_SQL(reason=reason),
         rule=f"sql.{rule}",
         destructive=destructive,
     )
@@ -151,13 +188,13 @@ def _built_in(names: list[Any], allowed: frozenset[str]) -> bool:
 def _user_defined(key: str, value: Any) -> str | None:
     """What a user-defined operator, cast or sampling method in the tree is, if it is one."""
     if key == "A_Expr" and not _built_in(value.get("name", []), BUILT_IN_OPERATORS):
-        return "an operator"
+        return _OPERATOR()
     if key == "SortBy" and value.get("useOp") and not _built_in(value["useOp"], BUILT_IN_OPERATORS):
-        return "an ORDER BY ... USING operator"
+        return _ORDER_BY_OPERATOR()
     if key == "TypeCast" and not _built_in(value["typeName"].get("names", []), BUILT_IN_TYPES):
-        return "a cast to a type"
+        return _CAST()
     if key == "RangeTableSample" and not _built_in(value.get("method", []), BUILT_IN_SAMPLING):
-        return "a TABLESAMPLE method"
+        return _SAMPLING()
     return None
 
 
@@ -177,11 +214,11 @@ def _other_dialect(sql: str) -> str | None:
     """Text that MySQL or SQLite split differently from PostgreSQL, so one statement here may
     be two there: refused whatever database the tool targets."""
     if "/*!" in sql:
-        return "a /*! ... */ comment is code on MySQL"
+        return _MYSQL_CODE()
     if "\\" in sql:
-        return "a backslash escapes a quote on MySQL"
+        return _MYSQL_BACKSLASH()
     if _nested_comment(sql):
-        return "a nested comment ends early on MySQL and SQLite"
+        return _NESTED_COMMENT()
     return None
 
 
@@ -205,17 +242,15 @@ def _statement_class(kind: str, body: dict[str, Any]) -> Classification | None:
     """The class a statement of this kind has by itself, or None when it only reads."""
     if kind == "CopyStmt":
         if body.get("is_program"):
-            return _never(
-                "COPY ... PROGRAM runs a program on the server.", "copy_program", destructive=True
-            )
-        return _never("COPY reads or writes files and tables on the server.", "copy")
+            return _never(_COPY_PROGRAM(), "copy_program", destructive=True)
+        return _never(_COPY(), "copy")
     if kind == "TransactionStmt":
-        return _never("transaction control can end the read-only transaction.", "transaction")
+        return _never(_TRANSACTION(), "transaction")
     if kind == "ExplainStmt" and _explain_executes(body):
-        return _never("EXPLAIN ANALYZE executes the statement.", "explain_analyze")
+        return _never(_EXPLAIN_ANALYZE(), "explain_analyze")
     if kind not in _READ_STATEMENTS:
         return _never(
-            f"{kind.removesuffix('Stmt')} is not a read-only statement.",
+            _NOT_READ_ONLY(kind=kind.removesuffix("Stmt")),
             "statement",
             destructive=kind in _DESTRUCTIVE_STATEMENTS,
         )
@@ -225,21 +260,20 @@ def _statement_class(kind: str, body: dict[str, Any]) -> Classification | None:
 def classify_sql(sql: str) -> Classification:
     """``idempotent``/``auto`` only for one read-only statement with side-effect-free functions."""
     if not sql.strip():
-        return _never("an empty statement is not understood.", "not_understood")
+        return _never(_EMPTY(), "not_understood")
     if len(sql) > MAX_SQL_LENGTH:
-        return _never(f"longer than {MAX_SQL_LENGTH} characters.", "not_understood")
+        return _never(_TOO_LONG(limit=MAX_SQL_LENGTH), "not_understood")
     dialect = _other_dialect(sql)
     if dialect is not None:
-        return _never(f"{dialect}, so it may hide a second statement.", "dialect")
+        return _never(_DIALECT(dialect=dialect), "dialect")
     try:
         tree = json.loads(parse_sql_json(sql))
     except ParseError as exc:
-        return _never(f"not understood by PostgreSQL's parser ({exc}).", "not_understood")
+        return _never(_NOT_PARSED(error=exc), "not_understood")
     statements = tree.get("stmts", [])
     if len(statements) != 1:
         return _never(
-            f"{len(statements)} statements: stacked statements can leave a read-only "
-            "transaction and write.",
+            _STACKED(count=len(statements)),
             "stacked",
             destructive=any(
                 next(iter(s["stmt"])) in _DESTRUCTIVE_STATEMENTS for s in statements if "stmt" in s
@@ -252,25 +286,23 @@ def classify_sql(sql: str) -> Classification:
     for key, value in _walk(body):
         defined = _user_defined(key, value) if isinstance(value, dict) else None
         if defined is not None:
-            return _never(f"{defined} that may be user-defined runs a function.", "user_defined")
+            return _never(_USER_DEFINED(what=defined), "user_defined")
         if key in _WRITE_NODES and value:
             what, destructive = _WRITE_NODES[key]
-            return _never(f"the statement {what}.", "writes", destructive=destructive)
+            return _never(_WRITES(what=what()), "writes", destructive=destructive)
         if key == "FuncCall":
             name = _function_name(value)
             bare = name.removeprefix("pg_catalog.")
             if bare in EFFECT_FUNCTIONS:
                 return _never(
-                    f"{bare}() has side effects.",
+                    _EFFECT(function=bare),
                     "function_effect",
                     destructive=EFFECT_FUNCTIONS[bare],
                 )
             if bare not in READ_ONLY_FUNCTIONS:
-                return _never(
-                    f"{name}() is not known to be free of side effects.", "function_unknown"
-                )
+                return _never(_NOT_KNOWN(function=name), "function_unknown")
     return Classification.of(
         Idempotency.IDEMPOTENT,
-        reason=f"SQL: one read-only {kind.removesuffix('Stmt').upper()} statement.",
+        reason=_SQL(reason=_READ_ONLY(kind=kind.removesuffix("Stmt").upper())),
         rule="sql.read_only",
     )

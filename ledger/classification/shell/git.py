@@ -5,12 +5,15 @@ option that runs another program is not understood.
 
 from __future__ import annotations
 
+from django.utils.translation import gettext_noop
+
 from ledger.classification import Classification
 from ledger.classification.shell.argv import ArgvClassifier, has_long, operands, short_flags
 from ledger.classification.shell.programs import (
     CONDITIONAL,
     IDEMPOTENT,
     NON_IDEMPOTENT,
+    WRITES_OUTPUT,
     result,
     unknown,
 )
@@ -20,6 +23,23 @@ from ledger.classification.shell.tables import (
     GIT_READ,
     GIT_WRITE,
 )
+from ledger.stored_text import StoredText
+
+_VERSION = StoredText(gettext_noop("prints git's version or help."))
+_CONFIG_OVERRIDE = StoredText(
+    gettext_noop(
+        "git configuration on the command line can run any program "
+        "(core.fsmonitor, diff.external, ...)."
+    )
+)
+_USAGE = StoredText(gettext_noop("prints git's usage."))
+_EXTERNAL = StoredText(gettext_noop("runs an external program."))
+_READS = StoredText(gettext_noop("`git %(sub)s` only reads the repository."))
+_LISTS = StoredText(gettext_noop("`git %(sub)s` only lists here."))
+_DISCARDS = StoredText(gettext_noop("`git %(sub)s` discards work or history."))
+_FETCH = StoredText(gettext_noop("updates remote-tracking refs."))
+_CHANGES = StoredText(gettext_noop("`git %(sub)s` changes the repository or a remote."))
+_UNKNOWN = StoredText(gettext_noop("`git %(sub)s` is not a known git command."))
 
 
 def _git_read_runs_a_program(sub: str, args: list[str]) -> bool:
@@ -111,43 +131,30 @@ def _git(program: str, args: list[str], text: str, depth: int) -> Classification
     i = 0
     while i < len(args) and args[i].startswith("-"):
         if args[i] in {"--version", "--help"}:
-            return result(IDEMPOTENT, text, "prints git's version or help.", "git.version")
+            return result(IDEMPOTENT, text, _VERSION(), "git.version")
         if args[i] in {"-c", "--config-env"} or args[i].startswith(
             ("--config-env=", "--exec-path")
         ):
-            return unknown(
-                text,
-                "git configuration on the command line can run any program "
-                "(core.fsmonitor, diff.external, ...).",
-                "git.config_override",
-            )
+            return unknown(text, _CONFIG_OVERRIDE(), "git.config_override")
         i += 2 if args[i] in GIT_GLOBAL_WITH_VALUE else 1
     if i >= len(args):
-        return result(IDEMPOTENT, text, "prints git's usage.", "git")
+        return result(IDEMPOTENT, text, _USAGE(), "git")
     sub, rest = args[i], args[i + 1 :]
     if sub in GIT_READ:
         if _git_read_runs_a_program(sub, rest):
-            return unknown(text, "runs an external program.", "git.external")
+            return unknown(text, _EXTERNAL(), "git.external")
         if has_long(rest, "--output"):
-            return result(CONDITIONAL, text, "writes its output to a file.", "git.output")
-        return result(IDEMPOTENT, text, f"`git {sub}` only reads the repository.", f"git.{sub}")
+            return result(CONDITIONAL, text, WRITES_OUTPUT(), "git.output")
+        return result(IDEMPOTENT, text, _READS(sub=sub), f"git.{sub}")
     if sub in GIT_WRITE or sub in GIT_DESTRUCTIVE:
         if _git_read_variant(sub, rest):
-            return result(IDEMPOTENT, text, f"`git {sub}` only lists here.", f"git.{sub}.list")
+            return result(IDEMPOTENT, text, _LISTS(sub=sub), f"git.{sub}.list")
         if _git_destructive(sub, rest):
-            return result(
-                NON_IDEMPOTENT,
-                text,
-                f"`git {sub}` discards work or history.",
-                f"git.{sub}",
-                destructive=True,
-            )
+            return result(NON_IDEMPOTENT, text, _DISCARDS(sub=sub), f"git.{sub}", destructive=True)
         if sub == "fetch":
-            return result(CONDITIONAL, text, "updates remote-tracking refs.", "git.fetch")
-        return result(
-            NON_IDEMPOTENT, text, f"`git {sub}` changes the repository or a remote.", f"git.{sub}"
-        )
-    return unknown(text, f"`git {sub}` is not a known git command.", "git.unknown")
+            return result(CONDITIONAL, text, _FETCH(), "git.fetch")
+        return result(NON_IDEMPOTENT, text, _CHANGES(sub=sub), f"git.{sub}")
+    return unknown(text, _UNKNOWN(sub=sub), "git.unknown")
 
 
 PROGRAMS: dict[str, ArgvClassifier] = {

@@ -5,14 +5,24 @@ destructive.
 
 from __future__ import annotations
 
+from django.utils.translation import gettext_noop
+
 from ledger.classification import Classification
 from ledger.classification.shell.argv import ArgvClassifier
 from ledger.classification.shell.programs import (
     CONDITIONAL,
     IDEMPOTENT,
     NON_IDEMPOTENT,
+    ONLY_READS,
     result,
 )
+from ledger.stored_text import StoredText
+
+_CHANGES_CONTAINERS = StoredText(gettext_noop("changes containers or a cluster."))
+_NO_INFRASTRUCTURE_CHANGE = StoredText(
+    gettext_noop("`terraform %(sub)s` does not change infrastructure.")
+)
+_CHANGES_INFRASTRUCTURE = StoredText(gettext_noop("changes infrastructure."))
 
 
 def _container(program: str, args: list[str], text: str, depth: int) -> Classification:
@@ -33,12 +43,12 @@ def _container(program: str, args: list[str], text: str, depth: int) -> Classifi
     }[program]
     sub = args[0] if args else ""
     if sub in read:
-        return result(IDEMPOTENT, text, f"`{program} {sub}` only reads.", f"{program}.{sub}")
+        return result(IDEMPOTENT, text, ONLY_READS(program=program, sub=sub), f"{program}.{sub}")
     destructive = sub in {"rm", "rmi", "delete", "prune", "system", "volume", "kill", "drain"}
     return result(
         NON_IDEMPOTENT,
         text,
-        "changes containers or a cluster.",
+        _CHANGES_CONTAINERS(),
         f"{program}.{sub}",
         destructive=destructive,
     )
@@ -50,13 +60,13 @@ def _terraform(program: str, args: list[str], text: str, depth: int) -> Classifi
         return result(
             CONDITIONAL if sub == "fmt" else IDEMPOTENT,
             text,
-            f"`terraform {sub}` does not change infrastructure.",
+            _NO_INFRASTRUCTURE_CHANGE(sub=sub),
             f"terraform.{sub}",
         )
     return result(
         NON_IDEMPOTENT,
         text,
-        "changes infrastructure.",
+        _CHANGES_INFRASTRUCTURE(),
         f"terraform.{sub}",
         destructive=sub in {"destroy", "apply", "import", "state", "taint"},
     )

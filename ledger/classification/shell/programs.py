@@ -14,6 +14,8 @@ import shlex
 from collections.abc import Sequence
 from contextvars import ContextVar
 
+from django.utils.translation import gettext_noop
+
 from ledger.classification import Classification
 from ledger.classification.shell.argv import ArgvClassifier, has_long, short_flags
 from ledger.classification.shell.tables import (
@@ -26,6 +28,7 @@ from ledger.classification.shell.tables import (
     WRITES,
 )
 from ledger.domain import Idempotency
+from ledger.stored_text import StoredText
 
 MAX_NESTING = 4  # sh -c "sh -c '...'" deeper than this is not understood
 
@@ -38,13 +41,28 @@ NON_IDEMPOTENT = Idempotency.NON_IDEMPOTENT
 # families. A program not in it is looked up in the tables.
 CLASSIFIERS: dict[str, ArgvClassifier] = {}
 
+_PART = StoredText(gettext_noop("`%(part)s`: %(why)s"), texts=("why",))
+_FLAGGED = StoredText(
+    gettext_noop("%(why)s It mentions a destructive program, so it is flagged destructive."),
+    texts=("why",),
+)
+_UNVOUCHED_PATH = StoredText(
+    gettext_noop("runs a program by a path the classifier cannot vouch for.")
+)
+_UNKNOWN_PROGRAM = StoredText(gettext_noop("'%(program)s' is not a known command."))
+_OPTION_RUNS = StoredText(gettext_noop("this `%(program)s` option runs another program."))
+# The reasons the program families give too.
+READ_ONLY_COMMAND = StoredText(gettext_noop("a read-only command."))
+WRITES_OUTPUT = StoredText(gettext_noop("writes its output to a file."))
+ONLY_READS = StoredText(gettext_noop("`%(program)s %(sub)s` only reads."))
+
 
 def result(
     idempotency: Idempotency, part: str, why: str, rule: str, *, destructive: bool = False
 ) -> Classification:
     return Classification.of(
         idempotency,
-        reason=f"`{part}`: {why}" if part else why,
+        reason=_PART(part=part, why=why) if part else why,
         rule=f"command.{rule}",
         destructive=destructive,
     )
@@ -53,7 +71,7 @@ def result(
 def unknown(part: str, why: str, rule: str = "not_understood") -> Classification:
     destructive = _looks_destructive(part)
     if destructive:
-        why += " It mentions a destructive program, so it is flagged destructive."
+        why = _FLAGGED(why=why)
     return result(NON_IDEMPOTENT, part, why, rule, destructive=destructive)
 
 
@@ -92,7 +110,7 @@ def classify_argv(argv: Sequence[str], *, depth: int = 0, text: str = "") -> Cla
     text = text or shorten(" ".join(argv))
     program = _program_name(argv[0])
     if program is None:
-        return unknown(text, "runs a program by a path the classifier cannot vouch for.")
+        return unknown(text, _UNVOUCHED_PATH())
     args = list(argv[1:])
     special = CLASSIFIERS.get(program)
     if special is not None:
@@ -101,11 +119,11 @@ def classify_argv(argv: Sequence[str], *, depth: int = 0, text: str = "") -> Cla
         return _read_only_unless_an_option_acts(program, args, text)
     if program in DESTRUCTIVE:
         return result(
-            NON_IDEMPOTENT, text, DESTRUCTIVE[program], f"destructive.{program}", destructive=True
+            NON_IDEMPOTENT, text, DESTRUCTIVE[program](), f"destructive.{program}", destructive=True
         )
     if program in WRITES:
-        return result(NON_IDEMPOTENT, text, WRITES[program], f"writes.{program}")
-    return unknown(text, f"'{program}' is not a known command.", "unknown_program")
+        return result(NON_IDEMPOTENT, text, WRITES[program](), f"writes.{program}")
+    return unknown(text, _UNKNOWN_PROGRAM(program=program), "unknown_program")
 
 
 def _program_name(word: str) -> str | None:
@@ -132,7 +150,7 @@ def _read_only_unless_an_option_acts(program: str, args: list[str], text: str) -
     if program in {"less", "more"}:
         prefixed = [w for w in prefixed if not _PAGER_POSITION.match(w)]
     if prefixed or set(acting.runs_short) & short_flags(args) or has_long(args, *acting.runs_long):
-        return unknown(text, f"this `{program}` option runs another program.", f"{program}.runs")
+        return unknown(text, _OPTION_RUNS(program=program), f"{program}.runs")
     if set(acting.writes_short) & short_flags(args) or has_long(args, *acting.writes_long):
-        return result(CONDITIONAL, text, "writes its output to a file.", f"{program}.output")
-    return result(IDEMPOTENT, text, "a read-only command.", f"read_only.{program}")
+        return result(CONDITIONAL, text, WRITES_OUTPUT(), f"{program}.output")
+    return result(IDEMPOTENT, text, READ_ONLY_COMMAND(), f"read_only.{program}")

@@ -7,6 +7,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from django.utils.translation import gettext_noop
+
+from ledger.stored_text import StoredText
+
 # Files that a redirection or ``tee`` writes to without effect.
 HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
 # A program run by a path in one of these directories is classified by its name.
@@ -168,13 +172,23 @@ ACTING_OPTIONS: dict[str, ActingOptions] = {
 }
 
 # Programs that write, or act on another host or the system, and why: never replayed.
-WRITES = {
-    **dict.fromkeys(["cp", "mv", "ln", "install", "rsync"], "copies or moves files."),
-    **dict.fromkeys(["mkdir", "touch", "mkfifo", "mknod"], "creates files or directories."),
-    **dict.fromkeys(["chmod", "chown", "chgrp", "setfacl", "chattr"], "changes file metadata."),
+_WRITES_FILES = StoredText(gettext_noop("writes files."))
+_EDITOR = StoredText(gettext_noop("opens an editor."))
+WRITES: dict[str, StoredText] = {
+    **dict.fromkeys(
+        ["cp", "mv", "ln", "install", "rsync"], StoredText(gettext_noop("copies or moves files."))
+    ),
+    **dict.fromkeys(
+        ["mkdir", "touch", "mkfifo", "mknod"],
+        StoredText(gettext_noop("creates files or directories.")),
+    ),
+    **dict.fromkeys(
+        ["chmod", "chown", "chgrp", "setfacl", "chattr"],
+        StoredText(gettext_noop("changes file metadata.")),
+    ),
     **dict.fromkeys(
         ["curl", "wget", "ssh", "scp", "sftp", "ftp", "nc", "telnet"],
-        "talks to another host; the request may have side effects there.",
+        StoredText(gettext_noop("talks to another host; the request may have side effects there.")),
     ),
     **dict.fromkeys(
         [
@@ -191,7 +205,7 @@ WRITES = {
             "at",
             "launchctl",
         ],
-        "changes running processes or the system.",
+        StoredText(gettext_noop("changes running processes or the system.")),
     ),
     **dict.fromkeys(
         [
@@ -211,11 +225,11 @@ WRITES = {
             "composer",
             "bundle",
         ],
-        "installs or builds software.",
+        StoredText(gettext_noop("installs or builds software.")),
     ),
     **dict.fromkeys(
         ["psql", "mysql", "sqlite3", "redis-cli", "mongo", "mongosh"],
-        "runs statements against a database.",
+        StoredText(gettext_noop("runs statements against a database.")),
     ),
     **dict.fromkeys(
         [
@@ -232,33 +246,38 @@ WRITES = {
             "source",
             ".",
         ],
-        "runs code the classifier cannot see.",
+        StoredText(gettext_noop("runs code the classifier cannot see.")),
     ),
     **dict.fromkeys(
         ["helm", "aws", "gcloud", "az", "gh", "hub", "glab"],
-        "changes remote infrastructure or services.",
+        StoredText(gettext_noop("changes remote infrastructure or services.")),
     ),
-    "patch": "changes files.",
-    "split": "writes files.",
-    "csplit": "writes files.",
-    "tar": "may extract or create archives.",
-    "unzip": "extracts files.",
-    "zip": "creates archives.",
-    "gzip": "replaces files with compressed ones.",
-    "gunzip": "replaces files with decompressed ones.",
-    "vi": "opens an editor.",
-    "vim": "opens an editor.",
-    "nano": "opens an editor.",
-    "emacs": "opens an editor.",
+    "patch": StoredText(gettext_noop("changes files.")),
+    "split": _WRITES_FILES,
+    "csplit": _WRITES_FILES,
+    "tar": StoredText(gettext_noop("may extract or create archives.")),
+    "unzip": StoredText(gettext_noop("extracts files.")),
+    "zip": StoredText(gettext_noop("creates archives.")),
+    "gzip": StoredText(gettext_noop("replaces files with compressed ones.")),
+    "gunzip": StoredText(gettext_noop("replaces files with decompressed ones.")),
+    "vi": _EDITOR,
+    "vim": _EDITOR,
+    "nano": _EDITOR,
+    "emacs": _EDITOR,
 }
 
 # Programs that destroy data, and why: never replayed, and flagged destructive.
-DESTRUCTIVE = {
-    **dict.fromkeys(["rm", "rmdir", "unlink", "shred", "wipefs"], "deletes files."),
-    **dict.fromkeys(["dd", "truncate", "fallocate"], "overwrites or resizes data in place."),
+DESTRUCTIVE: dict[str, StoredText] = {
+    **dict.fromkeys(
+        ["rm", "rmdir", "unlink", "shred", "wipefs"], StoredText(gettext_noop("deletes files."))
+    ),
+    **dict.fromkeys(
+        ["dd", "truncate", "fallocate"],
+        StoredText(gettext_noop("overwrites or resizes data in place.")),
+    ),
     **dict.fromkeys(
         ["mkfs", "mkfs.ext4", "mkfs.xfs", "mkfs.vfat", "fdisk", "parted", "mkswap"],
-        "formats disks.",
+        StoredText(gettext_noop("formats disks.")),
     ),
 }
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import bashlex
 import bashlex.errors
+from django.utils.translation import gettext_noop
 
 from ledger.classification import Classification, most_conservative
 from ledger.classification.shell.argv import ArgvClassifier, dangerous_variable, short_flags
@@ -26,8 +27,27 @@ from ledger.classification.shell.programs import (
     unknown,
 )
 from ledger.classification.shell.tables import HARMLESS_TARGETS
+from ledger.stored_text import StoredText
 
 MAX_COMMAND_LENGTH = 20_000
+
+_EMPTY = StoredText(gettext_noop("an empty command is not understood."))
+_TOO_LONG = StoredText(gettext_noop("the command is too long to classify."))
+_NUL = StoredText(gettext_noop("the command contains a NUL byte."))
+_TOO_DEEP = StoredText(gettext_noop("shells are nested too deeply to classify."))
+_UNPARSED = StoredText(gettext_noop("the shell syntax could not be parsed (%(error)s)."))
+_NO_COMMAND = StoredText(gettext_noop("no command was found."))
+_CONSTRUCT = StoredText(gettext_noop("shell construct '%(kind)s' is not understood."))
+_PART_KIND = StoredText(gettext_noop("'%(kind)s' is not understood."))
+_EXPANSION_RUNS = StoredText(gettext_noop("a parameter expansion runs code."))
+_DANGEROUS_VARIABLE = StoredText(
+    gettext_noop("setting %(name)s can make the command run other programs.")
+)
+_COMPUTED_PROGRAM = StoredText(gettext_noop("the program name is computed at run time."))
+_ASSIGNS = StoredText(gettext_noop("only sets shell variables."))
+_APPENDS = StoredText(gettext_noop("appends to a file; a repeat appends again."))
+_OVERWRITES = StoredText(gettext_noop("overwrites a file; replay needs a hash check."))
+_HIDDEN_SCRIPT = StoredText(gettext_noop("`%(program)s` runs a script the classifier cannot see."))
 
 
 def classify_command(command: str) -> Classification:
@@ -38,19 +58,19 @@ def classify_command(command: str) -> Classification:
 def _classify_source(command: str, *, depth: int) -> Classification:
     shown = shorten(command)
     if not command.strip():
-        return unknown(shown, "an empty command is not understood.", "empty")
+        return unknown(shown, _EMPTY(), "empty")
     if len(command) > MAX_COMMAND_LENGTH:
-        return unknown(shown, "the command is too long to classify.", "too_long")
+        return unknown(shown, _TOO_LONG(), "too_long")
     if "\x00" in command:
-        return unknown(shown, "the command contains a NUL byte.", "control_character")
+        return unknown(shown, _NUL(), "control_character")
     if depth > MAX_NESTING:
-        return unknown(shown, "shells are nested too deeply to classify.", "too_deep")
+        return unknown(shown, _TOO_DEEP(), "too_deep")
     try:
         trees = bashlex.parse(command)
     except bashlex.errors.ParsingError as exc:
-        return unknown(shown, f"the shell syntax could not be parsed ({exc.message}).", "unparsed")
+        return unknown(shown, _UNPARSED(error=exc.message), "unparsed")
     except Exception as exc:  # bashlex raises assorted errors on syntax it does not support
-        return unknown(shown, f"the shell syntax could not be parsed ({exc}).", "unparsed")
+        return unknown(shown, _UNPARSED(error=exc), "unparsed")
     walker = _Walker(command, depth)
     for tree in trees:
         walker.visit(tree)
@@ -67,7 +87,7 @@ class _Walker:
 
     def result(self) -> Classification:
         if not self.parts:
-            return unknown(shorten(self.source), "no command was found.", "empty")
+            return unknown(shorten(self.source), _NO_COMMAND(), "empty")
         combined = self.parts[0]
         for part in self.parts[1:]:
             combined = most_conservative(combined, part)
@@ -85,9 +105,7 @@ class _Walker:
         elif kind in {"operator", "pipe", "reservedword"}:
             return
         else:
-            self.parts.append(
-                unknown(self._text(node), f"shell construct '{kind}' is not understood.")
-            )
+            self.parts.append(unknown(self._text(node), _CONSTRUCT(kind=kind)))
 
     def _text(self, node: Any) -> str:
         start, end = node.pos
@@ -103,11 +121,11 @@ class _Walker:
             elif part.kind == "parameter":
                 dynamic = True
                 if any(ch in part.value for ch in "$`()"):
-                    self.parts.append(unknown(self._text(part), "a parameter expansion runs code."))
+                    self.parts.append(unknown(self._text(part), _EXPANSION_RUNS()))
             elif part.kind == "tilde":
                 continue
             else:
-                self.parts.append(unknown(self._text(part), f"'{part.kind}' is not understood."))
+                self.parts.append(unknown(self._text(part), _PART_KIND(kind=part.kind)))
         return dynamic
 
     def _command(self, node: Any) -> None:
@@ -121,7 +139,7 @@ class _Walker:
                     self.parts.append(
                         unknown(
                             self._text(part),
-                            f"setting {name} can make the command run other programs.",
+                            _DANGEROUS_VARIABLE(name=name),
                             "env.dangerous_variable",
                         )
                     )
@@ -133,12 +151,12 @@ class _Walker:
             elif part.kind == "redirect":
                 self._redirect(part)
             else:
-                self.parts.append(unknown(self._text(part), f"'{part.kind}' is not understood."))
+                self.parts.append(unknown(self._text(part), _PART_KIND(kind=part.kind)))
         text = self._text(node)
         if dynamic_program:
-            self.parts.append(unknown(text, "the program name is computed at run time."))
+            self.parts.append(unknown(text, _COMPUTED_PROGRAM()))
         elif not argv:
-            self.parts.append(result(IDEMPOTENT, text, "only sets shell variables.", "assign"))
+            self.parts.append(result(IDEMPOTENT, text, _ASSIGNS(), "assign"))
         else:
             self.parts.append(classify_argv(argv, depth=self.depth, text=text))
 
@@ -156,15 +174,9 @@ class _Walker:
         if path in HARMLESS_TARGETS:
             return
         if kind in {">>", "&>>"}:
-            self.parts.append(
-                result(NON_IDEMPOTENT, text, "appends to a file; a repeat appends again.", "append")
-            )
+            self.parts.append(result(NON_IDEMPOTENT, text, _APPENDS(), "append"))
         else:
-            self.parts.append(
-                result(
-                    CONDITIONAL, text, "overwrites a file; replay needs a hash check.", "redirect"
-                )
-            )
+            self.parts.append(result(CONDITIONAL, text, _OVERWRITES(), "redirect"))
 
 
 def _shell(program: str, args: list[str], text: str, depth: int) -> Classification:
@@ -181,7 +193,7 @@ def _shell(program: str, args: list[str], text: str, depth: int) -> Classificati
         if script_index is not None and script_index < len(args):
             inner = _classify_source(args[script_index], depth=depth + 1)
             return inner
-    return unknown(text, f"`{program}` runs a script the classifier cannot see.")
+    return unknown(text, _HIDDEN_SCRIPT(program=program))
 
 
 def _eval(program: str, args: list[str], text: str, depth: int) -> Classification:

@@ -5,6 +5,8 @@ is classified in its place.
 
 from __future__ import annotations
 
+from django.utils.translation import gettext_noop
+
 from ledger.classification import Classification
 from ledger.classification.shell.argv import ArgvClassifier, dangerous_variable, short_flags
 from ledger.classification.shell.programs import (
@@ -13,6 +15,16 @@ from ledger.classification.shell.programs import (
     result,
     unknown,
 )
+from ledger.stored_text import StoredText
+
+_DANGEROUS_VARIABLE = StoredText(gettext_noop("setting %(name)s can run code."))
+_SPLIT_STRING = StoredText(
+    gettext_noop("`env -S` runs a command line the classifier does not parse.")
+)
+_ALONE_PRINTS = StoredText(gettext_noop("`%(program)s` alone only prints."))
+_NO_COMMAND = StoredText(gettext_noop("`%(program)s` without a command is not understood."))
+_XARGS_ALONE = StoredText(gettext_noop("`xargs` alone only echoes its input."))
+_LOOKS_UP = StoredText(gettext_noop("looks a command up."))
 
 
 # Wrappers: strip their own options, then classify what they run.
@@ -28,7 +40,7 @@ def _wrapper(options_with_value: set[str], *, bare_is_read: bool = False) -> Arg
                 if dangerous_variable(arg.split("=", 1)[0]):
                     return unknown(
                         text,
-                        f"setting {arg.split('=', 1)[0]} can run code.",
+                        _DANGEROUS_VARIABLE(name=arg.split("=", 1)[0]),
                         "env.dangerous_variable",
                     )
                 i += 1
@@ -36,7 +48,7 @@ def _wrapper(options_with_value: set[str], *, bare_is_read: bool = False) -> Arg
             if program == "env" and (arg.startswith("-S") or arg.startswith("--split-string")):
                 return unknown(
                     text,
-                    "`env -S` runs a command line the classifier does not parse.",
+                    _SPLIT_STRING(),
                     "env.split_string",
                 )
             if not arg.startswith("-") or arg == "-":
@@ -50,8 +62,8 @@ def _wrapper(options_with_value: set[str], *, bare_is_read: bool = False) -> Arg
         rest = args[i:]
         if not rest:
             if bare_is_read:
-                return result(IDEMPOTENT, text, f"`{program}` alone only prints.", program)
-            return unknown(text, f"`{program}` without a command is not understood.")
+                return result(IDEMPOTENT, text, _ALONE_PRINTS(program=program), program)
+            return unknown(text, _NO_COMMAND(program=program))
         return classify_argv(rest, depth=depth, text=text)
 
     return classify
@@ -84,16 +96,16 @@ def _xargs(program: str, args: list[str], text: str, depth: int) -> Classificati
         i += 2 if args[i] in with_value else 1
     rest = args[i:]
     if not rest:
-        return result(IDEMPOTENT, text, "`xargs` alone only echoes its input.", "xargs")
+        return result(IDEMPOTENT, text, _XARGS_ALONE(), "xargs")
     return classify_argv(rest, depth=depth, text=text)
 
 
 def _command_builtin(program: str, args: list[str], text: str, depth: int) -> Classification:
     if short_flags(args) & {"v", "V"}:
-        return result(IDEMPOTENT, text, "looks a command up.", "command_lookup")
+        return result(IDEMPOTENT, text, _LOOKS_UP(), "command_lookup")
     rest = [a for a in args if a != "-p"]
     if not rest:
-        return unknown(text, "`command` without a command is not understood.")
+        return unknown(text, _NO_COMMAND(program="command"))
     return classify_argv(rest, depth=depth, text=text)
 
 
