@@ -58,7 +58,8 @@ def start_approved(
                     .filter(record=locked)
                     .latest("pk")
                 )
-            _refuse_unless_waiting(locked)
+            if not locked.waits_to_start:
+                raise NotWaiting(locked)
             try:
                 # The approval is used up where the record starts.
                 started = records.start_execution(
@@ -79,16 +80,6 @@ def start_approved(
         raise
     entry.record = started
     return entry
-
-
-def _refuse_unless_waiting(record: IdempotencyRecord) -> None:
-    """A record waits to be started while it is reserved, unknown (a replay a human may
-    approve) or failed without effect and not for good; running or ended, it does not."""
-    state = RecordState(record.state)
-    if state in (RecordState.EXECUTING, RecordState.SUCCEEDED) or (
-        state is RecordState.FAILED_FINAL and not record.failed_retryably
-    ):
-        raise NotWaiting(record)
 
 
 def start_call(*, caller: Caller, call_id: str) -> CallResult:

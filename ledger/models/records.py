@@ -45,6 +45,12 @@ class IdempotencyRecord(models.Model):
         RecordState.FAILED_FINAL: frozenset({RecordState.EXECUTING, RecordState.UNKNOWN}),
         RecordState.SUCCEEDED: frozenset(),
     }
+    #: The states a record waiting for a human's approval starts from
+    #: (``ledger.records.transitions.STARTED``): reserved, or (an approved replay) unknown or
+    #: failed, the last only while it failed retryably (``waits_to_start``).
+    STARTS_FROM: ClassVar[frozenset[RecordState]] = frozenset(
+        {RecordState.RESERVED, RecordState.UNKNOWN, RecordState.FAILED_FINAL}
+    )
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="records")
     key = models.CharField(max_length=1024)
@@ -185,6 +191,22 @@ class IdempotencyRecord(models.Model):
             | Q(**{f"{code}__isnull": True})
             | ~Q(**{f"{code}__in": sorted(FINAL_ERROR_CODES)})
         )
+
+    @property
+    def waits_to_start(self) -> bool:
+        """Whether an approved start may start it (``STARTS_FROM``): it has not happened, or
+        may not have, or it failed without effect and not for good. Running or ended, it does
+        not wait."""
+        if self.state == RecordState.FAILED_FINAL:
+            return self.failed_retryably
+        return self.state in self.STARTS_FROM
+
+    @classmethod
+    def waits_to_start_q(cls, path: str = "") -> Q:
+        """``waits_to_start`` as a query over the record at ``path``, like
+        ``failed_retryably_q``."""
+        waiting = sorted(cls.STARTS_FROM - {RecordState.FAILED_FINAL})
+        return Q(**{f"{path}state__in": waiting}) | cls.failed_retryably_q(path)
 
     @cached_property
     def write_plan(self) -> WritePlan | None:

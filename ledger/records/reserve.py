@@ -431,13 +431,14 @@ def start_execution(
 
     Every start of a waiting record is an approved one (an automatic replay is the state
     table's, ``answer_locked``), so the approval is checked here, where the record starts, and
-    not by each caller; the states it may start from are the transition's guard
-    (``transitions.STARTED``)."""
+    not by each caller; a record that does not wait to be started
+    (``IdempotencyRecord.waits_to_start``, the states of ``transitions.STARTED``) is refused
+    before its approval is read."""
     with transaction.atomic():
         locked, now = lock_record(record.pk)
         deadline.check()
-        if locked.state == RecordState.FAILED_FINAL and not locked.failed_retryably:
-            raise InvalidTransition("the action failed for good; it is never started again")
+        if not locked.waits_to_start:
+            raise InvalidTransition(_why_not_started(locked))
         # The record first, then its approval: the order every settling transition takes (it
         # locks the record, then voids open approvals), so the two cannot deadlock.
         approvals.consume(record=locked, entry=entry, actor=actor, source=source)
@@ -451,3 +452,9 @@ def start_execution(
             lease_seconds=lease_seconds,
         )
     return locked
+
+
+def _why_not_started(record: IdempotencyRecord) -> str:
+    if record.state == RecordState.FAILED_FINAL:
+        return "the action failed for good; it is never started again"
+    return f"the action is {record.state}; it does not wait to be started"

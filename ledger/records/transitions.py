@@ -64,10 +64,10 @@ _EXECUTION_AFRESH = _fixed(
 )
 
 #: A waiting record starts with a human's approval (``records.start_execution`` uses it up):
-#: reserved, or (an approved replay) unknown or failed.
+#: reserved, or (an approved replay) unknown or failed (``IdempotencyRecord.waits_to_start``).
 STARTED = Transition(
     "started",
-    frozenset({RecordState.RESERVED, RecordState.UNKNOWN, RecordState.FAILED_FINAL}),
+    IdempotencyRecord.STARTS_FROM,
     RecordState.EXECUTING,
     "record.started",
     sets=_EXECUTION_AFRESH,

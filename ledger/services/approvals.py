@@ -12,7 +12,6 @@ from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 
 from ledger.clock import db_now
-from ledger.domain import RecordState
 from ledger.errors import ApprovalError, InvalidInput
 from ledger.keys import fingerprint
 from ledger.models import (
@@ -102,19 +101,12 @@ def request_approval(
     return approval
 
 
-def _still_needed(record: IdempotencyRecord) -> bool:
-    """Only an action that has not happened (or may not have) can be approved to start."""
-    if record.state in (RecordState.RESERVED, RecordState.UNKNOWN):
-        return True
-    return record.failed_retryably
-
-
 def void_reason(approval: ApprovalRequest, *, now: datetime | None = None) -> str | None:
     """Why a pending approval can no longer be given, or None while it still can. The console
     shows the same reason ``decide`` refuses with; ``still_open`` is the same rule as a query.
     (Needs ``entry`` with its tool, run and combination, and ``record``.)"""
     entry = approval.entry
-    if not _still_needed(approval.record):
+    if not approval.record.waits_to_start:
         return f"the action is already settled ({approval.record.state})"
     if approval.expires_at <= (now or db_now()):
         return EXPIRED
@@ -132,15 +124,14 @@ EXPIRED = "the request expired"
 
 def still_open(approvals: QuerySet[ApprovalRequest] | None = None) -> QuerySet[ApprovalRequest]:
     """The pending approvals of ``approvals`` (all by default) that can still be given: the
-    query form of ``void_reason``, by the database's clock. Not expired, the action not settled
-    (or failed so that it may start again), its run and its combination not halted. No job
+    query form of ``void_reason``, by the database's clock. Not expired, the action waiting to
+    start (``IdempotencyRecord.waits_to_start``), its run and its combination not halted. No job
     marks an approval expired, so every list of what waits for an approver reads it through
     here. Whether the action changed since the request is a hash computed in Python: ``decide``
     checks that one when the approver acts."""
     approvals = ApprovalRequest.objects.all() if approvals is None else approvals
     return approvals.filter(
-        Q(record__state__in=[RecordState.RESERVED, RecordState.UNKNOWN])
-        | IdempotencyRecord.failed_retryably_q("record__"),
+        IdempotencyRecord.waits_to_start_q("record__"),
         state=Approval.PENDING,
         expires_at__gt=Now(),
     ).exclude(

@@ -112,6 +112,23 @@ def test_an_approved_start_of_a_failure_for_good_is_refused(
     assert (refresh(record).state, refresh(record).executions) == ("failed_final", 1)
 
 
+def test_an_approved_start_of_a_running_record_is_refused_and_keeps_the_approval(
+    tenant, create_order
+) -> None:
+    record = reserve(tenant, create_order, requires_approval=True).record
+    entry = granted_entry(record, create_order)
+    # Started meanwhile by another way than this approval.
+    IdempotencyRecord.objects.filter(pk=record.pk).update(
+        state="executing", lease_owner="w1", lease_expires_at=timezone.now() + timedelta(minutes=1)
+    )
+    with pytest.raises(
+        InvalidTransition, match=r"^the action is executing; it does not wait to be started$"
+    ):
+        start_execution(record=record, entry=entry, lease_owner="w2", actor="w2")
+    assert refresh(record).lease_owner == "w1"
+    assert ApprovalRequest.objects.get(entry=entry).state == ApprovalRequest.State.APPROVED
+
+
 def test_an_approved_start_of_a_retryable_failure_starts_it(tenant, read_file) -> None:
     record = _failed(tenant, read_file, "UPSTREAM_5XX", retryable=True)
     entry = granted_entry(record, read_file)

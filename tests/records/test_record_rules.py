@@ -1,0 +1,112 @@
+"""The rules about a record read both in Python and as a query: each query form gives the same
+answer as its Python form over every state a record can be in, and each is built from the
+declaration it stands for."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from ledger.domain import FINAL_ERROR_CODES, TERMINAL_RECORD_STATES, RecordState
+from ledger.models import IdempotencyRecord, LedgerEntry, Tenant, Tool
+from ledger.records import transitions
+from tests.factories import make_entry, refresh, reserve
+
+pytestmark = pytest.mark.django_db
+
+ERRORS: list[dict[str, Any] | None] = [
+    None,
+    {},
+    {"message": "no code"},
+    {"code": None},
+    {"code": 503},
+    {"code": "UPSTREAM_5XX"},
+    {"code": "TIMEOUT"},
+    *({"code": code} for code in sorted(FINAL_ERROR_CODES)),
+]
+
+#: Every state, with every error and either word of its reporter on whether it may be retried.
+CASES = [
+    (state, error, retryable)
+    for state in RecordState
+    for error in ERRORS
+    for retryable in (True, False)
+]
+
+
+def _case_id(case: tuple[RecordState, dict[str, Any] | None, bool]) -> str:
+    state, error, retryable = case
+    return f"{state}-{error}-{'retryable' if retryable else 'final'}"
+
+
+def _as(
+    record: IdempotencyRecord, state: RecordState, error: dict[str, Any] | None, retryable: bool
+) -> IdempotencyRecord:
+    """``record`` put in ``state`` with ``error``, as the constraints allow it to be."""
+    terminal = state in TERMINAL_RECORD_STATES
+    IdempotencyRecord.objects.filter(pk=record.pk).update(
+        state=state,
+        error=error,
+        error_retryable=retryable,
+        lease_owner="w",
+        lease_expires_at=Now() + timedelta(minutes=5),
+        expires_at=Now() + timedelta(days=1) if terminal else None,
+    )
+    return refresh(record)
+
+
+def _matches(entry: LedgerEntry, condition: Q) -> bool:
+    """Whether ``condition``, over the entry's record (``record__``), holds."""
+    return LedgerEntry.objects.filter(condition, pk=entry.pk).exists()
+
+
+@pytest.fixture
+def entry(tenant: Tenant, read_file: Tool) -> LedgerEntry:
+    """An entry of a record the tests put in each state."""
+    entry = make_entry(tenant, read_file)
+    entry.record = reserve(tenant, read_file, key="k-rules").record
+    entry.save(update_fields=["record"])
+    return entry
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_case_id(case) for case in CASES])
+def test_waiting_to_start_is_one_rule_in_python_and_as_a_query(entry: LedgerEntry, case) -> None:
+    assert entry.record is not None
+    record = _as(entry.record, *case)
+    in_python = record.waits_to_start
+    assert _matches(entry, IdempotencyRecord.waits_to_start_q("record__")) is in_python
+    assert (
+        IdempotencyRecord.objects.filter(
+            IdempotencyRecord.waits_to_start_q(), pk=record.pk
+        ).exists()
+        is in_python
+    )
+
+
+def test_a_record_waits_to_start_in_the_states_an_approved_start_leaves(
+    entry: LedgerEntry,
+) -> None:
+    assert entry.record is not None
+    waiting = {case[0] for case in CASES if _as(entry.record, *case).waits_to_start}
+    assert waiting == transitions.STARTED.sources
+
+
+@pytest.mark.parametrize(
+    ("error", "retryable", "waits"),
+    [
+        ({"code": "UPSTREAM_5XX"}, True, True),
+        ({"code": "UPSTREAM_5XX"}, False, False),
+        ({"code": "PERMISSION_DENIED"}, True, False),
+    ],
+    ids=["retryable", "not_retryable", "final_code_reported_retryable"],
+)
+def test_a_failed_record_waits_to_start_only_while_it_failed_retryably(
+    entry: LedgerEntry, error: dict[str, Any], retryable: bool, waits: bool
+) -> None:
+    assert entry.record is not None
+    record = _as(entry.record, RecordState.FAILED_FINAL, error, retryable)
+    assert (record.waits_to_start, record.failed_retryably) == (waits, waits)
