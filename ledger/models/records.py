@@ -184,7 +184,8 @@ class IdempotencyRecord(models.Model):
     @staticmethod
     def failed_retryably_q(path: str = "") -> Q:
         """``failed_retryably`` as a query over the record at ``path`` (``"record__"`` from a
-        row that points at one): the same rule, for lists read in one statement."""
+        row that points at one): ``decisions.failure_is_final`` as a condition, for lists read
+        in one statement (tests/records/test_record_rules.py holds the two equal)."""
         code = f"{path}error__code"
         return Q(**{f"{path}state": RecordState.FAILED_FINAL, f"{path}error_retryable": True}) & (
             Q(**{f"{path}error__isnull": True})

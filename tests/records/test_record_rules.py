@@ -11,9 +11,10 @@ import pytest
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from ledger.decisions import failure_is_final
 from ledger.domain import FINAL_ERROR_CODES, TERMINAL_RECORD_STATES, RecordState
 from ledger.models import IdempotencyRecord, LedgerEntry, Tenant, Tool
-from ledger.records import transitions
+from ledger.records import Outcome, resolve_unknown, transitions
 from tests.factories import make_entry, refresh, reserve
 
 pytestmark = pytest.mark.django_db
@@ -110,3 +111,34 @@ def test_a_failed_record_waits_to_start_only_while_it_failed_retryably(
     assert entry.record is not None
     record = _as(entry.record, RecordState.FAILED_FINAL, error, retryable)
     assert (record.waits_to_start, record.failed_retryably) == (waits, waits)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_case_id(case) for case in CASES])
+def test_the_query_of_a_retryable_failure_is_failure_is_final(entry: LedgerEntry, case) -> None:
+    assert entry.record is not None
+    state, error, retryable = case
+    _as(entry.record, state, error, retryable)
+    code = (error or {}).get("code")
+    expected = state is RecordState.FAILED_FINAL and not failure_is_final(
+        error_code=code, retryable=retryable
+    )
+    assert _matches(entry, IdempotencyRecord.failed_retryably_q("record__")) is expected
+
+
+@pytest.mark.parametrize(
+    "error", [None, {"code": "TIMEOUT"}, {"code": "NOT_FOUND"}], ids=["none", "timeout", "final"]
+)
+def test_a_failure_a_human_resolved_is_retryable_unless_its_code_is_final(
+    entry: LedgerEntry, error: dict[str, Any] | None
+) -> None:
+    """``transitions.RESOLVED[FAILED]`` stores ``error_retryable``: the code still decides."""
+    assert entry.record is not None
+    _as(entry.record, RecordState.UNKNOWN, None, False)
+    record = resolve_unknown(
+        record=entry.record, outcome=Outcome.FAILED, actor="ops", error=error, detail="checked"
+    )
+    stored = refresh(record)
+    assert stored.error_retryable
+    expected = not failure_is_final(error_code=(error or {}).get("code"), retryable=True)
+    assert stored.failed_retryably is expected
+    assert _matches(entry, IdempotencyRecord.failed_retryably_q("record__")) is expected
