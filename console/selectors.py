@@ -201,9 +201,9 @@ def approval_timeline(approval: ApprovalRequest) -> list[AuditEvent]:
 #: Kinds of unknown call the queue filters on, and which calls each one is: escalated to a
 #: human (for any reason, or for one ``EscalationKind``), or still looked up automatically.
 UNKNOWN_KINDS = {
-    "escalated": Q(escalated_at__isnull=False),
+    "escalated": IdempotencyRecord.escalated_q(),
     **{kind.value: escalated_as(kind) for kind in EscalationKind},
-    "automatic": Q(escalated_at__isnull=True),
+    "automatic": ~IdempotencyRecord.escalated_q(),
 }
 
 

@@ -113,7 +113,7 @@ def input_summary(value: object) -> str:
 
 def escalation_label(record: IdempotencyRecord) -> str:
     """Why the call waits for a human, or empty while it is looked up automatically."""
-    if record.escalated_at is None:
+    if not record.escalated:
         return ""
     kind = (
         ESCALATION_KINDS.get(EscalationKind(record.escalation_kind))
@@ -178,8 +178,8 @@ UNKNOWN_COLUMNS: Columns = [
     ("input", lambda r: "" if r.first_input is None else _compact(r.first_input)),
     ("combination", lambda r: r.combination.label if r.combination else ""),
     ("lookups", lambda r: r.reconcile_attempts),
-    ("escalation", lambda r: (r.escalation_kind or "escalated") if r.escalated_at else ""),
-    ("escalation_reason", lambda r: r.escalation_reason if r.escalated_at else ""),
+    ("escalation", lambda r: (r.escalation_kind or "escalated") if r.escalated else ""),
+    ("escalation_reason", lambda r: r.escalation_reason if r.escalated else ""),
     ("record_id", lambda r: r.pk),
 ]
 

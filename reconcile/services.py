@@ -40,7 +40,7 @@ from ledger.records import (
     stored_classification,
     write_check_evidence,
 )
-from ledger.records.escalation import escalate
+from ledger.records.escalation import claimable_sql, escalate
 from ledger.redaction import redact_for_storage, redact_text
 from ledger.services.audit import audit_event
 from ledger.services.statements import (
@@ -77,13 +77,11 @@ def backoff(attempts: int) -> timedelta:
 
 
 def due_records(*, limit: int) -> list[int]:
-    """Unknown records that are due for a look-up; pushes their next time out so the next
-    sweep does not enqueue them again while their messages are in the queue. Due by the
-    database's clock."""
-    due = (
-        Q(state=RecordState.UNKNOWN, escalated_at__isnull=True)
-        & (Q(next_reconcile_at__isnull=True) | Q(next_reconcile_at__lte=Now()))
-        & (Q(reconcile_claimed_until__isnull=True) | Q(reconcile_claimed_until__lt=Now()))
+    """Unknown records that are due for a look-up (``IdempotencyRecord.awaiting_lookup_q``, and
+    their next time come); pushes their next time out so the next sweep does not enqueue them
+    again while their messages are in the queue. Due by the database's clock."""
+    due = IdempotencyRecord.awaiting_lookup_q() & (
+        Q(next_reconcile_at__isnull=True) | Q(next_reconcile_at__lte=Now())
     )
     with transaction.atomic():
         ids = list(
@@ -108,7 +106,7 @@ def _claim(record_id: int) -> Claimed | None:
     look-up; docs/performance.md), the claim judged and set by the database's clock."""
     found = fetch_joined(
         _claim_sql(),
-        [float(settings.RECONCILE_CLAIM_SECONDS), record_id, RecordState.UNKNOWN.value],
+        [float(settings.RECONCILE_CLAIM_SECONDS), record_id],
         (IdempotencyRecord, Tool, DownstreamAdapter, WritePlan),
     )
     if found is None:
@@ -124,13 +122,11 @@ def _claim(record_id: int) -> Claimed | None:
 @cache
 def _claim_sql() -> str:
     record = IdempotencyRecord
-    claimed_until = column(record, "reconcile_claimed_until")
     return (
         f"WITH claimed AS (UPDATE {table(record)} "  # noqa: S608 - from metadata
-        f"SET {claimed_until} = {DB_NOW} + make_interval(secs => %s::float8) "
-        f"WHERE {column(record, 'pk')} = %s AND {column(record, 'state')} = %s "
-        f"AND {column(record, 'escalated_at')} IS NULL "
-        f"AND ({claimed_until} IS NULL OR {claimed_until} < {DB_NOW}) "
+        f"SET {column(record, 'reconcile_claimed_until')} = "
+        f"{DB_NOW} + make_interval(secs => %s::float8) "
+        f"WHERE {column(record, 'pk')} = %s AND {claimable_sql(table(record))} "
         "RETURNING *) "
         f"SELECT {select_columns(record, 'r')}, {select_columns(Tool, 't')}, "
         f"{select_columns(DownstreamAdapter, 'a')}, {select_columns(WritePlan, 'p')} "

@@ -241,7 +241,7 @@ def complete_call(
         }
         raise refusal from None
     entry.record = updated
-    if updated.state == RecordState.UNKNOWN and updated.escalated_at is not None:
+    if updated.state == RecordState.UNKNOWN and updated.escalated:
         notes.append(updated.escalation_reason)
     observation = observation_for(entry, None)
     return CallResult(

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Now
 
 from ledger.decisions import failure_is_final
 from ledger.domain import (
@@ -191,6 +192,29 @@ class IdempotencyRecord(models.Model):
             Q(**{f"{path}error__isnull": True})
             | Q(**{f"{code}__isnull": True})
             | ~Q(**{f"{code}__in": sorted(FINAL_ERROR_CODES)})
+        )
+
+    @property
+    def escalated(self) -> bool:
+        """Handed to a human (``ledger.records.escalation.escalate``), for a reason of any
+        kind: no longer looked up automatically until an operator asks for a look-up."""
+        return self.escalated_at is not None
+
+    @staticmethod
+    def escalated_q(path: str = "") -> Q:
+        """``escalated`` as a query over the record at ``path``, like ``failed_retryably_q``."""
+        return Q(**{f"{path}escalated_at__isnull": False})
+
+    @classmethod
+    def awaiting_lookup_q(cls, path: str = "") -> Q:
+        """The records a worker may claim for a look-up: unknown, not escalated, and no
+        worker's claim still held, by the database's clock. ``records.escalation.claimable_sql``
+        is the same rule in SQL, for the claim's own statement."""
+        claim = f"{path}reconcile_claimed_until"
+        return (
+            Q(**{f"{path}state": RecordState.UNKNOWN})
+            & ~cls.escalated_q(path)
+            & (Q(**{f"{claim}__isnull": True}) | Q(**{f"{claim}__lt": Now()}))
         )
 
     @property

@@ -1,12 +1,15 @@
 """Escalation: an unknown call handed to a human (DESIGN section 7), for a reason of a kind.
 
 A worker escalates what its look-ups cannot settle, the runtime's replay a write conflict, an
-operator whatever they choose; each goes through ``escalate``. An escalated call is no longer
-looked up automatically (``reconcile.services.due_records``) until an operator asks for a
+operator whatever they choose; each goes through ``escalate``. An escalated call
+(``IdempotencyRecord.escalated``) is no longer looked up automatically
+(``IdempotencyRecord.awaiting_lookup_q``, ``claimable_sql``) until an operator asks for a
 look-up again.
 """
 
 from __future__ import annotations
+
+from functools import cache
 
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -14,6 +17,7 @@ from django.db.models.functions import Now
 from ledger.domain import EscalationKind, RecordState
 from ledger.models import IdempotencyRecord
 from ledger.services.audit import audit
+from ledger.services.statements import DB_NOW, column
 
 
 def escalate(
@@ -29,7 +33,7 @@ def escalate(
     audited in the caller's transaction. Whether it was escalated."""
     still = Q(pk=record.pk, state=RecordState.UNKNOWN)
     if once:
-        still &= Q(escalated_at__isnull=True)
+        still &= ~IdempotencyRecord.escalated_q()
     escalated = IdempotencyRecord.objects.filter(still).update(
         escalated_at=Now(), escalation_reason=reason, escalation_kind=kind
     )
@@ -48,4 +52,19 @@ def escalate(
 
 def escalated_as(kind: EscalationKind) -> Q:
     """The records escalated for a reason of ``kind`` (a kind is read only while escalated)."""
-    return Q(escalated_at__isnull=False, escalation_kind=kind)
+    return IdempotencyRecord.escalated_q() & Q(escalation_kind=kind)
+
+
+@cache
+def claimable_sql(row: str, now: str = DB_NOW) -> str:
+    """``IdempotencyRecord.awaiting_lookup_q`` over the record row named ``row`` (an alias or
+    the quoted table) by the database's clock ``now`` (an SQL expression), in SQL: for a
+    worker's claim, made in one hand-written statement (``reconcile.services._claim``)."""
+    state, escalated_at, claim = (
+        column(IdempotencyRecord, name, row)
+        for name in ("state", "escalated_at", "reconcile_claimed_until")
+    )
+    return (
+        f"({state} = '{RecordState.UNKNOWN.value}' AND {escalated_at} IS NULL "
+        f"AND ({claim} IS NULL OR {claim} < {now}))"
+    )

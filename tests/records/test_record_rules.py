@@ -8,13 +8,16 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db.models import Q
+from django.db.models import BooleanField, Q
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
 from ledger.decisions import failure_is_final
 from ledger.domain import FINAL_ERROR_CODES, TERMINAL_RECORD_STATES, RecordState
 from ledger.models import IdempotencyRecord, LedgerEntry, Tenant, Tool
 from ledger.records import Outcome, resolve_unknown, transitions
+from ledger.records.escalation import claimable_sql
+from ledger.services.statements import quote
 from tests.factories import make_entry, refresh, reserve
 
 pytestmark = pytest.mark.django_db
@@ -142,3 +145,54 @@ def test_a_failure_a_human_resolved_is_retryable_unless_its_code_is_final(
     expected = not failure_is_final(error_code=(error or {}).get("code"), retryable=True)
     assert stored.failed_retryably is expected
     assert _matches(entry, IdempotencyRecord.failed_retryably_q("record__")) is expected
+
+
+#: An unknown record's look-up claim: none, one that lapsed, one a worker holds.
+CLAIMS = {"no_claim": None, "claim_lapsed": -1, "claim_held": 1}
+
+LOOKUP_CASES = [
+    (state, escalated, claim)
+    for state in RecordState
+    for escalated in (True, False)
+    for claim in CLAIMS
+]
+
+
+def _escalated_and_claimed(
+    record: IdempotencyRecord, state: RecordState, escalated: bool, claim: str
+) -> IdempotencyRecord:
+    _as(record, state, None, False)
+    minutes = CLAIMS[claim]
+    IdempotencyRecord.objects.filter(pk=record.pk).update(
+        escalated_at=Now() if escalated else None,
+        reconcile_claimed_until=None if minutes is None else Now() + timedelta(minutes=minutes),
+    )
+    return refresh(record)
+
+
+@pytest.mark.parametrize(
+    "case", LOOKUP_CASES, ids=["-".join(map(str, case)) for case in LOOKUP_CASES]
+)
+def test_escalated_is_one_rule_in_python_and_as_a_query(entry: LedgerEntry, case) -> None:
+    assert entry.record is not None
+    record = _escalated_and_claimed(entry.record, *case)
+    assert record.escalated is case[1]
+    assert _matches(entry, IdempotencyRecord.escalated_q("record__")) is record.escalated
+
+
+@pytest.mark.parametrize(
+    "case", LOOKUP_CASES, ids=["-".join(map(str, case)) for case in LOOKUP_CASES]
+)
+def test_awaiting_a_look_up_is_one_rule_as_a_query_and_in_sql(entry: LedgerEntry, case) -> None:
+    """Unknown, not escalated, and no worker's claim still held, by the database's clock."""
+    assert entry.record is not None
+    record = _escalated_and_claimed(entry.record, *case)
+    state, escalated, claim = case
+    expected = state is RecordState.UNKNOWN and not escalated and claim != "claim_held"
+    table = quote(IdempotencyRecord._meta.db_table)
+    claimable = RawSQL(claimable_sql(table), [], BooleanField())  # noqa: S611 - from metadata
+    by_sql = IdempotencyRecord.objects.filter(claimable, pk=record.pk).exists()
+    assert (_matches(entry, IdempotencyRecord.awaiting_lookup_q("record__")), by_sql) == (
+        expected,
+        expected,
+    )
