@@ -1,23 +1,47 @@
-"""What the look-up workers can settle, judged the way ``services.reconcile_record`` picks
-its check: a call with a write plan is checked against its file, which needs the plan's
-workspace registered on the workers; any other call is looked up through its tool's
-downstream adapter. Registered with the ledger as its look-up check (``apps.py``)."""
+"""Which check a look-up worker makes of an unknown call, and what the workers can settle:
+``plan_check``, by which ``services.reconcile_record`` picks its check and ``cannot_look_up``
+judges a rollback's calls. Registered with the ledger as its look-up check (``apps.py``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from django.utils.translation import gettext_noop
 
 from ledger.models import IdempotencyRecord, WritePlan
 from ledger.stored_text import StoredText
-from reconcile.models import DownstreamAdapter, WorkspaceRoot
+from reconcile.models import DownstreamAdapter, ReconcileAttempt, WorkspaceRoot
 
 #: Why no worker can settle a call; the worker escalates it in the same words.
 NO_ADAPTER = StoredText(gettext_noop("%(tool)s has no downstream adapter to look the key up"))
 NOT_REGISTERED = StoredText(
     gettext_noop("workspace %(workspace)s is not registered on the workers")
 )
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCheck:
+    """The check a worker makes of an unknown call (a ``ReconcileAttempt.Kind``), and why it
+    cannot, in the words it escalates the call with (empty when it can)."""
+
+    kind: str
+    missing: str = ""
+
+
+def plan_check(
+    record: IdempotencyRecord, *, workspace: str | None, registered: bool, has_adapter: bool
+) -> PlannedCheck:
+    """The check a worker makes of ``record``: a call with a write plan (``workspace``, that of
+    the first plan of the record's entries) is checked against its file, which needs the
+    workspace ``registered`` on the workers; any other call is looked up through its tool's
+    downstream adapter, if it ``has_adapter``. (Needs ``record.tool`` for the words.)"""
+    if workspace is not None:
+        why = "" if registered else NOT_REGISTERED(workspace=repr(workspace))
+        return PlannedCheck(ReconcileAttempt.Kind.FILE_HASH, why)
+    if has_adapter:
+        return PlannedCheck(ReconcileAttempt.Kind.DOWNSTREAM)
+    return PlannedCheck(ReconcileAttempt.Kind.NONE, NO_ADAPTER(tool=record.tool.name))
 
 
 def cannot_look_up(records: Sequence[IdempotencyRecord]) -> dict[int, str]:
@@ -43,12 +67,13 @@ def cannot_look_up(records: Sequence[IdempotencyRecord]) -> dict[int, str]:
             tenant_id__in={r.tenant_id for r in records}
         ).values_list("tenant_id", "name")
     }
-    reasons = {}
-    for record in records:
-        planned = plans.get(record.pk)
-        if planned is not None:
-            if (record.tenant_id, planned) not in registered:
-                reasons[record.pk] = NOT_REGISTERED(workspace=repr(planned))
-        elif record.tool_id not in with_adapter:
-            reasons[record.pk] = NO_ADAPTER(tool=record.tool.name)
-    return reasons
+    checks = {
+        record.pk: plan_check(
+            record,
+            workspace=plans.get(record.pk),
+            registered=(record.tenant_id, plans.get(record.pk)) in registered,
+            has_adapter=record.tool_id in with_adapter,
+        )
+        for record in records
+    }
+    return {pk: check.missing for pk, check in checks.items() if check.missing}

@@ -54,7 +54,7 @@ from ledger.services.statements import (
 )
 from ledger.stored_text import StoredText
 from reconcile.adapters import LookupOutcome, LookupResult, lookup_for
-from reconcile.coverage import NO_ADAPTER, NOT_REGISTERED
+from reconcile.coverage import plan_check
 from reconcile.filehash import PathRefused, file_sha256
 from reconcile.models import DownstreamAdapter, ReconcileAttempt, WorkspaceRoot
 
@@ -163,16 +163,7 @@ def reconcile_record(record_id: int, *, worker: str | None = None) -> str:
         return "skipped"  # settled, escalated, or another worker holds it
     record, adapter, plan = claimed
     with tracing.lookup_span(record) as span:
-        if plan is not None:
-            finding = _check_file(record, plan)
-        elif adapter is not None:
-            finding = _look_up(record, adapter)
-        else:
-            finding = Finding(
-                ReconcileAttempt.Kind.NONE,
-                Attempt.NO_CHECK,
-                NO_ADAPTER(tool=record.tool.name),
-            )
+        finding = _find(record, adapter, plan)
         result = _apply(record, finding, adapter, plan, worker)
         if span.is_recording():  # one more read, only when the span is exported
             state = IdempotencyRecord.objects.filter(pk=record.pk).values_list("state", flat=True)
@@ -182,11 +173,32 @@ def reconcile_record(record_id: int, *, worker: str | None = None) -> str:
     return result
 
 
-def _check_file(record: IdempotencyRecord, plan: WritePlan) -> Finding:
+def _find(
+    record: IdempotencyRecord, adapter: DownstreamAdapter | None, plan: WritePlan | None
+) -> Finding:
+    """What the check ``coverage.plan_check`` picks for ``record`` finds."""
+    root = (
+        None
+        if plan is None
+        else WorkspaceRoot.objects.filter(tenant_id=record.tenant_id, name=plan.workspace).first()
+    )
+    check = plan_check(
+        record,
+        workspace=None if plan is None else plan.workspace,
+        registered=root is not None,
+        has_adapter=adapter is not None,
+    )
+    if check.missing:
+        return Finding(check.kind, Attempt.NO_CHECK, check.missing)
+    if check.kind == ReconcileAttempt.Kind.FILE_HASH:
+        assert plan is not None and root is not None
+        return _check_file(record, plan, root)
+    assert adapter is not None
+    return _look_up(record, adapter)
+
+
+def _check_file(record: IdempotencyRecord, plan: WritePlan, root: WorkspaceRoot) -> Finding:
     kind = ReconcileAttempt.Kind.FILE_HASH
-    root = WorkspaceRoot.objects.filter(tenant_id=record.tenant_id, name=plan.workspace).first()
-    if root is None:
-        return Finding(kind, Attempt.NO_CHECK, NOT_REGISTERED(workspace=repr(plan.workspace)))
     try:
         current = file_sha256(root.path, plan.path)
     except PathRefused as exc:
