@@ -19,6 +19,7 @@ from django.utils.translation import gettext_noop
 
 from ledger.classification import Classification
 from ledger.domain import Idempotency
+from ledger.paths import workspace_path_problem
 from ledger.stored_text import StoredText
 
 
@@ -56,18 +57,19 @@ _UNDER_ROOT = StoredText(
 
 
 def covering_root(path: str, roots: Iterable[str]) -> str | None:
-    """The registered root that contains ``path``, if any. Paths that climb (``..``) or are
-    relative are covered by none: the server resolves them against a directory not known here."""
-    if not path or "\x00" in path:
-        return None
-    pure = PurePosixPath(path)
-    if not pure.is_absolute() or ".." in pure.parts:
-        return None
-    for root in roots:
-        base = PurePosixPath(root)
-        if base.is_absolute() and ".." not in base.parts and pure.is_relative_to(base):
-            return root
-    return None
+    """The registered root that contains ``path``, if any: the part of ``path`` under it names
+    a file inside a workspace by the one rule for such paths (``ledger.paths``), the rule the
+    worker's check holds the write plan to. A relative path is covered by none: the server
+    resolves it against a directory not known here."""
+    return next((root for root in roots if _under(path, root)), None)
+
+
+def _under(path: str, root: str) -> bool:
+    base = PurePosixPath(root)
+    if not base.is_absolute() or ".." in base.parts:
+        return False
+    prefix = str(base).rstrip("/") + "/"
+    return path.startswith(prefix) and workspace_path_problem(path[len(prefix) :]) is None
 
 
 def classify_file_write(

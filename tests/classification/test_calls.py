@@ -94,11 +94,13 @@ def test_a_whole_file_write_is_conditional_only_under_a_workspace_root(
     inside = _classify(api, "fs/write_file", {"path": f"{tmp_path}/a.txt", "content": "x"})
     outside = _classify(api, "fs/write_file", {"path": "/etc/passwd", "content": "x"})
     climbing = _classify(api, "fs/write_file", {"path": f"{tmp_path}/../x", "content": "x"})
+    # A path the worker's check would refuse (``ledger.paths``) is checked by no hash.
+    backslash = _classify(api, "fs/write_file", {"path": f"{tmp_path}/a\\b", "content": "x"})
     assert inside["replay_policy"] == "ask" and inside["idempotency"] == "conditional"
     assert (
         outside["replay_policy"] == "never" and "No registered workspace root" in outside["reason"]
     )
-    assert climbing["replay_policy"] == "never"
+    assert climbing["replay_policy"] == backslash["replay_policy"] == "never"
     # An edit is not a whole-file write: a file hash cannot tell whether it landed.
     edit = _classify(api, "fs/edit_file", {"path": f"{tmp_path}/a.txt", "edits": []})
     assert edit["replay_policy"] == "never"
