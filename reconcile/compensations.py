@@ -400,7 +400,7 @@ def unsent_sagas(*, grace_seconds: int, limit: int) -> list[int]:
         decided_at__lte=Now() - timedelta(seconds=grace_seconds),
     ).filter(
         # Waiting to start (``lifecycle.start_approved``); an unknown one is looked up instead.
-        Q(record__state=RecordState.RESERVED) | IdempotencyRecord.failed_retryably_q("record__")
+        IdempotencyRecord.waits_to_start_q("record__") & ~Q(record__state=RecordState.UNKNOWN)
     )
     succeeded = IdempotencyRecord.objects.filter(
         tenant_id=OuterRef("tenant_id"), key=OuterRef("key"), state=RecordState.SUCCEEDED
