@@ -30,6 +30,7 @@ from django.db.models.functions import Now
 from ledger.errors import InvalidInput, NotFound
 from ledger.models import (
     AlertEvent,
+    IdempotencyRecord,
     Notification,
     NotificationChannel,
     OnCallPolicy,
@@ -103,7 +104,7 @@ RULES = (
         Subject.RECORD,
         Role.OPERATOR,
         1,
-        lambda t, p, c: unknown_records(t).filter(escalated_at__isnull=False),
+        lambda t, p, c: unknown_records(t).filter(IdempotencyRecord.escalated_q()),
     ),
     Rule(
         Event.SLA_EXCEEDED,
