@@ -17,7 +17,8 @@
   function draw(plot) {
     var data = JSON.parse(document.getElementById(plot.getAttribute("data-chart")).textContent);
     var percent = data.unit === "%";
-    var series = [{}].concat(data.series.map(function (s, i) {
+    // The time series names itself in the page's language (uPlot's own word is English).
+    var series = [{ label: plot.getAttribute("data-time-label") }].concat(data.series.map(function (s, i) {
       return {
         label: s.label,
         stroke: PALETTE[i % PALETTE.length],

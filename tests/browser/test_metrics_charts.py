@@ -76,3 +76,16 @@ def test_without_javascript_each_chart_is_a_table(
     assert tables.nth(0).locator("tbody tr").count() >= 12
     expect(tables.nth(0).locator("tbody")).to_contain_text("%")
     shot(page_without_js, "metrics-charts-no-js")
+
+
+def test_the_charts_legend_is_in_the_users_language(
+    page: Page, live_server, django_user_model, history
+):
+    from console.models import Preferences
+
+    user = console_user(django_user_model, history, "mei", "manager")
+    Preferences.objects.create(user=user, language="zh-hans")
+    sign_in(page, live_server.url, "mei")
+    page.goto(f"{live_server.url}/metrics/")
+    legend = page.locator("figure.chart").first.locator(".u-legend .u-series .u-label")
+    expect(legend.first).to_have_text("时间")
