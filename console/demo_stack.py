@@ -28,8 +28,9 @@ import django
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The worker of ``make worker``: both queues, two processes (the demo's look-ups are few).
-WORKER_OPTIONS = ["-Q", "reconcile,maintenance", "-c", "2", "-l", "INFO"]
+#: The worker of ``make worker``: every queue (look-ups, the sweeps, on-call deliveries), two
+#: processes (the demo's look-ups are few).
+WORKER_OPTIONS = ["-Q", "reconcile,maintenance,notify", "-c", "2", "-l", "INFO"]
 #: How long a process gets to stop after SIGTERM before it is killed.
 STOP_TIMEOUT_SECONDS = 10.0
 

@@ -84,6 +84,15 @@ def test_every_task_has_a_named_queue() -> None:
     }
 
 
+def test_the_demos_worker_consumes_every_queue_a_task_is_routed_to() -> None:
+    """make run's one worker stands for all of production's: a queue it does not read is work
+    the demo never does (on-call deliveries, were notify left out)."""
+    from console.demo_stack import WORKER_OPTIONS
+
+    read = set(WORKER_OPTIONS[WORKER_OPTIONS.index("-Q") + 1].split(","))
+    assert {route["queue"] for route in celery_app.conf.task_routes.values()} <= read
+
+
 def test_two_workers_on_one_backlog_look_each_record_up_once(
     sandbox: SandboxServer, broker: RedisServer, tmp_path: Path
 ) -> None:
