@@ -74,8 +74,6 @@ CHANGES = {
         Change("retire", "retire", gettext_lazy("Retire…"), gettext_lazy("Retire"), danger=True),
     )
 }
-#: Rolling back applies to a combination that runs or ran until its halt.
-ROLLS_BACK = {State.ACTIVE, State.CANARY, State.SHADOW, State.HALTED}
 
 
 @dataclass(frozen=True)
@@ -103,7 +101,7 @@ def actions_for(combination: VersionCombination) -> list[Offered]:
         if change.name == "promote" and combination.state != State.CANARY:
             label = _("Make active…")
         offered.append(Offered(f"console:combination_{change.name}", label, change.danger))
-    if combination.state in ROLLS_BACK:
+    if combinations.may("rollback", combination):
         offered.append(Offered("console:rollback", _("Roll back…"), True))
     return offered
 

@@ -117,6 +117,13 @@ def _ids(combination: VersionCombination) -> dict[str, Any]:
     }
 
 
+def _roll_back(**ids: Any) -> Any:
+    """A rollback; the active combination's restores a new one (it replaced none)."""
+    bad = VersionCombination.objects.get(pk=ids["combination_id"])
+    restore = _new(ids["tenant"]).pk if bad.state == State.ACTIVE else None
+    return combinations.rollback(**ids, reason="r", restore_id=restore)
+
+
 # Each action, and the states it moves a combination out of (to the state it names, or, for
 # unshadow and resume, to the state the combination came from).
 ACTIONS: dict[str, tuple[Callable[..., Any], set[str]]] = {
@@ -139,12 +146,15 @@ ACTIONS: dict[str, tuple[Callable[..., Any], set[str]]] = {
         lambda **ids: combinations.retire(**ids, reason="r"),
         {State.NEW, State.SHADOW, State.CANARY, State.HALTED},
     ),
+    "rollback": (_roll_back, {State.ACTIVE, State.CANARY, State.SHADOW, State.HALTED}),
 }
 # An action on a combination already where it leads changes nothing and is no error (or, for
-# a canary and a combination in shadow, changes only its share).
+# a canary and a combination in shadow, changes only its share; a halted combination's
+# rollback only restores another).
 NO_OPS = {
     ("activate", State.ACTIVE),
     ("halt", State.HALTED),
+    ("rollback", State.HALTED),
     ("canary", State.CANARY),
     ("shadow", State.SHADOW),
 }

@@ -322,7 +322,7 @@ def rollback(request: HttpRequest, combination_id: int, payload: RollbackIn) -> 
     can settle, and reports what needs a human (escalated calls, calls nothing can look up,
     approvals still pending). ``dry_run`` changes nothing. Running it twice is harmless. 409
     for the only active combination with no ``restore_id``: create and activate another
-    combination, or name one."""
+    combination, or name one; 409 ``INVALID_TRANSITION`` for a new or a retired one."""
     caller = caller_of(request)
     report = combinations.rollback(
         tenant=caller.tenant,

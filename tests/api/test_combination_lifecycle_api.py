@@ -195,6 +195,30 @@ def test_the_rollback_report_separates_what_it_queues_from_what_needs_a_human(
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("state", ["new", "retired"])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_combination_that_takes_no_runs_is_not_rolled_back(
+    api: ApiClient, state: str, dry_run: bool
+) -> None:
+    _baseline, canary = _baseline_and_canary(api)
+    if state == "retired":
+        api.post(f"/combinations/{canary['id']}/retire", {"reason": "it lost"})
+    target = canary if state == "retired" else _combo(api, "untried")
+    audited = AuditEvent.objects.count()
+    response = api.post(
+        f"/combinations/{target['id']}/rollback", {"reason": "spike", "dry_run": dry_run}
+    )
+    assert response.status_code == 409, response.content
+    assert response.json()["code"] == "INVALID_TRANSITION"
+    assert response.json()["detail"] == (
+        f"a {state} combination cannot be rolled back ({target['label']}): only an active, "
+        "canary, shadow or halted one can be"
+    )
+    assert VersionCombination.objects.get(pk=target["id"]).state == state
+    assert AuditEvent.objects.count() == audited
+
+
+@pytest.mark.django_db
 def test_the_openapi_document_describes_the_lifecycle_endpoints() -> None:
     document = Client().get("/api/v1/openapi.json", secure=True).json()
     paths = document["paths"]

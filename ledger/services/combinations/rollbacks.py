@@ -16,7 +16,12 @@ from ledger.models import ApprovalRequest, IdempotencyRecord, Run, Tenant, Versi
 from ledger.services.audit import audit
 from ledger.services.combinations.activation import activate
 from ledger.services.combinations.lifecycle import halt
-from ledger.services.combinations.transitions import State, get_combination
+from ledger.services.combinations.transitions import (
+    State,
+    get_combination,
+    lock_combination,
+    require,
+)
 from ledger.services.lookup_coverage import cannot_look_up
 from ledger.signals import records_became_unknown
 from ledger.stored_text import StoredText
@@ -77,8 +82,11 @@ def rollback(
     3. make the previous (or the given) combination active;
     4. queue look-ups of the unknown side effects a worker can settle, and report what needs a
        human (escalated calls, calls nothing can look up, approvals still pending).
+
+    A new or a retired combination is refused (``ACTION_FROM``), a dry run too.
     """
     bad = get_combination(tenant, combination_id)
+    require(bad, "rollback", doing="rolled back")
     restore = restore_target(tenant, bad, restore_id)
     report = RollbackReport(
         dry_run=dry_run, combination=bad.pk, restored=restore.pk if restore else None
@@ -145,6 +153,8 @@ def rollback(
         )
 
     with transaction.atomic():
+        # Changed meanwhile (retired, say): checked again under the lock.
+        require(lock_combination(tenant, bad.pk), "rollback", doing="rolled back")
         halted = halt(
             tenant=tenant,
             combination_id=bad.pk,

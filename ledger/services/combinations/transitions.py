@@ -44,6 +44,9 @@ ACTION_FROM: dict[str, frozenset[str]] = {
     "halt": frozenset(set(State) - {State.HALTED}),
     "resume": frozenset({State.HALTED}),
     "retire": frozenset({State.NEW, State.SHADOW, State.CANARY, State.HALTED}),
+    # A rollback halts the combination and restores another: it applies to one that takes
+    # runs, or took them until its halt.
+    "rollback": frozenset({State.ACTIVE, State.CANARY, State.SHADOW, State.HALTED}),
 }
 
 
@@ -62,6 +65,8 @@ def require(combination: VersionCombination, action: str, *, doing: str) -> None
         message += f"; resume it (it returns to {back}) or retire it"
     elif combination.state == State.ACTIVE:
         message += "; activate another combination, or roll this one back"
+    elif action == "rollback":
+        message += ": only an active, canary, shadow or halted one can be"
     raise InvalidTransition(message)
 
 
