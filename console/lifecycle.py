@@ -24,8 +24,8 @@ from console.navigation import context_for
 from console.roles import Role
 from console.templatetags.terms import term
 from ledger.errors import LedgerError
-from ledger.models import ApprovalRequest, Run, Tenant, VersionCombination
-from ledger.services import combinations
+from ledger.models import Run, Tenant, VersionCombination
+from ledger.services import approvals, combinations
 
 State = VersionCombination.State
 
@@ -167,11 +167,7 @@ def _preview(tenant: Tenant, change: Change, combination: VersionCombination) ->
     }
     if change.name == "halt":
         preview["approvals"] = list(
-            ApprovalRequest.objects.filter(
-                tenant=tenant, entry__combination=combination, state__in=ApprovalRequest.OPEN_STATES
-            )
-            .select_related("record__tool", "entry__run")
-            .order_by("pk")
+            approvals.voided_by_halt(combination.pk).select_related("record__tool", "entry__run")
         )
         preview["fails_closed"] = combination.state == State.ACTIVE
     elif change.name == "resume" and combination.state == State.HALTED:
@@ -224,7 +220,7 @@ def _do(
         result = combinations.halt(**ids, reason=reason)
         if not result.newly:
             return _("%(label)s was already halted.") % {"label": label}
-        approvals = ngettext(
+        voided = ngettext(
             "%(n)d approval invalidated",
             "%(n)d approvals invalidated",
             len(result.invalidated_approvals),
@@ -238,7 +234,7 @@ def _do(
             "Halted %(label)s: new runs and calls under it are refused; %(approvals)s; %(runs)s."
         ) % {
             "label": label,
-            "approvals": approvals,
+            "approvals": voided,
             "runs": runs,
         }
     if change.name == "resume":

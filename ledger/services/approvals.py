@@ -139,14 +139,20 @@ def still_open(approvals: QuerySet[ApprovalRequest] | None = None) -> QuerySet[A
     )
 
 
+def voided_by_halt(combination_id: int) -> QuerySet[ApprovalRequest]:
+    """The approvals a halt of the combination voids: every open one of an action planned
+    under it (an approval given then would let a halted combination's action run)."""
+    return ApprovalRequest.objects.filter(
+        entry__combination_id=combination_id, state__in=ApprovalRequest.OPEN_STATES
+    ).order_by("pk")
+
+
 def void_open_approvals(*, combination_id: int, actor: str, source: str, detail: str) -> list[int]:
-    """Void every open approval of an action planned under a halted combination (audited);
+    """Void the approvals a halt of the combination voids (``voided_by_halt``), each audited;
     returns the ids of those this call voided."""
     return [
         approval.pk
-        for approval in ApprovalRequest.objects.filter(
-            entry__combination_id=combination_id, state__in=ApprovalRequest.OPEN_STATES
-        ).order_by("pk")
+        for approval in voided_by_halt(combination_id)
         if invalidate(approval=approval, actor=actor, detail=detail, source=source)
     ]
 

@@ -4,10 +4,20 @@ console page asks which to restore before it acts."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.db.models.functions import Now
 
 from ledger.errors import Conflict, InvalidInput
-from ledger.models import AuditEvent, IdempotencyRecord, VersionCombination
+from ledger.models import (
+    ApprovalRequest,
+    AuditEvent,
+    IdempotencyRecord,
+    LedgerEntry,
+    Run,
+    VersionCombination,
+)
 from ledger.services import combinations
 from reconcile.models import WorkspaceRoot
 from reconcile.operator_actions import escalate
@@ -212,3 +222,32 @@ def test_the_preview_lists_everything_the_rollback_changes_and_the_result_their_
     assert "Queued 2 unknown calls for look-up." in steps
     assert "Left 2 items for a human." in steps
     assert "restored combination" not in steps  # no raw service string
+
+
+def _pending_left(report: combinations.RollbackReport) -> list[int]:
+    return [i["approval_id"] for i in report.needs_human if i["kind"] == "pending_approval"]
+
+
+def test_a_rollback_leaves_to_a_human_the_approvals_of_its_calls_it_does_not_void(
+    tenant, combos
+) -> None:
+    """A call first recorded under the bad combination whose approval waits for a retry
+    planned under another one: the halt voids only approvals planned under the bad one, so
+    the report lists it, unless it can no longer be given (expired)."""
+    good, bad = combos
+    retried = make_pending(tenant, "a.py", "run-a", checked=False)
+    expired = make_pending(tenant, "b.py", "run-b", checked=False)
+    voided = make_pending(tenant, "c.py", "run-c", checked=False)
+    retry = Run.objects.create(tenant=tenant, run_id="run-retry", combination=good, user_id="u")
+    LedgerEntry.objects.filter(pk__in=[retried.entry_id, expired.entry_id]).update(
+        combination=good, run=retry
+    )
+    ApprovalRequest.objects.filter(pk=expired.pk).update(expires_at=Now() - timedelta(seconds=1))
+    ids = {"tenant": tenant, "combination_id": bad.pk, "actor": "x", "source": "api"}
+
+    preview = combinations.rollback(**ids, reason="r", dry_run=True)
+    assert (_pending_left(preview), preview.invalidated_approvals) == ([retried.pk], [voided.pk])
+    done = combinations.rollback(**ids, reason="r")
+    assert (_pending_left(done), done.invalidated_approvals) == ([retried.pk], [voided.pk])
+    states = dict(ApprovalRequest.objects.values_list("pk", "state"))
+    assert (states[retried.pk], states[voided.pk]) == ("pending", "invalidated")

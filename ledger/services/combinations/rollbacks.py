@@ -13,6 +13,7 @@ from ledger.clock import db_now
 from ledger.domain import RecordState
 from ledger.errors import Conflict, InvalidInput
 from ledger.models import ApprovalRequest, IdempotencyRecord, Run, Tenant, VersionCombination
+from ledger.services import approvals
 from ledger.services.audit import audit
 from ledger.services.combinations.activation import activate
 from ledger.services.combinations.lifecycle import halt
@@ -108,11 +109,7 @@ def rollback(
     report.unknown = [r.key for r in unknown]
     report.queued_for_lookup = [r.key for r in queued]
     report.invalidated_approvals = list(
-        ApprovalRequest.objects.filter(
-            tenant=tenant, entry__combination=bad, state__in=ApprovalRequest.OPEN_STATES
-        )
-        .order_by("pk")
-        .values_list("pk", flat=True)
+        approvals.voided_by_halt(bad.pk).values_list("pk", flat=True)
     )
     stuck = [
         {
@@ -129,9 +126,7 @@ def rollback(
         if r.pk in blocked
     ]
     if dry_run:
-        report.needs_human = stuck + _pending_approvals(
-            tenant, bad, voided=report.invalidated_approvals
-        )
+        report.needs_human = stuck + _pending_approvals(bad)
         report.steps = [
             _step("halt", combination=bad.pk, runs=len(report.halted_runs)),
             _step("restore", combination=report.restored),
@@ -195,7 +190,7 @@ def rollback(
         ).update(next_reconcile_at=None)
         records_became_unknown.send(sender=IdempotencyRecord, record_ids=queued_ids)
         report.steps.append(_step("lookups_queued", count=len(queued_ids)))
-        report.needs_human = stuck + _pending_approvals(tenant, bad, voided=[])
+        report.needs_human = stuck + _pending_approvals(bad)
         report.steps.append(_step("needs_human", count=len(report.needs_human)))
         audit_step("rollback.completed", report.as_dict(), detail=reason)
     return report
@@ -252,16 +247,14 @@ def restore_target(
     return None
 
 
-def _pending_approvals(
-    tenant: Tenant, bad: VersionCombination, *, voided: list[int]
-) -> list[dict[str, Any]]:
-    """The pending approvals of calls under ``bad`` the halt leaves (``voided``: those it will
-    void, in a dry run; after the halt, the voided ones are no longer pending)."""
+def _pending_approvals(bad: VersionCombination) -> list[dict[str, Any]]:
+    """The approvals of calls first recorded under ``bad`` that its halt leaves open for a
+    human: those of a retry planned under another combination (the halt voids the ones
+    planned under ``bad``, ``voided_by_halt``), read as ``approvals.still_open`` reads what
+    waits for an approver. The same before the halt (a dry run) and after it."""
     pending = (
-        ApprovalRequest.objects.filter(
-            tenant=tenant, record__combination=bad, state=ApprovalRequest.State.PENDING
-        )
-        .exclude(pk__in=voided)
+        approvals.still_open(ApprovalRequest.objects.filter(record__combination=bad))
+        .exclude(pk__in=approvals.voided_by_halt(bad.pk))
         .select_related("record")
         .order_by("pk")
     )
