@@ -326,3 +326,34 @@ def test_the_change_pages_speak_the_users_language(django_user_model, tenant, co
     assert "returns to what it was before the halt" not in html
     refused = client.get(_url(canary, "promote"), secure=True).content.decode()
     assert "good 已叫停" in refused and "is halted: resume it" not in refused
+
+
+def test_the_services_refusals_read_in_the_users_language(
+    django_user_model, tenant, combos
+) -> None:
+    """What the services refuse (a share out of range, a rollback of a new combination, onto
+    a halted one) is stored English the console shows in the user's language."""
+    good, bad = combos
+    fresh, _ = combinations.create_combination(
+        tenant=tenant, label="fresh", actor="x", source="api", **{**VERSIONS, "prompt": "p3"}
+    )
+    user = make_user(django_user_model, "li", tenant, "manager")
+    Preferences.objects.create(user=user, language="zh-hans")
+    client = signed_in(user)
+
+    share = _post(client, fresh, "canary", share_bp="20000", reason="r").content.decode()
+    assert "灰度比例为 1 到 10000 基点" in share and "要结束灰度" in share
+    assert "basis points" not in share
+    untried = client.get(f"/combinations/{fresh.pk}/rollback", secure=True).content.decode()
+    assert "“新建”状态的版本组合不能回滚" in untried and "只有生效中" in untried
+    assert "cannot be rolled back" not in untried
+    combinations.halt(tenant=tenant, combination_id=good.pk, actor="x", source="api", reason="r")
+    onto_halted = client.post(
+        f"/combinations/{bad.pk}/rollback",
+        {"reason": "spike", "restore": str(good.pk)},
+        secure=True,
+        follow=True,
+    ).content.decode()
+    assert onto_halted.count("请改为恢复它") == 2  # the message and the page
+    assert "resume it instead" not in onto_halted
+    assert (_state(good), _state(bad), _state(fresh)) == ("halted", "active", "new")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db import IntegrityError, transaction
+from django.utils.translation import gettext_noop
 
 from ledger.clock import db_now
 from ledger.errors import Conflict, InvalidInput
@@ -15,8 +16,16 @@ from ledger.services.combinations.transitions import (
     require,
     state_of,
 )
+from ledger.stored_text import StoredText
 
 FIELDS = ("model", "prompt", "rules", "tool_schema", "data_version")
+# What the ledger refuses (stored English, read translated).
+_MISSING_VERSIONS = StoredText(
+    gettext_noop("a combination pins all five versions; missing: %(missing)s")
+)
+_ACTIVATED_MEANWHILE = StoredText(
+    gettext_noop("another combination was activated at the same time")
+)
 
 
 def create_combination(
@@ -26,7 +35,7 @@ def create_combination(
     combination is ``new``: no run goes to it until it is put in shadow, a canary or active."""
     missing = [name for name in FIELDS if not versions.get(name)]
     if missing:
-        raise InvalidInput(f"a combination pins all five versions; missing: {', '.join(missing)}")
+        raise InvalidInput(_MISSING_VERSIONS(missing=", ".join(missing)))
     fingerprint = VersionCombination.compute_fingerprint(**{f: versions[f] for f in FIELDS})
     existing = VersionCombination.objects.filter(tenant=tenant, fingerprint=fingerprint).first()
     if existing is not None:
@@ -64,7 +73,7 @@ def activate(
         target = lock_combination(tenant, combination_id)
         if target.state == State.ACTIVE:
             return target
-        require(target, "activate", doing="activated")
+        require(target, "activate")
         make_active(target, current, actor=actor, source=source, reason=reason, action="activated")
     return target
 
@@ -100,7 +109,7 @@ def make_active(
         with transaction.atomic():
             target.save()
     except IntegrityError:  # the one-active constraint: someone else activated meanwhile
-        raise Conflict("another combination was activated at the same time") from None
+        raise Conflict(_ACTIVATED_MEANWHILE()) from None
     audit_change(
         target,
         f"combination.{action}",

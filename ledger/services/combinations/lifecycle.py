@@ -19,16 +19,28 @@ from ledger.services.combinations.transitions import (
     check_canary_room,
     get_combination,
     lock_combination,
-    may,
+    refusal,
     state_of,
 )
 from ledger.stored_text import StoredText
 
-# What the ledger stores of a halt and a retirement (shown translated).
+# What the ledger stores of a halt and a retirement, and what it refuses (shown translated).
 _HALTED = StoredText(
     gettext_noop("version combination %(label)s halted: %(reason)s"), texts=("reason",)
 )
 _RETIRED_WHILE_HALTED = StoredText(gettext_noop("combination retired while halted"))
+_HALT_NEEDS_A_REASON = StoredText(gettext_noop("halting needs a reason"))
+_RESUME_NEEDS_A_REASON = StoredText(gettext_noop("resuming needs a reason"))
+_RETIRE_NEEDS_A_REASON = StoredText(gettext_noop("retiring needs a reason"))
+_NO_ROOM_TO_RESUME = StoredText(
+    gettext_noop("canary shares would add up to more than 100%: lower another canary's share first")
+)
+_FAILS_CLOSED_ON = StoredText(
+    gettext_noop(
+        "new runs of this tenant fail closed on %(label)s (halted, and no other combination "
+        "is active): activate or restore another combination first"
+    )
+)
 
 
 @dataclass
@@ -49,7 +61,7 @@ def halt(
     is in, remembering that state and share for ``resume``. Concurrent halts of one
     combination halt it exactly once."""
     if not reason.strip():
-        raise InvalidInput("halting needs a reason")
+        raise InvalidInput(_HALT_NEEDS_A_REASON())
     with transaction.atomic():
         combination = lock_combination(tenant, combination_id)
         if combination.state == State.HALTED:
@@ -119,8 +131,7 @@ def _resume_plan(tenant: Tenant, combination: VersionCombination) -> ResumePlan:
             combination,
             combination.state,
             combination.canary_share_bp,
-            refused=f"only a halted combination can be resumed ({combination.label} is "
-            f"{combination.state})",
+            refused=refusal(combination, "resume"),
         )
     plan = ResumePlan(combination, combination.halted_from, combination.halted_from_share_bp)
     if plan.state == State.ACTIVE:
@@ -132,8 +143,8 @@ def _resume_plan(tenant: Tenant, combination: VersionCombination) -> ResumePlan:
     elif plan.state == State.CANARY:
         try:
             check_canary_room(tenant, combination, plan.share_bp)
-        except Conflict as exc:
-            plan.refused = f"{exc.message}: lower another canary's share first"
+        except Conflict:
+            plan.refused = _NO_ROOM_TO_RESUME()
     return plan
 
 
@@ -145,7 +156,7 @@ def resume(
     mirrored share). Runs halted meanwhile stay halted and voided approvals stay void.
     Concurrent resumes resume once: the others find it no longer halted and are refused."""
     if not reason.strip():
-        raise InvalidInput("resuming needs a reason")
+        raise InvalidInput(_RESUME_NEEDS_A_REASON())
     with transaction.atomic():
         current = list(
             VersionCombination.objects.select_for_update().filter(tenant=tenant, state=State.ACTIVE)
@@ -206,18 +217,10 @@ def _retire_plan(tenant: Tenant, combination: VersionCombination) -> RetirePlan:
         .values_list("run_id", flat=True)
     )
     plan = RetirePlan(combination, runs, halts_runs=combination.state == State.HALTED)
-    if combination.state == State.ACTIVE:
-        plan.refused = (
-            f"the active combination ({combination.label}) is retired by activating another "
-            "one, or by rolling it back"
-        )
-    elif not may("retire", combination):
-        plan.refused = f"a {combination.state} combination cannot be retired ({combination.label})"
-    elif combination.state == State.HALTED and _fails_closed_on(tenant, combination):
-        plan.refused = (
-            f"new runs of this tenant fail closed on {combination.label} (halted, and no other "
-            "combination is active): activate or restore another combination first"
-        )
+    plan.refused = refusal(combination, "retire")
+    halted = not plan.refused and combination.state == State.HALTED
+    if halted and _fails_closed_on(tenant, combination):
+        plan.refused = _FAILS_CLOSED_ON(label=combination.label)
     return plan
 
 
@@ -242,7 +245,7 @@ def retire(
     it. A halted one's runs in flight are halted with it. The active combination is retired
     only by activating another (or a rollback)."""
     if not reason.strip():
-        raise InvalidInput("retiring needs a reason")
+        raise InvalidInput(_RETIRE_NEEDS_A_REASON())
     with transaction.atomic():
         target = lock_combination(tenant, combination_id)
         plan = _retire_plan(tenant, target)

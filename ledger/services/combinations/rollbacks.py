@@ -32,10 +32,18 @@ class NoRestoreTarget(Conflict):
     """A rollback of the tenant's only active combination, with none named to restore."""
 
 
-# What the ledger stores of a rollback (shown translated).
+# What the ledger stores of a rollback, and what it refuses (shown translated).
 _ROLLBACK = StoredText(gettext_noop("rollback: %(reason)s"))
 _ROLLED_BACK = StoredText(gettext_noop("combination rolled back"))
 _ROLLBACK_OF = StoredText(gettext_noop("rollback of %(label)s"))
+_RESTORE_ANOTHER = StoredText(gettext_noop("restore a different combination of this tenant"))
+_RESTORE_HALTED = StoredText(gettext_noop("combination %(label)s is halted: resume it instead"))
+_NO_PREVIOUS = StoredText(
+    gettext_noop(
+        "there is no previous combination to restore: name one (restore_id), or create and "
+        "activate another combination first"
+    )
+)
 
 
 @dataclass
@@ -87,7 +95,7 @@ def rollback(
     A new or a retired combination is refused (``ACTION_FROM``), a dry run too.
     """
     bad = get_combination(tenant, combination_id)
-    require(bad, "rollback", doing="rolled back")
+    require(bad, "rollback")
     restore = restore_target(tenant, bad, restore_id)
     report = RollbackReport(
         dry_run=dry_run, combination=bad.pk, restored=restore.pk if restore else None
@@ -149,7 +157,7 @@ def rollback(
 
     with transaction.atomic():
         # Changed meanwhile (retired, say): checked again under the lock.
-        require(lock_combination(tenant, bad.pk), "rollback", doing="rolled back")
+        require(lock_combination(tenant, bad.pk), "rollback")
         halted = halt(
             tenant=tenant,
             combination_id=bad.pk,
@@ -225,9 +233,9 @@ def restore_target(
     if restore_id is not None:
         target = VersionCombination.objects.filter(tenant=tenant, pk=restore_id).first()
         if target is None or target.pk == bad.pk:
-            raise InvalidInput("restore a different combination of this tenant")
+            raise InvalidInput(_RESTORE_ANOTHER())
         if target.state == State.HALTED:
-            raise InvalidInput(f"combination {target.label} is halted: resume it instead")
+            raise InvalidInput(_RESTORE_HALTED(label=target.label))
         return target
     if not _was_active(bad):
         return None  # a canary or a combination in shadow: the active combination stays
@@ -240,10 +248,7 @@ def restore_target(
         .first()
     )
     if active is None and bad.state == State.ACTIVE:
-        raise NoRestoreTarget(
-            "there is no previous combination to restore: name one (restore_id), or create "
-            "and activate another combination first"
-        )
+        raise NoRestoreTarget(_NO_PREVIOUS())
     return None
 
 

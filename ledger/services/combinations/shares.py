@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from django.db import transaction
+from django.utils.translation import gettext_noop
 
-from ledger.errors import InvalidInput, InvalidTransition
+from ledger.errors import InvalidInput
 from ledger.models import Tenant, VersionCombination
 from ledger.services.combinations.transitions import (
     FULL_SHARE,
@@ -15,6 +16,16 @@ from ledger.services.combinations.transitions import (
     lock_combination,
     require,
     state_of,
+)
+from ledger.stored_text import StoredText
+
+# What the ledger refuses of a share (stored English, read translated).
+_CANARY_SHARE = StoredText(
+    gettext_noop("a canary share is 1 to 10000 basis points; to end a canary, retire it")
+)
+_SHADOW_SHARE = StoredText(gettext_noop("a shadow share is 0 to 10000 basis points"))
+_UNSHADOW_NEEDS_A_REASON = StoredText(
+    gettext_noop("taking a combination out of shadow needs a reason")
 )
 
 
@@ -31,13 +42,13 @@ def set_canary(
     combination: a new, retired or shadow combination becomes a canary, a canary gets its new
     share. A canary is ended by ``retire`` (with a reason) or ``activate``."""
     if not 1 <= share_bp <= FULL_SHARE:
-        raise InvalidInput("a canary share is 1 to 10000 basis points; to end a canary, retire it")
+        raise InvalidInput(_CANARY_SHARE())
     with transaction.atomic():
         target = lock_combination(tenant, combination_id)
         if target.state == State.CANARY and target.canary_share_bp == share_bp:
             return target
         if target.state != State.CANARY:
-            require(target, "canary", doing="made a canary")
+            require(target, "canary")
         check_canary_room(tenant, target, share_bp)
         before = state_of(target)
         target.state = State.CANARY
@@ -69,14 +80,14 @@ def set_shadow(
     (``unshadow`` returns it there). Runs already started under it keep it (a combination is
     pinned at a run's start)."""
     if not 0 <= share_bp <= FULL_SHARE:
-        raise InvalidInput("a shadow share is 0 to 10000 basis points")
+        raise InvalidInput(_SHADOW_SHARE())
     with transaction.atomic():
         target = lock_combination(tenant, combination_id)
         if target.state == State.SHADOW and target.canary_share_bp == share_bp:
             return target
         before = state_of(target)
         if target.state != State.SHADOW:
-            require(target, "shadow", doing="put in shadow")
+            require(target, "shadow")
             target.shadowed_from = target.state
             target.shadowed_from_share_bp = (
                 target.canary_share_bp if target.state == State.CANARY else 0
@@ -98,14 +109,10 @@ def unshadow(
     """Take a combination out of shadow, back to where it came from: ``new``, ``retired``, or
     a canary at the share it had (if the other canaries leave room for it)."""
     if not reason.strip():
-        raise InvalidInput("taking a combination out of shadow needs a reason")
+        raise InvalidInput(_UNSHADOW_NEEDS_A_REASON())
     with transaction.atomic():
         target = lock_combination(tenant, combination_id)
-        if target.state != State.SHADOW:
-            raise InvalidTransition(
-                f"only a combination in shadow can be taken out of it ({target.label} is "
-                f"{target.state})"
-            )
+        require(target, "unshadow")
         back, share = target.shadowed_from or State.NEW, target.shadowed_from_share_bp
         if back == State.CANARY:
             check_canary_room(tenant, target, share)

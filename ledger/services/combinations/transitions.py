@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext_noop
+
 from ledger.errors import Conflict, InvalidTransition, NotFound
 from ledger.models import Tenant, VersionCombination
 from ledger.services.audit import audit
+from ledger.stored_text import StoredText
 
 State = VersionCombination.State
 FULL_SHARE = 10_000
@@ -55,19 +58,90 @@ def may(action: str, combination: VersionCombination) -> bool:
     return combination.state in ACTION_FROM[action]
 
 
-def require(combination: VersionCombination, action: str, *, doing: str) -> None:
-    """Refuse an action its state does not allow, saying what to do instead."""
+# The states' names, stored in a refusal and read in the user's language with it.
+STATE_NAMES = (
+    StoredText(gettext_noop("new")),
+    StoredText(gettext_noop("active")),
+    StoredText(gettext_noop("canary")),
+    StoredText(gettext_noop("shadow")),
+    StoredText(gettext_noop("halted")),
+    StoredText(gettext_noop("retired")),
+)
+# Why an action does not apply to a combination's state (the ledger's refusals are stored
+# English, read translated: ``ledger.stored_text``). Resume and unshadow name the one state
+# they apply to; a halted or the active combination says what to do instead.
+_ONLY_FROM = {
+    "resume": StoredText(
+        gettext_noop("only a halted combination can be resumed (%(label)s is %(state)s)"),
+        texts=("state",),
+    ),
+    "unshadow": StoredText(
+        gettext_noop(
+            "only a combination in shadow can be taken out of it (%(label)s is %(state)s)"
+        ),
+        texts=("state",),
+    ),
+}
+_HALTED = StoredText(
+    gettext_noop("%(label)s is halted: resume it (it returns to %(back)s) or retire it"),
+    texts=("back",),
+)
+_BEFORE_THE_HALT = StoredText(gettext_noop("what it was before the halt"))
+_ACTIVE = StoredText(
+    gettext_noop(
+        "%(label)s is the active combination: it is replaced by activating another one, or "
+        "by rolling it back"
+    )
+)
+_CANNOT = {
+    "activate": StoredText(
+        gettext_noop("a %(state)s combination cannot be activated (%(label)s)"),
+        texts=("state",),
+    ),
+    "canary": StoredText(
+        gettext_noop("a %(state)s combination cannot be made a canary (%(label)s)"),
+        texts=("state",),
+    ),
+    "shadow": StoredText(
+        gettext_noop("a %(state)s combination cannot be put in shadow (%(label)s)"),
+        texts=("state",),
+    ),
+    "retire": StoredText(
+        gettext_noop("a %(state)s combination cannot be retired (%(label)s)"), texts=("state",)
+    ),
+    "rollback": StoredText(
+        gettext_noop(
+            "a %(state)s combination cannot be rolled back (%(label)s): only an active, "
+            "canary, shadow or halted one can be"
+        ),
+        texts=("state",),
+    ),
+}
+
+
+def refusal(combination: VersionCombination, action: str) -> str:
+    """Why ``action`` does not apply to the combination's state, saying what to do instead
+    (a stored text); empty when it applies."""
     if may(action, combination):
-        return
-    message = f"a {combination.state} combination cannot be {doing} ({combination.label})"
-    if combination.state == State.HALTED:
-        back = combination.halted_from or "where it was"
-        message += f"; resume it (it returns to {back}) or retire it"
-    elif combination.state == State.ACTIVE:
-        message += "; activate another combination, or roll this one back"
-    elif action == "rollback":
-        message += ": only an active, canary, shadow or halted one can be"
-    raise InvalidTransition(message)
+        return ""
+    label, state = combination.label, combination.state
+    if action in _ONLY_FROM:
+        return _ONLY_FROM[action](label=label, state=state)
+    if state == State.HALTED:
+        return _HALTED(label=label, back=combination.halted_from or _BEFORE_THE_HALT())
+    if state == State.ACTIVE:
+        return _ACTIVE(label=label)
+    return _CANNOT[action](state=state, label=label)
+
+
+def require(combination: VersionCombination, action: str) -> None:
+    """Refuse an action its state does not allow (``refusal``)."""
+    if refused := refusal(combination, action):
+        raise InvalidTransition(refused)
+
+
+# Canary shares that do not fit, alone and when a resume would bring one back.
+NO_CANARY_ROOM = StoredText(gettext_noop("canary shares would add up to more than 100%"))
 
 
 def check_canary_room(tenant: Tenant, target: VersionCombination, share_bp: int) -> None:
@@ -76,7 +150,7 @@ def check_canary_room(tenant: Tenant, target: VersionCombination, share_bp: int)
         pk=target.pk
     )
     if sum(c.canary_share_bp for c in others) + share_bp > FULL_SHARE:
-        raise Conflict("canary shares would add up to more than 100%")
+        raise Conflict(NO_CANARY_ROOM())
 
 
 def audit_change(
