@@ -109,7 +109,7 @@ def rollback(
         .order_by("pk")
     )
     unknown = [r for r in pending if r.state == RecordState.UNKNOWN]
-    waiting = [r for r in unknown if r.escalated_at is None]
+    waiting = [r for r in unknown if not r.escalated]
     blocked = cannot_look_up(waiting)
     queued = [r for r in waiting if r.pk not in blocked]
     report.halted_runs = list(running.order_by("pk").values_list("run_id", flat=True))
@@ -127,7 +127,7 @@ def rollback(
             "reason": r.escalation_reason,
         }
         for r in unknown
-        if r.escalated_at is not None
+        if r.escalated
     ] + [
         {"kind": "no_lookup", "key": r.key, "record_id": r.pk, "reason": blocked[r.pk]}
         for r in waiting
@@ -194,7 +194,7 @@ def rollback(
         queued_ids = [r.pk for r in queued]
         # Due now: the sweep and the message sent on commit both pick them up.
         IdempotencyRecord.objects.filter(
-            pk__in=queued_ids, state=RecordState.UNKNOWN, escalated_at__isnull=True
+            ~IdempotencyRecord.escalated_q(), pk__in=queued_ids, state=RecordState.UNKNOWN
         ).update(next_reconcile_at=None)
         records_became_unknown.send(sender=IdempotencyRecord, record_ids=queued_ids)
         report.steps.append(_step("lookups_queued", count=len(queued_ids)))
