@@ -15,6 +15,14 @@
     if (field.type === "checkbox" || field.type === "radio") {
       return field.checked !== field.defaultChecked;
     }
+    if (field.tagName === "SELECT" && !field.multiple) {
+      // Without an option marked selected, a browser shows the first: that is not an edit.
+      var chosen = 0;
+      Array.prototype.forEach.call(field.options, function (option, index) {
+        if (option.defaultSelected) chosen = index;
+      });
+      return field.options.length > 0 && field.selectedIndex !== chosen;
+    }
     if (field.tagName === "SELECT") {
       return Array.prototype.some.call(field.options, function (option) {
         return option.selected !== option.defaultSelected;
