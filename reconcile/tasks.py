@@ -101,17 +101,23 @@ def sweep_notifications() -> int:
     """Create the on-call notifications that are due and enqueue the ones to send (including
     retries whose back-off has passed, and any whose message a broker outage lost)."""
     due = notifications.sweep(batch_size=settings.LEDGER_NOTIFY_BATCH_SIZE)
-    for sent, notification_id in enumerate(due):
-        try:
-            deliver_notification.delay(notification_id)
-        except Exception:
-            # Nothing is lost: the notification is pending in PostgreSQL; the next sweep sends it.
-            logger.warning(
-                "broker unavailable; notifications left to the next sweep",
-                extra={"notifications": len(due) - sent},
-            )
-            break
+    _send_each(deliver_notification, due, "notifications")
     return len(due)
+
+
+def _send_each(task: Task, ids: list[int], what: str) -> None:
+    """One message of ``task`` per id, until the broker fails. Nothing is lost then: what the
+    ids name waits in PostgreSQL, and the next sweep finds it again."""
+    for sent, pk in enumerate(ids):
+        try:
+            task.delay(pk)
+        except Exception:
+            logger.warning(
+                "broker unavailable; %s left to the next sweep",
+                what,
+                extra={"left": len(ids) - sent},
+            )
+            return
 
 
 @shared_task(
@@ -150,16 +156,7 @@ def sweep_compensations() -> int:
         grace_seconds=settings.LEDGER_COMPENSATION_RESEND_SECONDS,
         limit=settings.LEDGER_COMPENSATION_SWEEP_BATCH,
     )
-    for sent, run_pk in enumerate(runs):
-        try:
-            compensate_run.delay(run_pk)
-        except Exception:
-            # Nothing is lost: the compensations stay approved; the next sweep sends them.
-            logger.warning(
-                "broker unavailable; compensations left to the next sweep",
-                extra={"runs": len(runs) - sent},
-            )
-            break
+    _send_each(compensate_run, runs, "compensations")  # they stay approved until sent
     logger.info("compensation sweep", extra={"runs": len(runs)})
     return len(runs)
 
