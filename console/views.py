@@ -201,7 +201,11 @@ def approvals(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
 
 def _get_approval_for_user(request: HttpRequest, tenant: Tenant, pk: int) -> ApprovalRequest:
     approvals = ApprovalRequest.objects.select_related(
-        "record__tool", "entry__run", "entry__tool", "entry__combination", "requested_by_user"
+        "record__tool",
+        "entry__run__combination",
+        "entry__tool",
+        "entry__combination",
+        "requested_by_user",
     )
     return get_for_tenant(request, tenant, approvals, pk, "No such approval.")
 

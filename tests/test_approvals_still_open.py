@@ -68,6 +68,8 @@ def _halt_combination(approval: ApprovalRequest) -> None:
         state=VersionCombination.State.HALTED,
         halted_from=VersionCombination.State.ACTIVE,
     )
+    # An entry's combination is its run's (``ledger.calls.entries``).
+    Run.objects.filter(pk=approval.entry.run_id).update(combination=combination)
     approval.entry.combination = combination
     approval.entry.save(update_fields=["combination"])
 

@@ -28,7 +28,6 @@ from ledger.models import (
     Run,
     Tenant,
     Tool,
-    VersionCombination,
     WritePlan,
 )
 from ledger.paths import workspace_path_problem
@@ -39,13 +38,6 @@ def _tool(tenant: Tenant, name: str, actor: str, registered: Tool | None = None)
     validate_tool_name(name)
     tool = registered or Tool.objects.filter(tenant=tenant, name=name).first()
     return tool or ensure_catalogue_tool(tenant=tenant, name=name, actor=actor, source="api")
-
-
-def _is_halted(run: Run) -> bool:
-    combination = run.combination
-    return run.status == Run.Status.HALTED or (
-        combination is not None and combination.state == VersionCombination.State.HALTED
-    )
 
 
 def _key(tenant: Tenant, run: Run, tool: Tool, request: CallInput) -> str:
@@ -97,7 +89,7 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
     if registered is not None:  # classified once, for the one-statement way and the general one
         classified = _classify(caller, run, registered, request)
         dry_run = shadow.dry_run_required(run, classified[0].idempotency)
-        if request.write_plan is None and not _is_halted(run) and not dry_run:
+        if request.write_plan is None and not run.halted and not dry_run:
             fast = _first_call_of_key(
                 entries.new_call(caller, run, registered, request, input_hash, *classified)
             )
@@ -110,7 +102,7 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
         tool = _tool(caller.tenant, request.tool, caller.identity, registered)
         classification, key = classified or _classify(caller, run, tool, request)
         call = entries.new_call(caller, run, tool, request, input_hash, classification, key)
-        if _is_halted(run):
+        if run.halted:
             entry = entries.add(
                 call,
                 decision=Decision.FORBIDDEN,

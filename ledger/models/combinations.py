@@ -167,6 +167,23 @@ class Run(models.Model):
     def __str__(self) -> str:
         return self.run_id
 
+    @property
+    def halted(self) -> bool:
+        """The run may start no more actions: it was halted, or its version combination was.
+        ``halted_q`` is the same rule as a query. (Reads ``combination``: select it with the
+        run.)"""
+        return self.status == Run.Status.HALTED or (
+            self.combination is not None
+            and self.combination.state == VersionCombination.State.HALTED
+        )
+
+    @staticmethod
+    def halted_q(prefix: str = "") -> Q:
+        """``halted`` as a query on the runs reached through ``prefix`` (``"entry__run__"``)."""
+        return Q(**{f"{prefix}status": Run.Status.HALTED}) | Q(
+            **{f"{prefix}combination__state": VersionCombination.State.HALTED}
+        )
+
 
 class RolloutPlan(models.Model):
     """A candidate combination ramped up by steps of traffic share (``services.rollouts``)."""

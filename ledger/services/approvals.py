@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.db.models.functions import Now
 
 from ledger.clock import db_now
@@ -21,12 +21,10 @@ from ledger.models import (
     LedgerEntry,
     Run,
     ServiceAccount,
-    VersionCombination,
 )
 from ledger.services.audit import audit
 
 Approval = ApprovalRequest.State
-Combination = VersionCombination.State
 
 
 def action_hash(entry: LedgerEntry, record: IdempotencyRecord) -> str:
@@ -104,16 +102,16 @@ def request_approval(
 def void_reason(approval: ApprovalRequest, *, now: datetime | None = None) -> str | None:
     """Why a pending approval can no longer be given, or None while it still can. The console
     shows the same reason ``decide`` refuses with; ``still_open`` is the same rule as a query.
-    (Needs ``entry`` with its tool, run and combination, and ``record``.)"""
+    (Needs ``entry`` with its tool, its run with the run's combination, and ``record``.)"""
     entry = approval.entry
     if not approval.record.waits_to_start:
         return f"the action is already settled ({approval.record.state})"
     if approval.expires_at <= (now or db_now()):
         return EXPIRED
-    if entry.run.status == Run.Status.HALTED:
-        return f"its run is {entry.run.status} ({entry.run.termination_reason or 'no reason'})"
-    if entry.combination is not None and entry.combination.state == Combination.HALTED:
-        return f"its version combination {entry.combination.label} was halted"
+    if (run := entry.run).halted:
+        if run.combination is None or run.status == Run.Status.HALTED:
+            return f"its run is {run.status} ({run.termination_reason or 'no reason'})"
+        return f"its version combination {run.combination.label} was halted"
     if action_hash(entry, approval.record) != approval.action_hash:
         return "the action changed since the request was made"
     return None
@@ -134,9 +132,7 @@ def still_open(approvals: QuerySet[ApprovalRequest] | None = None) -> QuerySet[A
         IdempotencyRecord.waits_to_start_q("record__"),
         state=Approval.PENDING,
         expires_at__gt=Now(),
-    ).exclude(
-        Q(entry__run__status=Run.Status.HALTED) | Q(entry__combination__state=Combination.HALTED)
-    )
+    ).exclude(Run.halted_q("entry__run__"))
 
 
 def voided_by_halt(combination_id: int) -> QuerySet[ApprovalRequest]:
@@ -191,7 +187,9 @@ def decide(
     with transaction.atomic():
         locked = (
             ApprovalRequest.objects.select_for_update(of=("self",))
-            .select_related("entry__tool", "entry__combination", "entry__run", "record")
+            .select_related(
+                "entry__tool", "entry__combination", "entry__run__combination", "record"
+            )
             .get(pk=approval.pk)
         )
         # The clock after the lock: a decision that waited for the row judges its expiry
