@@ -26,6 +26,7 @@ from console.templatetags.terms import term
 from ledger.errors import LedgerError
 from ledger.models import Run, Tenant, VersionCombination
 from ledger.services import approvals, combinations
+from ledger.stored_text import translate
 
 State = VersionCombination.State
 
@@ -107,33 +108,11 @@ def actions_for(combination: VersionCombination) -> list[Offered]:
 
 
 def _refusal(change: Change, combination: VersionCombination) -> str:
-    """Why ``change`` does not apply to the combination's state, in the user's language;
-    empty when it does."""
-    state, label = combination.state, combination.label
-    if change.name in ("canary", "shadow") and state == change.name:
+    """Why ``change`` does not apply to the combination's state (the ledger's refusal, which
+    says what to do instead), in the user's language; empty when it does."""
+    if change.name in ("canary", "shadow") and combination.state == change.name:
         return ""  # a change of share
-    if combinations.may(change.service_action, combination):
-        return ""
-    if state == State.HALTED:
-        return _(
-            "%(label)s is halted: resume it (it returns to what it was before the halt) or "
-            "retire it."
-        ) % {"label": label}
-    if change.name == "resume":
-        return _("Only a halted combination can be resumed.")
-    if change.name == "unshadow":
-        return _("Only a combination in shadow can be taken out of it.")
-    if state == State.ACTIVE and change.name == "promote":
-        return _("%(label)s is already active.") % {"label": label}
-    if state == State.ACTIVE:
-        return _(
-            "%(label)s is the active combination: halt it or roll it back to stop it; it is "
-            "retired when another combination is made active."
-        ) % {"label": label}
-    return _("%(label)s is %(state)s: this change does not apply to it.") % {
-        "label": label,
-        "state": term(state),
-    }
+    return translate(combinations.refusal(combination, change.service_action))
 
 
 def _plan_refusal(change: Change, preview: dict[str, Any]) -> str:

@@ -111,14 +111,15 @@ def test_only_a_halted_combination_is_resumed_and_a_second_resume_changes_nothin
 ) -> None:
     canary = _canary(tenant, combos)
     page = manager.get(_url(canary, "resume"), secure=True).content.decode()
-    assert "Only a halted combination can be resumed." in page and 'name="reason"' not in page
+    assert "only a halted combination can be resumed (good is canary)" in page
+    assert 'name="reason"' not in page
     refused = _post(manager, canary, "resume", reason="r")
     assert refused.status_code == 409 and _state(canary) == "canary"
     combinations.halt(tenant=tenant, combination_id=canary.pk, actor="x", source="api", reason="r")
     _done(manager, canary, "resume", reason="first click")
     again = _post(manager, canary, "resume", reason="second click")
     assert again.status_code == 409
-    assert "Only a halted combination can be resumed." in again.content.decode()
+    assert "only a halted combination can be resumed" in again.content.decode()
     assert AuditEvent.objects.filter(action="combination.resumed").count() == 1
 
 
@@ -191,7 +192,7 @@ def test_a_halted_combination_is_retired_with_its_runs_in_flight(manager, tenant
 def test_the_active_combination_is_not_retired_from_its_page(manager, combos) -> None:
     _good, bad = combos
     page = manager.get(_url(bad, "retire"), secure=True).content.decode()
-    assert "it is retired when another combination is made active" in page
+    assert "it is replaced by activating another one, or by rolling it back" in page
     assert 'name="reason"' not in page
     assert _post(manager, bad, "retire", reason="r").status_code == 409
     assert _state(bad) == "active"
@@ -265,7 +266,7 @@ def test_the_active_combination_cannot_be_put_in_or_taken_out_of_shadow(manager,
     assert _post(manager, bad, "shadow", share_bp="100", reason="r").status_code == 409
     refused = _post(manager, bad, "unshadow", reason="r")
     assert refused.status_code == 409
-    assert "Only a combination in shadow" in refused.content.decode()
+    assert "only a combination in shadow can be taken out of it" in refused.content.decode()
     assert _state(bad) == "active"
 
 

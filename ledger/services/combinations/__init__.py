@@ -28,7 +28,7 @@ from ledger.services.combinations.rollbacks import (
     rollback,
 )
 from ledger.services.combinations.shares import set_canary, set_shadow, unshadow
-from ledger.services.combinations.transitions import ACTION_FROM, may
+from ledger.services.combinations.transitions import ACTION_FROM, may, refusal
 
 __all__ = [
     "ACTION_FROM",
@@ -42,6 +42,7 @@ __all__ = [
     "may",
     "plan_resume",
     "plan_retire",
+    "refusal",
     "restore_choices",
     "restore_target",
     "resume",
