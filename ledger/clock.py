@@ -9,7 +9,7 @@ with a locked row, ``ledger.records.lock_record``); everything else asks here.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import connection
 
@@ -23,3 +23,11 @@ def db_now() -> datetime:
     value = row[0]
     assert isinstance(value, datetime)
     return value
+
+
+def backoff(attempts: int, *, base_seconds: float, cap_seconds: float) -> timedelta:
+    """The wait before trying again after ``attempts`` failures: ``base_seconds`` after the
+    first, doubled after each one more, never more than ``cap_seconds`` (the worker's look-ups
+    and the notifications' deliveries)."""
+    doublings = min(max(0, attempts - 1), 62)  # past the cap long before; a float stays finite
+    return timedelta(seconds=min(base_seconds * 2**doublings, cap_seconds))

@@ -29,6 +29,7 @@ from django.db.models.functions import Now
 from django.utils.translation import gettext_noop
 
 from ledger import tracing
+from ledger.clock import backoff
 from ledger.decisions import WriteCheck, WriteCheckAction, answer_write_check, check_write_plan
 from ledger.domain import EscalationKind, RecordState
 from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tool, WritePlan
@@ -69,11 +70,6 @@ LOOKUPS_FAILED = StoredText(
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def backoff(attempts: int) -> timedelta:
-    base = settings.RECONCILE_BASE_DELAY_SECONDS
-    return timedelta(seconds=min(base * (2 ** max(0, attempts - 1)), 600))
 
 
 def due_records(*, limit: int) -> list[int]:
@@ -365,7 +361,9 @@ def _settle(
             EscalationKind.LOOKUPS_EXHAUSTED,
             LOOKUPS_FAILED(attempts=attempt_no, detail=finding.detail),
         )
-    changes["next_reconcile_at"] = now + backoff(attempt_no)
+    changes["next_reconcile_at"] = now + backoff(
+        attempt_no, base_seconds=settings.RECONCILE_BASE_DELAY_SECONDS, cap_seconds=600
+    )
     return "retry-later"
 
 

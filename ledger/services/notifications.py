@@ -27,6 +27,7 @@ from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 
+from ledger.clock import backoff
 from ledger.errors import InvalidInput, NotFound
 from ledger.models import (
     AlertEvent,
@@ -344,8 +345,7 @@ def deliver(notification_id: int) -> str:
 
 def retry_delay(attempts: int) -> timedelta:
     """Exponential back-off after ``attempts`` failed deliveries (capped at an hour)."""
-    base = settings.LEDGER_NOTIFY_RETRY_SECONDS
-    return timedelta(seconds=min(base * 2 ** max(0, attempts - 1), 3600))
+    return backoff(attempts, base_seconds=settings.LEDGER_NOTIFY_RETRY_SECONDS, cap_seconds=3600)
 
 
 def _finish(notification: Notification, state: str, outcome: str) -> None:
