@@ -7,27 +7,38 @@ permission: deciding is a POST with CSRF, checked by ``approvals.decide``."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.utils import timezone
+from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.db.models.functions import Now
 
 from console.models import ApprovalClaim
+from ledger.clock import db_now
 from ledger.models import ApprovalRequest
 
-#: How long opening an approval counts as "taken" without opening it again.
+#: How long opening an approval counts as "taken" without opening it again. Claims are stamped
+#: and judged by the database's clock: web processes on several machines disagree.
 CLAIM_TTL = timedelta(minutes=10)
 
 
-def is_live(claim: ApprovalClaim | None) -> bool:
-    return claim is not None and claim.claimed_at > timezone.now() - CLAIM_TTL
+def live(prefix: str = "") -> ExpressionWrapper:
+    """Whether the claim reached through ``prefix`` (``"claim__"`` from an approval) is live,
+    as a column of the query that reads it."""
+    fresh = Q(**{f"{prefix}claimed_at__gt": Now() - CLAIM_TTL})
+    return ExpressionWrapper(fresh, output_field=BooleanField())
+
+
+def _is_live(claim: ApprovalClaim, now: datetime) -> bool:
+    return claim.claimed_at > now - CLAIM_TTL
 
 
 def holder(approval: ApprovalRequest) -> str | None:
-    """The user name of whoever has ``approval`` open now (use with ``select_related("claim")``)."""
+    """The user name of whoever has ``approval`` open now: an approval of the queue's query
+    (``console.selectors``), read with its claim, its claimant and ``claim_live``."""
     current = getattr(approval, "claim", None)  # None when there is no claim row
-    if current is None or not is_live(current):
+    if current is None or not approval.claim_live:  # type: ignore[attr-defined]
         return None
     return str(current.user.get_username())
 
@@ -35,14 +46,14 @@ def holder(approval: ApprovalRequest) -> str | None:
 def claim(approval: ApprovalRequest, user: AbstractBaseUser) -> ApprovalClaim | None:
     """Mark ``approval`` as being reviewed by ``user``. Returns someone else's live claim when it
     is already taken (theirs is kept), otherwise ``None``."""
-    now = timezone.now()
     with transaction.atomic():
+        now = db_now()
         current, created = ApprovalClaim.objects.select_for_update().get_or_create(
             approval=approval, defaults={"user_id": user.pk, "claimed_at": now}
         )
         if created:
             return None
-        if current.user_id != user.pk and is_live(current):
+        if current.user_id != user.pk and _is_live(current, now):
             return current
         current.user_id = user.pk
         current.claimed_at = now
@@ -53,10 +64,12 @@ def claim(approval: ApprovalRequest, user: AbstractBaseUser) -> ApprovalClaim | 
 def taken(approval: ApprovalRequest, user: AbstractBaseUser) -> ApprovalClaim | None:
     """Someone else's live claim on ``approval``, read without claiming it: the approval's page
     polling itself is not opening it again."""
-    current = ApprovalClaim.objects.select_related("user").filter(approval=approval).first()
-    if current is not None and current.user_id != user.pk and is_live(current):
-        return current
-    return None
+    return (
+        ApprovalClaim.objects.select_related("user")
+        .filter(approval=approval, claimed_at__gt=Now() - CLAIM_TTL)
+        .exclude(user_id=user.pk)
+        .first()
+    )
 
 
 def release(approval: ApprovalRequest) -> None:

@@ -14,13 +14,14 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Min, OuterRef, Q, Subquery, Sum
+from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
-from django.utils import timezone
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from ledger.clock import db_now, elapsed_since
 from ledger.compensation import compensation_state
 from ledger.domain import Decision, RecordState
 from ledger.models import (
@@ -85,7 +86,7 @@ class LedgerCollector(Collector):
             "dedup hits / keyed requests over the last 15 minutes",
             labels=["tenant", "combination"],
         )
-        since = bucket_of(timezone.now() - RATE_WINDOW)
+        since = bucket_of(db_now() - RATE_WINDOW)
         rows = (
             MetricBucket.objects.filter(bucket_start__gte=since)
             .values("tenant__slug", "combination__label")
@@ -97,7 +98,6 @@ class LedgerCollector(Collector):
         yield rate
 
     def _live(self) -> Iterator[Metric]:
-        now = timezone.now()
         unknown = IdempotencyRecord.objects.filter(state=RecordState.UNKNOWN)
         uncertain = GaugeMetricFamily(
             "agent_ledger_uncertain_records",
@@ -124,9 +124,12 @@ class LedgerCollector(Collector):
             "age of the oldest record whose outcome is unknown",
             labels=["tenant"],
         )
-        for row in _rows(unknown.values("tenant__slug").annotate(oldest=Min("uncertain_since"))):
-            if row["oldest"] is not None:
-                lookup_age.add_metric([row["tenant__slug"]], (now - row["oldest"]).total_seconds())
+        oldest_unknown = unknown.values("tenant__slug").annotate(
+            age=elapsed_since(Min("uncertain_since"))
+        )
+        for row in _rows(oldest_unknown):
+            if row["age"] is not None:
+                lookup_age.add_metric([row["tenant__slug"]], row["age"].total_seconds())
         yield lookup_age
         approvals = GaugeMetricFamily(
             "agent_ledger_oldest_pending_approval_age_seconds",
@@ -134,8 +137,11 @@ class LedgerCollector(Collector):
             labels=["tenant"],
         )
         pending = still_open()
-        for row in _rows(pending.values("tenant__slug").annotate(oldest=Min("created_at"))):
-            approvals.add_metric([row["tenant__slug"]], (now - row["oldest"]).total_seconds())
+        oldest_pending = pending.values("tenant__slug").annotate(
+            age=elapsed_since(Min("created_at"))
+        )
+        for row in _rows(oldest_pending):
+            approvals.add_metric([row["tenant__slug"]], row["age"].total_seconds())
         yield approvals
         yield self._compensations()
 
@@ -186,7 +192,7 @@ class LedgerCollector(Collector):
             labels=[*labels, "metric", "verdict"],
         )
         recent = Q(plan__state__in=RolloutPlan.OPEN_STATES) | Q(
-            plan__finished_at__gte=timezone.now() - timedelta(days=1)
+            plan__finished_at__gte=Now() - timedelta(days=1)
         )
         steps = RolloutStep.objects.filter(recent).values(
             "plan_id",

@@ -20,10 +20,10 @@ from django.db.models import (
     Subquery,
 )
 from django.db.models.functions import Now
-from django.utils import timezone
 
+from console import claims
 from console.filters import tool_matches
-from ledger.clock import db_now
+from ledger.clock import db_now, elapsed_since
 from ledger.domain import Decision, EscalationKind, ObservationCode, RecordState, ReplayPolicy
 from ledger.models import (
     ApprovalRequest,
@@ -49,34 +49,38 @@ class Queue:
     key: str
     count: int
     oldest: datetime | None
-
-    @property
-    def age_seconds(self) -> int | None:
-        return int((timezone.now() - self.oldest).total_seconds()) if self.oldest else None
+    age: timedelta | None  # how long the oldest has waited, by the database's clock
 
 
 def inbox(tenant: Tenant) -> dict[str, object]:
     """What needs a human now, with counts and ages, and whether look-ups are running (four
     indexed queries and the scheduler's heartbeat)."""
     approvals = still_open(ApprovalRequest.objects.filter(tenant=tenant)).aggregate(
-        n=Count("pk"), oldest=Min("created_at")
+        n=Count("pk"), oldest=Min("created_at"), age=elapsed_since(Min("created_at"))
     )
     unknown = IdempotencyRecord.objects.filter(tenant=tenant, state=RecordState.UNKNOWN)
     unknown_counts = unknown.aggregate(
         n=Count("pk"),
         oldest=Min("uncertain_since"),
+        age=elapsed_since(Min("uncertain_since")),
         conflicts=Count("pk", filter=WRITE_CONFLICTS),
         conflicts_oldest=Min("uncertain_since", filter=WRITE_CONFLICTS),
+        conflicts_age=elapsed_since(Min("uncertain_since", filter=WRITE_CONFLICTS)),
     )
     halted = list(
         VersionCombination.objects.filter(tenant=tenant, state="halted").order_by("-halted_at")
     )
     return {
         "reconciler": reconciler(),
-        "approvals": Queue("approvals", approvals["n"], approvals["oldest"]),
-        "unknown": Queue("unknown", unknown_counts["n"], unknown_counts["oldest"]),
+        "approvals": Queue("approvals", approvals["n"], approvals["oldest"], approvals["age"]),
+        "unknown": Queue(
+            "unknown", unknown_counts["n"], unknown_counts["oldest"], unknown_counts["age"]
+        ),
         "conflicts": Queue(
-            "conflicts", unknown_counts["conflicts"], unknown_counts["conflicts_oldest"]
+            "conflicts",
+            unknown_counts["conflicts"],
+            unknown_counts["conflicts_oldest"],
+            unknown_counts["conflicts_age"],
         ),
         "halted": halted,
     }
@@ -137,7 +141,8 @@ def _waiting_approvals(
 ) -> QuerySet[ApprovalRequest]:
     """The approvals still waiting for an approver (``still_open``), of ``tool`` (any part of
     its name), requested in ``window``, oldest or newest first; read with what the queue
-    shows and how long each has left (``expires_in``, by the database's clock)."""
+    shows, how long each has waited and has left (``waited``, ``expires_in``) and whether its
+    claim is live (``claim_live``), by the database's clock."""
     ordering = "created_at" if order == "oldest" else "-created_at"
     pending = still_open(ApprovalRequest.objects.filter(tenant=tenant))
     pending = pending.filter(tool_matches(tool, "record__tool__name"), window or Q())
@@ -156,6 +161,8 @@ def _waiting_approvals(
             plan_path=Subquery(plan.values("path")[:1]),
             plan_diff=Subquery(plan.values("diff")[:1]),
             expires_in=ExpressionWrapper(F("expires_at") - Now(), output_field=DurationField()),
+            waited=elapsed_since("created_at"),
+            claim_live=claims.live("claim__"),
         )
         .order_by(ordering, "pk")
     )

@@ -12,6 +12,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db import connection
+from django.db.models import DurationField, ExpressionWrapper, F
+from django.db.models.expressions import Combinable
+from django.db.models.functions import Now
 
 
 def db_now() -> datetime:
@@ -31,3 +34,11 @@ def backoff(attempts: int, *, base_seconds: float, cap_seconds: float) -> timede
     and the notifications' deliveries)."""
     doublings = min(max(0, attempts - 1), 62)  # past the cap long before; a float stays finite
     return timedelta(seconds=min(base_seconds * 2**doublings, cap_seconds))
+
+
+def elapsed_since(moment: Combinable | str) -> ExpressionWrapper:
+    """How long ago ``moment`` (a field's name, or an expression such as ``Min(field)``) was,
+    by the database's clock, read in the query that reads ``moment``: the ages the console and
+    the metrics show."""
+    start = F(moment) if isinstance(moment, str) else moment
+    return ExpressionWrapper(Now() - start, output_field=DurationField())

@@ -1,6 +1,9 @@
-"""``{{ seconds|age }}``: 45 s, 12 min, 3 h, 2 d. ``{{ seconds|countdown }}``: the time left."""
+"""``{{ seconds|age }}`` (seconds or a duration): 45 s, 12 min, 3 h, 2 d.
+``{{ seconds|countdown }}``: the time left."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from django import template
 from django.utils.translation import gettext as _
@@ -9,9 +12,11 @@ register = template.Library()
 
 
 @register.filter
-def age(seconds: int | None) -> str:
+def age(seconds: int | timedelta | None) -> str:
     if seconds is None:
         return "—"
+    if isinstance(seconds, timedelta):
+        seconds = max(0, int(seconds.total_seconds()))
     if seconds < 60:
         return _("%(n)d s") % {"n": seconds}
     if seconds < 3600:

@@ -70,9 +70,3 @@ class ApprovalRequest(models.Model):
 
     def __str__(self) -> str:
         return f"approval {self.pk} ({self.state})"
-
-    @property
-    def age_seconds(self) -> int:
-        from django.utils import timezone
-
-        return int((timezone.now() - self.created_at).total_seconds())

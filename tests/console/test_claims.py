@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from console.claims import CLAIM_TTL
 from console.models import ApprovalClaim
@@ -55,3 +56,24 @@ def test_previous_and_next_walk_the_pending_queue_oldest_first(django_user_model
     assert f'href="/approvals/{queue[2].pk}/" rel="next" data-key="j"' in html
     first = approver.get(f"/approvals/{queue[0].pk}/", secure=True)
     assert first.context["neighbours"] == {"previous": None, "next": queue[1].pk}
+
+
+@pytest.mark.parametrize("skew", [CLAIM_TTL * 2, -CLAIM_TTL * 2], ids=["ahead", "behind"])
+def test_a_claim_is_stamped_and_judged_by_the_database_clock(
+    django_user_model, tenant, pending, monkeypatch, skew
+) -> None:
+    """Alice's web process runs twenty minutes off; Bob's is on time. Her claim still holds
+    for Bob, on the approval's page and in the queue, and the queue's ages stay true."""
+    alice = signed_in(make_user(django_user_model, "alice", tenant, "approver"))
+    bob = signed_in(make_user(django_user_model, "bob", tenant, "approver"))
+    real_now = timezone.now
+    with monkeypatch.context() as skewed:
+        skewed.setattr(timezone, "now", lambda: real_now() + skew)
+        alice.get(f"/approvals/{pending.pk}/", secure=True)
+        queue = bob.get("/approvals/", secure=True)
+    assert "taken by alice" in queue.content.decode()
+    (row,) = queue.context["approvals"]
+    assert timedelta(0) <= row[0].waited < timedelta(minutes=1)
+    page = bob.get(f"/approvals/{pending.pk}/", secure=True)
+    assert page.context["taken_by"].user.username == "alice"
+    assert ApprovalClaim.objects.get().user.username == "alice"

@@ -4,8 +4,10 @@ the process's. A process whose clock is an hour ahead or behind moves no record 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.db.models.functions import Now
@@ -120,3 +122,21 @@ def test_a_combinations_activation_and_halt_are_timed_by_the_database_clock(
     assert activated.activated_at is not None and halted.halted_at is not None
     assert before <= activated.activated_at <= after
     assert before <= halted.halted_at <= after
+
+
+def test_no_module_of_the_service_reads_the_process_clock() -> None:
+    """Every time the ledger, the worker and the console decide by or show an age against is
+    the database's (``ledger.clock``): none of their modules asks the process for the time.
+    (A row's ``created_at``, stamped by Django's ``auto_now_add``, records when, not a
+    deadline.)"""
+    root = Path(__file__).resolve().parents[2]
+    readers = re.compile(r"timezone\.now\(|datetime\.now\(|datetime\.utcnow\(|date\.today\(")
+    found = [
+        f"{path.relative_to(root)}:{number}"
+        for package in ("ledger", "reconcile", "console")
+        for path in sorted((root / package).rglob("*.py"))
+        if "migrations" not in path.parts
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if readers.search(line)
+    ]
+    assert found == []
