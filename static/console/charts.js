@@ -14,11 +14,29 @@
     };
   }
 
+  // Times in the page's language and on a 24-hour clock (uPlot's own are English, 12-hour):
+  // a tick at midnight shows its date, any other its hour; the legend shows both.
+  var LANG = document.documentElement.lang || undefined;
+  var HOUR = new Intl.DateTimeFormat(LANG, { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
+  var DAY = new Intl.DateTimeFormat(LANG, { month: "short", day: "numeric" });
+  var MOMENT = new Intl.DateTimeFormat(LANG, {
+    month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", hourCycle: "h23",
+  });
+
+  function tick(seconds) {
+    var date = new Date(seconds * 1000);
+    return date.getHours() === 0 && date.getMinutes() === 0 ? DAY.format(date) : HOUR.format(date);
+  }
+
+  function moment(u, seconds) {
+    return seconds === null || seconds === undefined ? "—" : MOMENT.format(new Date(seconds * 1000));
+  }
+
   function draw(plot) {
     var data = JSON.parse(document.getElementById(plot.getAttribute("data-chart")).textContent);
     var percent = data.unit === "%";
     // The time series names itself in the page's language (uPlot's own word is English).
-    var series = [{ label: plot.getAttribute("data-time-label") }].concat(data.series.map(function (s, i) {
+    var series = [{ label: plot.getAttribute("data-time-label"), value: moment }].concat(data.series.map(function (s, i) {
       return {
         label: s.label,
         stroke: PALETTE[i % PALETTE.length],
@@ -37,7 +55,10 @@
         y: { range: function (u, min, max) { return [0, percent ? 100 : Math.max(1, Math.ceil(max))]; } },
       },
       axes: [
-        { label: plot.getAttribute("data-x-label") },
+        {
+          label: plot.getAttribute("data-x-label"),
+          values: function (u, ticks) { return ticks.map(tick); },
+        },
         {
           label: plot.getAttribute("data-y-label"),
           size: 60,

@@ -5,6 +5,7 @@ Policy; without JavaScript each chart is a table."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -87,5 +88,13 @@ def test_the_charts_legend_is_in_the_users_language(
     Preferences.objects.create(user=user, language="zh-hans")
     sign_in(page, live_server.url, "mei")
     page.goto(f"{live_server.url}/metrics/")
-    legend = page.locator("figure.chart").first.locator(".u-legend .u-series .u-label")
+    chart = page.locator("figure.chart").first
+    legend = chart.locator(".u-legend .u-series .u-label")
     expect(legend.first).to_have_text("时间")
+    # The time under the pointer is written in Chinese on a 24-hour clock: 12月3日 15:40.
+    box = chart.locator(".u-over").bounding_box()
+    assert box
+    page.mouse.move(box["x"] + box["width"] * 0.9, box["y"] + box["height"] / 2)
+    moment = chart.locator(".u-legend .u-series .u-value").first
+    expect(moment).to_have_text(re.compile(r"^\d{1,2}月\d{1,2}日 [0-2]\d:[0-5]\d$"))
+    shot(page, "metrics-charts-zh")
