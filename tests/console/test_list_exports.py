@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.http import StreamingHttpResponse
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -65,13 +65,20 @@ def _short_unknown_pages(monkeypatch) -> None:
     monkeypatch.setattr("console.unknown.PAGE", 25)
 
 
+@pytest.fixture(scope="module")
+def _filled(django_db_setup, django_db_blocker) -> Iterator[None]:
+    """The two tenants' rows, made once for the module's tests (as Django's ``setUpTestData``):
+    in a transaction rolled back after them, each test running in a savepoint inside it."""
+    with django_db_blocker.unblock(), transaction.atomic():
+        _fill(Tenant.objects.create(slug="ours", name="Ours"), runs=20)
+        _fill(Tenant.objects.create(slug="theirs", name="Theirs"), runs=2)
+        yield
+        transaction.set_rollback(True)
+
+
 @pytest.fixture
-def tenants() -> tuple[Tenant, Tenant]:
-    ours = Tenant.objects.create(slug="ours", name="Ours")
-    theirs = Tenant.objects.create(slug="theirs", name="Theirs")
-    _fill(ours, runs=20)
-    _fill(theirs, runs=2)
-    return ours, theirs
+def tenants(_filled) -> tuple[Tenant, Tenant]:
+    return Tenant.objects.get(slug="ours"), Tenant.objects.get(slug="theirs")
 
 
 @pytest.fixture
