@@ -59,10 +59,12 @@ services:
 		scripts/ensure-services.sh
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), each on a test database of its own:
-# much of a test's time is spent waiting on PostgreSQL, Chromium or a child process, and two
-# workers overlap those waits (docs/testing.md "What runs where"). TEST_WORKERS=0 runs the
-# tests in this one process.
-TEST_WORKERS ?= 2
+# much of a test's time is spent waiting on PostgreSQL, Chromium or a child process, and four
+# workers overlap those waits on two cores (docs/testing.md "What runs where"). TEST_WORKERS=0
+# runs the tests in this one process. The acceptance runs of `make drill` each start a whole
+# stack of processes: two at a time (SCALE_WORKERS).
+TEST_WORKERS ?= 4
+SCALE_WORKERS ?= 2
 test: install services
 	$(TEST_ENV) $(PY) manage.py collectstatic --noinput -v0
 	$(TEST_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist load $(PYTEST_ARGS)
@@ -82,7 +84,7 @@ drill: install services
 	@# The acceptance runs at full size (pytest marker `scale`), too long for `make test`; the
 	@# browser tests among them need the collected static files, as in `make test`.
 	$(TEST_ENV) $(PY) manage.py collectstatic --noinput -v0
-	$(TEST_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist load -m scale $(SCALE_ARGS)
+	$(TEST_ENV) $(PY) -m pytest -n $(SCALE_WORKERS) --dist load -m scale $(SCALE_ARGS)
 
 # Mutation testing (docs/testing.md): mutmut over the pure modules and the record transitions,
 # afresh in mutants/, each mutant against the tests that reach it; then the per-module report,

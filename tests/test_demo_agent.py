@@ -69,6 +69,7 @@ def test_demo_agent_produces_every_kind_of_decision(django_user_model) -> None:
     assert "nothing to do" in again.getvalue()
 
 
+@pytest.mark.scale
 def test_the_make_run_demo_works_on_the_embedded_postgresql() -> None:
     """`make run` needs no database server: with DEBUG on and no DATABASE_URL it starts the
     embedded PostgreSQL. Runs the same commands as `make run` on a fresh embedded server."""

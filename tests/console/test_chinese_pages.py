@@ -117,6 +117,7 @@ def _demo_ledger() -> Tenant:
     return tenant
 
 
+@pytest.mark.scale
 def test_every_page_of_the_demo_reads_in_chinese() -> None:
     _demo_ledger()
     user = get_user_model().objects.get(username="admin")
