@@ -11,6 +11,7 @@ from urllib.parse import urlencode, urlsplit
 
 from django.contrib.auth import get_user_model
 from django.db import connection
+from django.db.models import Model
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import URLPattern, resolve, reverse
@@ -20,10 +21,13 @@ from bench import loader
 from bench.load import ms, percentile
 from console.models import Membership
 from console.roles import Role, allows
-from ledger.models import Run, Tenant
+from ledger.models import IdempotencyRecord, LedgerEntry, Run, Tenant
 
-# Pages that only take a POST are not list pages (any other page answering 405 is dropped too).
-SKIP = {"switch_tenant", "tools_import", "unknown_bulk", "set_language"}
+# Pages that only take a POST are not list pages (any other page answering 405 is dropped too);
+# ``find`` needs an id, and is measured with one (``searches``).
+SKIP = {"switch_tenant", "tools_import", "unknown_bulk", "set_language", "find"}
+#: The answer a page is measured for when it is not 200: finding an id redirects to its page.
+EXPECTED_STATUS = {"find_call": 302, "find_run": 302, "find_key": 302}
 
 
 def list_pages() -> dict[str, str]:
@@ -92,6 +96,7 @@ def measure(clients: dict[Role, Client], pages: dict[str, str], repeat: int) -> 
             "url": url,
             "as": role.value,
             "status": status,
+            "expected_status": EXPECTED_STATUS.get(name, 200),
             "p50_ms": ms(percentile(times, 0.50)),
             "p95_ms": ms(percentile(times, 0.95)),
             # This process's CPU alone (PostgreSQL's is not in it): on a shared machine, the
@@ -111,11 +116,17 @@ def explain(sql: str) -> str:
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
+def _first(model: type[Model], tenant: Tenant, field: str) -> str:
+    """``field`` of the tenant's newest row of ``model``."""
+    return str(model.objects.filter(tenant=tenant).order_by("-pk").values_list(field, flat=True)[0])
+
+
 def searches(tenant: Tenant) -> dict[str, str]:
     """The list pages' searches, measured as pages of their own, with values that match the
     loader's rows (``bench.loader``) of ``tenant``: keys by prefix and by fragment, run ids and
     call ids by their first characters, tools by part of a name, relative and absolute time
-    ranges, and the filters of the unknown queue, the approvals and the audit log."""
+    ranges, the filters of the unknown queue, the approvals and the audit log, and ids found
+    whole."""
     run = loader.run_id(0)  # run 0 is the measured tenant's (loader.SLOTS)
     key_prefix = f"agent:{tenant.slug}:u:{run[:6]}"
     now = timezone.localtime()
@@ -141,6 +152,10 @@ def searches(tenant: Tenant) -> dict[str, str]:
         "approvals_tool": ("approvals", {"tool": "book_meeting"}),
         "audit_action": ("audit", {"action": "record.failed"}),
         "audit_actor": ("audit", {"actor": "al_"}),
+        # An id pasted whole from a log: a call id, a run id, a key.
+        "find_call": ("find", {"id": _first(LedgerEntry, tenant, "call_id")}),
+        "find_run": ("find", {"id": run}),
+        "find_key": ("find", {"id": _first(IdempotencyRecord, tenant, "key")}),
     }
     return {
         name: f"{reverse(f'console:{page}')}?{urlencode(query)}"
