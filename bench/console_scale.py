@@ -118,7 +118,8 @@ def explain(sql: str) -> str:
 
 def _first(model: type[Model], tenant: Tenant, field: str) -> str:
     """``field`` of the tenant's newest row of ``model``."""
-    return str(model.objects.filter(tenant=tenant).order_by("-pk").values_list(field, flat=True)[0])
+    rows = model._default_manager.filter(tenant=tenant).order_by("-pk")
+    return str(rows.values_list(field, flat=True)[0])
 
 
 def searches(tenant: Tenant) -> dict[str, str]:
