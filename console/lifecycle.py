@@ -26,7 +26,6 @@ from console.templatetags.terms import term
 from ledger.errors import LedgerError
 from ledger.models import Run, Tenant, VersionCombination
 from ledger.services import approvals, combinations
-from ledger.stored_text import translate
 
 State = VersionCombination.State
 
@@ -108,11 +107,12 @@ def actions_for(combination: VersionCombination) -> list[Offered]:
 
 
 def _refusal(change: Change, combination: VersionCombination) -> str:
-    """Why ``change`` does not apply to the combination's state (the ledger's refusal, which
-    says what to do instead), in the user's language; empty when it does."""
+    """Why ``change`` does not apply to the combination's state: the ledger's refusal, which
+    says what to do instead (a stored text: the page shows it in the user's language); empty
+    when it applies."""
     if change.name in ("canary", "shadow") and combination.state == change.name:
         return ""  # a change of share
-    return translate(combinations.refusal(combination, change.service_action))
+    return combinations.refusal(combination, change.service_action)
 
 
 def _plan_refusal(change: Change, preview: dict[str, Any]) -> str:
@@ -310,7 +310,8 @@ def combination_change(request: HttpRequest, tenant: Tenant, pk: int, change: st
     chosen = CHANGES[change]
     back = "list" if (request.POST.get("back") or request.GET.get("back")) == "list" else ""
     preview = _preview(tenant, chosen, combination)
-    refused = _refusal(chosen, combination) or _plan_refusal(chosen, preview)
+    not_applicable = _refusal(chosen, combination)
+    refused = not_applicable or _plan_refusal(chosen, preview)
     error, status = refused, 200
     if request.method == "POST" and refused:
         status = 409
@@ -327,7 +328,8 @@ def combination_change(request: HttpRequest, tenant: Tenant, pk: int, change: st
             return redirect("console:combination", pk=combination.pk)
         combination.refresh_from_db()
         preview = _preview(tenant, chosen, combination)
-        refused = _refusal(chosen, combination) or _plan_refusal(chosen, preview)
+        not_applicable = _refusal(chosen, combination)
+        refused = not_applicable or _plan_refusal(chosen, preview)
     typed_share, _bp = _share(request.POST or request.GET, chosen, combination)
     return render(
         request,
@@ -339,6 +341,7 @@ def combination_change(request: HttpRequest, tenant: Tenant, pk: int, change: st
             change=chosen,
             error=error,
             refused=bool(refused),
+            applies=not not_applicable,
             reason=request.POST.get("reason", ""),
             share_bp=typed_share,
             back=back,

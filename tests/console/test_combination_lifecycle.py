@@ -112,7 +112,7 @@ def test_only_a_halted_combination_is_resumed_and_a_second_resume_changes_nothin
     canary = _canary(tenant, combos)
     page = manager.get(_url(canary, "resume"), secure=True).content.decode()
     assert "only a halted combination can be resumed (good is canary)" in page
-    assert 'name="reason"' not in page
+    assert 'name="reason"' not in page and 'id="change-effects"' not in page
     refused = _post(manager, canary, "resume", reason="r")
     assert refused.status_code == 409 and _state(canary) == "canary"
     combinations.halt(tenant=tenant, combination_id=canary.pk, actor="x", source="api", reason="r")
