@@ -7,7 +7,7 @@ permission: deciding is a POST with CSRF, checked by ``approvals.decide``."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -15,7 +15,6 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 
 from console.models import ApprovalClaim
-from ledger.clock import db_now
 from ledger.models import ApprovalRequest
 
 #: How long opening an approval counts as "taken" without opening it again. Claims are stamped
@@ -28,10 +27,6 @@ def live(prefix: str = "") -> ExpressionWrapper:
     as a column of the query that reads it."""
     fresh = Q(**{f"{prefix}claimed_at__gt": Now() - CLAIM_TTL})
     return ExpressionWrapper(fresh, output_field=BooleanField())
-
-
-def _is_live(claim: ApprovalClaim, now: datetime) -> bool:
-    return claim.claimed_at > now - CLAIM_TTL
 
 
 def holder(approval: ApprovalRequest) -> str | None:
@@ -47,16 +42,16 @@ def claim(approval: ApprovalRequest, user: AbstractBaseUser) -> ApprovalClaim | 
     """Mark ``approval`` as being reviewed by ``user``. Returns someone else's live claim when it
     is already taken (theirs is kept), otherwise ``None``."""
     with transaction.atomic():
-        now = db_now()
-        current, created = ApprovalClaim.objects.select_for_update().get_or_create(
-            approval=approval, defaults={"user_id": user.pk, "claimed_at": now}
+        claims = ApprovalClaim.objects.select_for_update().annotate(is_live=live())
+        current, created = claims.get_or_create(
+            approval=approval, defaults={"user_id": user.pk, "claimed_at": Now()}
         )
         if created:
             return None
-        if current.user_id != user.pk and _is_live(current, now):
+        if current.user_id != user.pk and current.is_live:
             return current
         current.user_id = user.pk
-        current.claimed_at = now
+        current.claimed_at = Now()
         current.save(update_fields=["user", "claimed_at"])
     return None
 
@@ -66,7 +61,8 @@ def taken(approval: ApprovalRequest, user: AbstractBaseUser) -> ApprovalClaim | 
     polling itself is not opening it again."""
     return (
         ApprovalClaim.objects.select_related("user")
-        .filter(approval=approval, claimed_at__gt=Now() - CLAIM_TTL)
+        .alias(is_live=live())
+        .filter(approval=approval, is_live=True)
         .exclude(user_id=user.pk)
         .first()
     )

@@ -32,7 +32,7 @@ from ledger.models import (
     RolloutStep,
 )
 from ledger.services.approvals import still_open
-from ledger.services.metrics import COUNTERS, bucket_of
+from ledger.services.metrics import COUNTERS, bucket_of, dedup_hit_rate
 from reconcile.models import ReconcileAttempt
 
 RATE_WINDOW = timedelta(minutes=15)
@@ -93,7 +93,7 @@ class LedgerCollector(Collector):
             .annotate(hits=Sum("dedup_hits"), keyed=Sum("keyed_requests"))
         )
         for row in rows:
-            value = (row["hits"] or 0) / row["keyed"] if row["keyed"] else 0.0
+            value = dedup_hit_rate(row["hits"], row["keyed"])
             rate.add_metric([row["tenant__slug"], row["combination__label"] or ""], value)
         yield rate
 

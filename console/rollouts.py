@@ -21,13 +21,12 @@ from ledger.models import RolloutPlan, Tenant, VersionCombination
 from ledger.services import rollouts
 
 PAGE_SIZE = 50
-Combo = VersionCombination.State
 
 
 def _candidates(tenant: Tenant) -> list[VersionCombination]:
     return list(
         VersionCombination.objects.filter(
-            tenant=tenant, state__in=[Combo.NEW, Combo.RETIRED, Combo.CANARY, Combo.SHADOW]
+            tenant=tenant, state__in=rollouts.CANDIDATE_STATES
         ).order_by("-pk")[:100]
     )
 

@@ -40,7 +40,7 @@ from ledger.models import (
 from ledger.records.escalation import escalated_as
 from ledger.records.reserve import state_table_answer
 from ledger.records.transitions import REPORTED, Outcome
-from ledger.services.approvals import action_hash, still_open
+from ledger.services.approvals import still_open
 from ledger.services.combinations import RollbackReport
 
 
@@ -148,7 +148,7 @@ def _waiting_approvals(
     pending = pending.filter(tool_matches(tool, "record__tool__name"), window or Q())
     # Each action's write plan (its first call's), read in the same statement: its path, and
     # its diff for the change's size. None for an action without one.
-    plan = WritePlan.objects.filter(entry__record_id=OuterRef("record_id")).order_by("pk")
+    plan = IdempotencyRecord.write_plans(id=OuterRef("record_id"))
     return (
         pending.select_related(
             "record__tool",
@@ -308,6 +308,7 @@ def retry_answer(entry: LedgerEntry, latest: ApprovalRequest | None) -> RetryAns
     record's ``latest`` approval request joined if open, or standing if it rejected this
     action. A read: nothing is reserved, counted or asked for."""
     from ledger.calls import observation_for
+    from ledger.calls.approval import rejects
 
     record = entry.record
     assert record is not None
@@ -316,9 +317,7 @@ def retry_answer(entry: LedgerEntry, latest: ApprovalRequest | None) -> RetryAns
     if decision is Decision.APPROVAL_REQUIRED and latest is not None:
         if latest.state in ApprovalRequest.OPEN_STATES:
             approval = latest
-        elif latest.state == ApprovalRequest.State.REJECTED and latest.action_hash == action_hash(
-            entry, record
-        ):
+        elif rejects(latest, entry, record):
             approval, decision, code = latest, Decision.FORBIDDEN, ObservationCode.APPROVAL_REJECTED
     retry = LedgerEntry(
         call_id=entry.call_id,
@@ -402,7 +401,13 @@ def call_page(entry: LedgerEntry) -> dict[str, object]:
     if entry.record_id is not None:
         targets |= Q(target_type="idempotencyrecord", target_id=str(entry.record_id))
     return {
-        "plan": WritePlan.objects.filter(entry=entry).first(),
+        # The action's plan (a retry's entry has none of its own); a call without a record
+        # (refused, or a shadow run's dry run) shows its own.
+        "plan": (
+            IdempotencyRecord.write_plans(id=entry.record_id).first()
+            if entry.record_id
+            else WritePlan.objects.filter(entry=entry).first()
+        ),
         "attempts": list(
             ReconcileAttempt.objects.filter(record_id=entry.record_id).order_by("created_at")
         )
@@ -448,7 +453,7 @@ def record_page(record: IdempotencyRecord) -> dict[str, object]:
     )
     return {
         "entries": entries,
-        "plan": WritePlan.objects.filter(entry__record=record).order_by("pk").first(),
+        "plan": record.write_plan,
         "attempts": list(ReconcileAttempt.objects.filter(record=record).order_by("created_at")),
         "approvals": approvals,
         "compensation": Compensation.objects.filter(original=record).select_related("tool").first(),

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from django.utils.translation import gettext_noop
 
-from ledger.models import IdempotencyRecord, WritePlan
+from ledger.models import IdempotencyRecord
 from ledger.stored_text import StoredText
 from reconcile.models import DownstreamAdapter, ReconcileAttempt, WorkspaceRoot
 
@@ -44,18 +44,21 @@ def plan_check(
     return PlannedCheck(ReconcileAttempt.Kind.NONE, NO_ADAPTER(tool=record.tool.name))
 
 
+def write_plan_workspaces(record_ids: Sequence[int]) -> dict[int, str]:
+    """The workspace of each record's own write plan (record id -> workspace), as the worker's
+    claim reads the plan (``services._claim``); records without a plan are left out."""
+    plans: dict[int, str] = {}
+    for record_id, workspace in IdempotencyRecord.write_plans(id__in=record_ids).values_list(
+        "entry__record_id", "workspace"
+    ):
+        plans.setdefault(record_id, workspace)
+    return plans
+
+
 def cannot_look_up(records: Sequence[IdempotencyRecord]) -> dict[int, str]:
     """Why each record no worker can look up needs a human (record id -> reason), in the
     words the worker escalates it with. Three queries, whatever the number of records."""
-    ids = [record.pk for record in records]
-    # The worker reads the first write plan of the record's entries (``services._claim``).
-    plans: dict[int, str] = {}
-    for record_id, workspace in (
-        WritePlan.objects.filter(entry__record_id__in=ids)
-        .order_by("-pk")
-        .values_list("entry__record_id", "workspace")
-    ):
-        plans[record_id] = workspace
+    plans = write_plan_workspaces([record.pk for record in records])
     with_adapter = set(
         DownstreamAdapter.objects.filter(tool_id__in={r.tool_id for r in records}).values_list(
             "tool_id", flat=True

@@ -10,17 +10,20 @@ from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry
 from ledger.services import approvals
 
 
-def rejection_of(record: IdempotencyRecord, entry: LedgerEntry) -> ApprovalRequest | None:
-    """The record's latest approval request, if a human rejected this exact action in it:
-    the rejection stands, and the same action is not put to a human again."""
-    latest = latest_approval(record)
-    if (
+def rejects(latest: ApprovalRequest | None, entry: LedgerEntry, record: IdempotencyRecord) -> bool:
+    """Whether ``latest``, the record's latest approval request, is a human's rejection of this
+    exact action: the rejection stands, and the same action is not put to a human again."""
+    return (
         latest is not None
         and latest.state == ApprovalRequest.State.REJECTED
         and latest.action_hash == approvals.action_hash(entry, record)
-    ):
-        return latest
-    return None
+    )
+
+
+def rejection_of(record: IdempotencyRecord, entry: LedgerEntry) -> ApprovalRequest | None:
+    """The record's latest approval request, if it rejected this exact action (``rejects``)."""
+    latest = latest_approval(record)
+    return latest if rejects(latest, entry, record) else None
 
 
 def ask_for_approval(result: CallResult, record: IdempotencyRecord, caller: Caller) -> None:

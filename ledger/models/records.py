@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 
 from ledger.decisions import failure_is_final
@@ -238,7 +238,17 @@ class IdempotencyRecord(models.Model):
         """The action's write plan, wherever it was recorded: retries and duplicates are new
         entries of the same record without a plan of their own. Written with the record's
         first entry or never, so it is read once per instance."""
-        return WritePlan.objects.filter(entry__record_id=self.pk).order_by("pk").first()
+        return self.write_plans(id=self.pk).first()
+
+    @staticmethod
+    def write_plans(**of: Any) -> QuerySet[WritePlan]:
+        """The write plans of the records that ``of`` picks by id (``id=``, ``id__in=``, or
+        ``id=OuterRef(...)`` in a subquery), each action's own first: the plan of its first
+        call that had one. The worker's claim reads the same in SQL
+        (``reconcile.services._claim_sql``; ``tests/records/test_record_rules.py`` holds the
+        two equal)."""
+        picked = {f"entry__record_{lookup}": value for lookup, value in of.items()}
+        return WritePlan.objects.filter(**picked).order_by("pk")
 
 
 class WritePlan(models.Model):

@@ -106,7 +106,7 @@ def void_reason(approval: ApprovalRequest, *, now: datetime | None = None) -> st
     entry = approval.entry
     if not approval.record.waits_to_start:
         return f"the action is already settled ({approval.record.state})"
-    if approval.expires_at <= (now or db_now()):
+    if expired(approval, now=now):
         return EXPIRED
     if (run := entry.run).halted:
         if run.combination is None or run.status == Run.Status.HALTED:
@@ -118,6 +118,12 @@ def void_reason(approval: ApprovalRequest, *, now: datetime | None = None) -> st
 
 
 EXPIRED = "the request expired"
+
+
+def expired(approval: ApprovalRequest, *, now: datetime | None = None) -> bool:
+    """Whether the approval's time is up (by the database's clock unless ``now`` is given):
+    it can no longer be given, nor used once given. ``still_open`` asks it as a query."""
+    return approval.expires_at <= (now or db_now())
 
 
 def still_open(approvals: QuerySet[ApprovalRequest] | None = None) -> QuerySet[ApprovalRequest]:
@@ -267,7 +273,7 @@ def consume(
         raise ApprovalError("there is no granted approval for this action")
     if approval.action_hash != action_hash(entry, record):
         raise ApprovalVoid(approval, "the approval was for a different action")
-    if approval.expires_at <= db_now():
+    if expired(approval):
         raise ApprovalVoid(approval, "the approval expired before it was used")
     approval.state = Approval.CONSUMED
     approval.save(update_fields=["state"])

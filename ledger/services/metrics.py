@@ -162,6 +162,11 @@ def _fold_events(cursor: MetricCursor, counts: dict[Key, dict[str, int]], batch:
     return len(events)
 
 
+def dedup_hit_rate(hits: int | None, keyed_requests: int | None) -> float:
+    """Dedup hits over keyed requests (DESIGN section 9); 0 where nothing was keyed."""
+    return (hits or 0) / keyed_requests if keyed_requests else 0.0
+
+
 @dataclass
 class Summary:
     keyed_requests: int = 0
@@ -174,7 +179,7 @@ class Summary:
 
     @property
     def dedup_hit_rate(self) -> float:
-        return self.dedup_hits / self.keyed_requests if self.keyed_requests else 0.0
+        return dedup_hit_rate(self.dedup_hits, self.keyed_requests)
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "dedup_hit_rate": round(self.dedup_hit_rate, 4)}

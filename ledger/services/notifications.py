@@ -82,8 +82,7 @@ RULES = (
         Role.APPROVER,
         1,
         lambda t, p, c: waiting_approvals(t).filter(
-            expires_at__gt=Now(),
-            expires_at__lte=Now() + timedelta(minutes=p.expiry_warning_minutes),
+            expires_at__lte=Now() + timedelta(minutes=p.expiry_warning_minutes)
         ),
     ),
     Rule(

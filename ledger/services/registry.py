@@ -276,14 +276,8 @@ def unsaved_builtin_tool(*, tenant: Tenant, name: str) -> Tool:
     """A catalogue or shell tool as it would be registered, without writing anything."""
     if not is_builtin(name):
         raise NotFound(f"unknown tool {name!r}: register it first")
-    known = catalogue_tool(name)
-    tool = Tool(
-        tenant=tenant,
-        name=name,
-        kind=_kind(name),
-        key_scope=(known.key_scope if known else KeyScope.RUN).value,
-    )
-    _apply(tool, _classify(tool, _rules(tenant)))
+    tool = Tool(tenant=tenant, name=name)
+    _declare(tool, tenant)  # as ``ensure_catalogue_tool`` registers it
     return tool
 
 

@@ -46,6 +46,8 @@ from ledger.services.thresholds import Verdict, judge
 
 logger = logging.getLogger(__name__)
 Combo = VersionCombination.State
+#: The states a combination may be rolled out from: any but the active one and a halted one.
+CANDIDATE_STATES = frozenset(Combo) - {Combo.ACTIVE, Combo.HALTED}
 FULL = 10_000
 MAX_STEPS = 10
 MAX_STEP_MINUTES = 60 * 24 * 7
@@ -102,7 +104,7 @@ def create_plan(
             )
             if candidate is None:
                 raise NotFound(f"no version combination {candidate_id}")
-            if candidate.state in (Combo.ACTIVE, Combo.HALTED):
+            if candidate.state not in CANDIDATE_STATES:
                 raise Conflict(f"an {candidate.state} combination cannot be rolled out")
             if not VersionCombination.objects.filter(tenant=tenant, state=Combo.ACTIVE).exists():
                 raise Conflict("a rollout ramps a candidate beside the active combination: none")

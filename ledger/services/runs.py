@@ -74,7 +74,21 @@ def pick_combination(tenant: Tenant, run_id: str) -> VersionCombination | None:
     active = next((c for c in candidates if c.state == VersionCombination.State.ACTIVE), None)
     if active is not None:
         return active
-    # Fail closed: with the active combination halted and nothing restored, runs are refused.
+    return _last_activated_if_halted(tenant)
+
+
+def fails_closed_on(tenant: Tenant) -> VersionCombination | None:
+    """The halted combination the tenant's new runs are refused under (``pick_combination``
+    gives it to them): with no combination active, the last one activated, if it is halted."""
+    if VersionCombination.objects.filter(
+        tenant=tenant, state=VersionCombination.State.ACTIVE
+    ).exists():
+        return None
+    return _last_activated_if_halted(tenant)
+
+
+def _last_activated_if_halted(tenant: Tenant) -> VersionCombination | None:
+    """Fail closed: with the active combination halted and nothing restored, runs are refused."""
     latest = (
         VersionCombination.objects.filter(tenant=tenant, activated_at__isnull=False)
         .order_by("-activated_at")

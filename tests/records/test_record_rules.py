@@ -14,10 +14,12 @@ from django.db.models.functions import Now
 
 from ledger.decisions import failure_is_final
 from ledger.domain import FINAL_ERROR_CODES, TERMINAL_RECORD_STATES, RecordState
-from ledger.models import IdempotencyRecord, LedgerEntry, Tenant, Tool
+from ledger.models import IdempotencyRecord, LedgerEntry, Tenant, Tool, WritePlan
 from ledger.records import Outcome, resolve_unknown, transitions
 from ledger.records.escalation import claimable_sql
 from ledger.services.statements import quote
+from reconcile import services as reconcile_services
+from reconcile.coverage import write_plan_workspaces
 from tests.factories import make_entry, refresh, reserve
 
 pytestmark = pytest.mark.django_db
@@ -196,3 +198,31 @@ def test_awaiting_a_look_up_is_one_rule_as_a_query_and_in_sql(entry: LedgerEntry
         expected,
         expected,
     )
+
+
+def test_an_actions_write_plan_is_its_first_calls_in_python_in_sql_and_for_many(
+    tenant: Tenant, read_file: Tool
+) -> None:
+    """Three calls of one action, the second and third with a plan: the action's plan is the
+    second call's, read by the record, by the worker's claim (SQL) and for a list of records."""
+    record = reserve(tenant, read_file, key="k-plans").record
+    entries = [make_entry(tenant, read_file) for _ in range(3)]
+    for entry in entries:
+        entry.record = record
+        entry.save(update_fields=["record"])
+    plans = [
+        WritePlan.objects.create(
+            tenant=tenant,
+            entry=entry,
+            workspace=f"ws-{n}",
+            path="a.py",
+            before_hash="0" * 64,
+            after_hash="1" * 64,
+        )
+        for n, entry in enumerate(entries[1:])
+    ]
+    IdempotencyRecord.objects.filter(pk=record.pk).update(state=RecordState.UNKNOWN)
+    assert refresh(record).write_plan == plans[0]
+    claimed = reconcile_services._claim(record.pk)
+    assert claimed is not None and claimed[2] == plans[0]
+    assert write_plan_workspaces([record.pk]) == {record.pk: "ws-0"}

@@ -22,6 +22,7 @@ from ledger.services.combinations.transitions import (
     refusal,
     state_of,
 )
+from ledger.services.runs import fails_closed_on
 from ledger.stored_text import StoredText
 
 # What the ledger stores of a halt and a retirement, and what it refuses (shown translated).
@@ -225,17 +226,9 @@ def _retire_plan(tenant: Tenant, combination: VersionCombination) -> RetirePlan:
 
 
 def _fails_closed_on(tenant: Tenant, combination: VersionCombination) -> bool:
-    """Whether the tenant's runs are refused because of this halted combination: no other is
-    active and it is the last one activated (``runs.pick_combination``)."""
-    if VersionCombination.objects.filter(tenant=tenant, state=State.ACTIVE).exists():
-        return False
-    latest = (
-        VersionCombination.objects.filter(tenant=tenant, activated_at__isnull=False)
-        .order_by("-activated_at")
-        .values_list("pk", flat=True)
-        .first()
-    )
-    return latest == combination.pk
+    """Whether the tenant's runs are refused because of this halted combination."""
+    refused_under = fails_closed_on(tenant)
+    return refused_under is not None and refused_under.pk == combination.pk
 
 
 def retire(
