@@ -48,23 +48,20 @@ from ledger.services.combinations import RollbackReport
 class Queue:
     key: str
     count: int
-    oldest: datetime | None
-    age: timedelta | None  # how long the oldest has waited, by the database's clock
+    age: timedelta | None  # how long the oldest has waited, by the database's clock; None: empty
 
 
 def inbox(tenant: Tenant) -> dict[str, object]:
     """What needs a human now, with counts and ages, and whether look-ups are running (four
     indexed queries and the scheduler's heartbeat)."""
     approvals = still_open(ApprovalRequest.objects.filter(tenant=tenant)).aggregate(
-        n=Count("pk"), oldest=Min("created_at"), age=elapsed_since(Min("created_at"))
+        n=Count("pk"), age=elapsed_since(Min("created_at"))
     )
     unknown = IdempotencyRecord.objects.filter(tenant=tenant, state=RecordState.UNKNOWN)
     unknown_counts = unknown.aggregate(
         n=Count("pk"),
-        oldest=Min("uncertain_since"),
         age=elapsed_since(Min("uncertain_since")),
         conflicts=Count("pk", filter=WRITE_CONFLICTS),
-        conflicts_oldest=Min("uncertain_since", filter=WRITE_CONFLICTS),
         conflicts_age=elapsed_since(Min("uncertain_since", filter=WRITE_CONFLICTS)),
     )
     halted = list(
@@ -72,15 +69,10 @@ def inbox(tenant: Tenant) -> dict[str, object]:
     )
     return {
         "reconciler": reconciler(),
-        "approvals": Queue("approvals", approvals["n"], approvals["oldest"], approvals["age"]),
-        "unknown": Queue(
-            "unknown", unknown_counts["n"], unknown_counts["oldest"], unknown_counts["age"]
-        ),
+        "approvals": Queue("approvals", approvals["n"], approvals["age"]),
+        "unknown": Queue("unknown", unknown_counts["n"], unknown_counts["age"]),
         "conflicts": Queue(
-            "conflicts",
-            unknown_counts["conflicts"],
-            unknown_counts["conflicts_oldest"],
-            unknown_counts["conflicts_age"],
+            "conflicts", unknown_counts["conflicts"], unknown_counts["conflicts_age"]
         ),
         "halted": halted,
     }
@@ -384,7 +376,7 @@ def report_answer(entry: LedgerEntry) -> ReportAnswer | None:
 
 
 def call_page(entry: LedgerEntry) -> dict[str, object]:
-    """Everything about one call: its write plan, its action's look-ups and approvals, what a
+    """Everything about one call: its action's write plan, look-ups and approvals, what a
     retry of it would be told now (``retry_answer``; what the model was told with the call's
     own decision is kept with it, ``LedgerEntry.observation``), the number of the action's
     dedup hits, and the audit events of the action and the call's approvals, oldest first."""
@@ -404,8 +396,8 @@ def call_page(entry: LedgerEntry) -> dict[str, object]:
         # The action's plan (a retry's entry has none of its own); a call without a record
         # (refused, or a shadow run's dry run) shows its own.
         "plan": (
-            IdempotencyRecord.write_plans(id=entry.record_id).first()
-            if entry.record_id
+            entry.record.write_plan
+            if entry.record is not None
             else WritePlan.objects.filter(entry=entry).first()
         ),
         "attempts": list(

@@ -10,7 +10,7 @@ from ledger.models import IdempotencyRecord, LedgerEntry
 from ledger.records import Outcome, resolve_unknown
 from reconcile.services import reconcile_record
 from tests.api.conftest import client_for
-from tests.console.conftest import make_user, signed_in
+from tests.console.conftest import make_pending, make_user, signed_in
 
 pytestmark = pytest.mark.django_db
 
@@ -139,3 +139,14 @@ def test_the_call_page_shows_what_the_model_was_told_then_and_what_a_retry_gets_
     told = _section(html, "call-told")
     assert "Go ahead" in told and "SIDE_EFFECT_UNCERTAIN" in told and "o-4242" not in told
     assert "o-4242" in _section(html, "call-retry")
+
+
+def test_a_retrys_page_shows_its_actions_write_plan(django_user_model, tenant) -> None:
+    """The replay of a conditional write is a call of its own without a plan; its page shows
+    the plan its action was recorded with, as the action's page does."""
+    approval = make_pending(tenant, "settings.py")
+    retry = LedgerEntry.objects.get(record=approval.record, write_plan__isnull=True)
+    operator = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    page = operator.get(f"/ledger/calls/{retry.pk}/", secure=True)
+    assert page.context["plan"] == approval.record.write_plan
+    assert "repo:settings.py" in page.content.decode()

@@ -70,7 +70,7 @@ def test_a_claim_is_stamped_and_judged_by_the_database_clock(
     with monkeypatch.context() as skewed:
         skewed.setattr(timezone, "now", lambda: real_now() + skew)
         alice.get(f"/approvals/{pending.pk}/", secure=True)
-        queue = bob.get("/approvals/", secure=True)
+    queue = bob.get("/approvals/", secure=True)
     assert "taken by alice" in queue.content.decode()
     (row,) = queue.context["approvals"]
     assert timedelta(0) <= row[0].waited < timedelta(minutes=1)
