@@ -19,9 +19,8 @@ from django.utils import timezone
 
 from bench import loader
 from bench.load import ms, percentile
-from console.models import Membership
-from console.roles import Role, allows
-from ledger.models import IdempotencyRecord, LedgerEntry, Run, Tenant
+from ledger.models import IdempotencyRecord, LedgerEntry, Membership, Run, Tenant
+from ledger.permissions import Role, allows
 
 # Pages that only take a POST are not list pages (any other page answering 405 is dropped too);
 # ``find`` needs an id, and is measured with one (``searches``).

@@ -19,8 +19,8 @@ from django.views.csrf import csrf_failure as django_csrf_failure
 from console.denials import Reason, audit_denial
 from console.forbidden import refusal
 from console.members import memberships_of, request_has_role
-from console.roles import Role
 from ledger.models import Tenant
+from ledger.permissions import Role
 
 TENANT_SESSION_KEY = "console_tenant_id"
 View = Callable[..., HttpResponseBase]  # a page, a redirect or a streamed export

@@ -12,10 +12,9 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from console.models import Membership
-from console.roles import Role
 from ledger.admin import AuditedAdmin
-from ledger.models import Tenant
+from ledger.models import Membership, Tenant
+from ledger.permissions import Role
 
 
 def administered_tenants(request: HttpRequest) -> QuerySet[Tenant]:

@@ -8,8 +8,8 @@ from django.shortcuts import render
 
 from console.access import console_view, get_for_tenant
 from console.navigation import context_for
-from console.roles import Role
 from ledger.models import AuditEvent, Tenant
+from ledger.permissions import Role
 from ledger.redaction import redact, redact_text
 
 

@@ -12,8 +12,8 @@ from console.access import console_view, get_for_tenant
 from console.filters import WindowForm
 from console.lifecycle import actions_for
 from console.navigation import context_for
-from console.roles import Role
 from ledger.models import Tenant, VersionCombination
+from ledger.permissions import Role
 from ledger.services import metrics
 
 

@@ -15,7 +15,6 @@ from django.utils.translation import gettext as _
 
 from console.access import console_view, get_for_tenant
 from console.navigation import context_for
-from console.roles import Role
 from ledger.errors import LedgerError
 from ledger.models import (
     ApprovalRequest,
@@ -26,6 +25,7 @@ from ledger.models import (
     Tenant,
     Tool,
 )
+from ledger.permissions import Role
 from ledger.services import approvals
 from ledger.services.compensations import compensation_record, compensation_view
 from reconcile import compensation_requests, compensations

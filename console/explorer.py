@@ -36,11 +36,11 @@ from console.csv_export import Columns, csv_response, export_href
 from console.filters import TimeRangeForm, tool_matches
 from console.navigation import context_for
 from console.params import parse_id
-from console.roles import Role
 from console.templatetags.target_links import object_url
 from ledger.domain import Decision, EntryStatus
 from ledger.keys import KEY_START
 from ledger.models import IdempotencyRecord, LedgerEntry, Run, Tenant
+from ledger.permissions import Role
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200

@@ -11,11 +11,10 @@ from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from console.models import Membership
 from console.navigation import context_for
-from console.roles import Role
 from console.templatetags.terms import term
-from ledger.models import Tenant
+from ledger.models import Membership, Tenant
+from ledger.permissions import Role
 
 
 def holders(tenant: Tenant, needed: tuple[Role, ...]) -> list[str]:

@@ -21,10 +21,10 @@ from django.utils.translation import gettext_lazy, ngettext
 
 from console.access import console_view, get_for_tenant
 from console.navigation import context_for
-from console.roles import Role
 from console.templatetags.terms import term
 from ledger.errors import LedgerError
 from ledger.models import Run, Tenant, VersionCombination
+from ledger.permissions import Role
 from ledger.services import approvals, combinations
 
 State = VersionCombination.State

@@ -7,9 +7,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.utils.translation import gettext as _
 
-from console.models import Membership
-from console.roles import Role, allows
-from ledger.models import Tenant
+from ledger.models import Membership, Tenant
+from ledger.permissions import Role, allows
 
 
 def user_id_of(request: HttpRequest) -> int:

@@ -1,4 +1,6 @@
-"""Who may see which tenant in the console, and with which role there (``console.roles``)."""
+"""The console's own state: who is looking at an approval, a user's preferences, and the
+per-minute windows that bound the audit of denials. Memberships and roles are the ledger's
+(``ledger.models.Membership``, ``ledger.permissions``)."""
 
 from __future__ import annotations
 
@@ -7,31 +9,7 @@ from typing import ClassVar
 from django.conf import settings
 from django.db import models
 
-from console.roles import Role
 from ledger.models import Tenant
-
-
-class Membership(models.Model):
-    """A console user's access to one tenant, with their role there; a user may belong to
-    several tenants with a different role in each. No role: the inbox, tools and audit only."""
-
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
-    )
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="members")
-    role = models.CharField(max_length=16, choices=Role.choices, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints: ClassVar = [
-            models.UniqueConstraint(fields=["user", "tenant"], name="membership_unique"),
-            models.CheckConstraint(
-                condition=models.Q(role__in=["", *Role.values]), name="membership_role"
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.user} @ {self.tenant} ({self.role or 'no role'})"
 
 
 class ApprovalClaim(models.Model):

@@ -10,8 +10,8 @@ from django.http import HttpRequest
 from django.urls import resolve, reverse
 
 from console.members import request_roles, tenants_of
-from console.roles import Role, allows
 from ledger.models import Tenant
+from ledger.permissions import Role, allows
 
 #: The pages the top bar and the inbox link to (URL names in the ``console`` namespace).
 LINKED_PAGES = (
@@ -23,6 +23,7 @@ LINKED_PAGES = (
     "runs",
     "tools",
     "audit",
+    "tokens",
 )
 #: The pages of one object each (a ``pk`` in their URL) that ids link to across the console.
 OBJECT_PAGES = (

@@ -12,9 +12,9 @@ from django.utils.translation import gettext as _
 from console.access import console_view
 from console.navigation import context_for
 from console.params import parse_id
-from console.roles import Role
 from ledger.errors import LedgerError
 from ledger.models import Notification, NotificationChannel, OnCallPolicy, Tenant
+from ledger.permissions import Role
 from ledger.services import notifications
 
 

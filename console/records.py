@@ -10,8 +10,8 @@ from django.shortcuts import render
 from console import selectors
 from console.access import console_view, get_for_tenant
 from console.navigation import context_for
-from console.roles import Role
 from ledger.models import IdempotencyRecord, Tenant
+from ledger.permissions import Role
 
 
 @console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER, target="idempotencyrecord")

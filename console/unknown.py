@@ -26,10 +26,10 @@ from console.csv_export import Columns, csv_response, export_href
 from console.filters import RANGES
 from console.navigation import context_for
 from console.params import parse_id
-from console.roles import Role
 from ledger.domain import EscalationKind, RecordState
 from ledger.errors import InvalidInput, LedgerError
 from ledger.models import IdempotencyRecord, Tenant
+from ledger.permissions import Role
 from ledger.records import Outcome, resolve_unknown
 from reconcile import operator_actions
 

@@ -14,6 +14,7 @@ from console import (
     readiness,
     records,
     rollouts,
+    tokens,
     unknown,
     views,
 )
@@ -96,6 +97,8 @@ console_patterns = [
     path("tools/import", views.tools_import, name="tools_import"),
     path("tools/<int:pk>/override", views.tool_override, name="tool_override"),
     path("tools/compensation", compensations.tool_compensation, name="tool_compensation"),
+    path("tokens/", tokens.api_tokens, name="tokens"),
+    path("tokens/revoke", tokens.revoke_token, name="revoke_token"),
 ]
 
 urlpatterns = [

@@ -36,7 +36,6 @@ from console.lifecycle import actions_for
 from console.members import request_has_role, tenants_of
 from console.navigation import context_for
 from console.params import parse_id
-from console.roles import Role
 from console.sessions import polled
 from console.templatetags.humanize_age import countdown_formats
 from ledger.domain import Idempotency, ServerTrust
@@ -50,6 +49,7 @@ from ledger.models import (
     Tool,
     VersionCombination,
 )
+from ledger.permissions import Role
 from ledger.services import approvals as approvals_service
 from ledger.services import combinations, metrics, thresholds
 from ledger.services.registry import import_mcp_tools, override_tool

@@ -37,17 +37,19 @@ def _setup(stack: Stack) -> Any:
     from django.contrib.auth import get_user_model
 
     from agent_ledger_client import LedgerClient
-    from console.models import Membership
     from drill.context import ADAPTERS, DrillContext
     from drill.context import Tenant as DrillTenant
     from drill.drills.rollback import VERSIONS
-    from ledger.models import ApiToken, Tenant, Tool
+    from ledger.models import ApiToken, Membership, Tenant, Tool
+    from ledger.permissions import SERVICE_ACCOUNT_SCOPES
     from reconcile.models import DownstreamAdapter
 
     tenant = Tenant.objects.create(slug="drill", name="Drill Co")
     other = Tenant.objects.create(slug="drill-other", name="Someone Else")
-    _t, token = ApiToken.issue(tenant=tenant, name="drill-runtime")
-    _o, other_token = ApiToken.issue(tenant=other, name="other-runtime")
+    # The drills drive a runtime's calls and a manager's changes with one service token.
+    scopes = sorted(SERVICE_ACCOUNT_SCOPES)
+    _t, token = ApiToken.issue(tenant=tenant, name="drill-runtime", scopes=scopes)
+    _o, other_token = ApiToken.issue(tenant=other, name="other-runtime", scopes=scopes)
     approver = get_user_model().objects.create_user("drill-approver", password=None)
     Membership.objects.create(user=approver, tenant=tenant, role="approver")
     with LedgerClient(stack.web_url, token, request_timeout=15) as client:

@@ -124,9 +124,18 @@ class TenantAdmin(AuditedAdmin):
 class ApiTokenAdmin(AuditedAdmin):
     list_display = ("name", "prefix", "tenant", "user", "created_at", "revoked_at")
     list_filter = ("tenant",)
-    # A token's tenant and owner are fixed when it is issued: moving a token would hand one
-    # tenant's runtime another's data, and change who stands behind its requests.
-    readonly_fields = ("tenant", "user", "prefix", "token_hash", "created_at")
+    # A token's tenant, owner and scopes are fixed when it is issued: moving a token would hand
+    # one tenant's runtime another's data, change who stands behind its requests, or widen what
+    # a leaked token may do. Issue a new one instead.
+    readonly_fields = (
+        "tenant",
+        "user",
+        "scopes",
+        "prefix",
+        "token_hash",
+        "created_at",
+        "revoked_by",
+    )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tokens are issued by `manage.py issue_token`, which shows them once

@@ -65,6 +65,13 @@ class InvalidWritePlan(LedgerError):
     http_status = 422
 
 
+class Forbidden(LedgerError):
+    """The caller is known but may not do this (a token without the scope it needs)."""
+
+    code = "FORBIDDEN"
+    http_status = 403
+
+
 class Conflict(LedgerError):
     """The request is well-formed but contradicts itself or the stored state."""
 

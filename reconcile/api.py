@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.http import HttpRequest
 from ninja import Query, Router, Status
 
-from ledger.api.auth import caller_of
+from ledger.api.auth import TokenAuth, caller_of
 from ledger.api.calls import KeyQuery, _uuid
 from ledger.api.parser import reject_unknown_query
 from ledger.api.schemas import (
@@ -23,10 +23,11 @@ from ledger.api.schemas import (
 from ledger.compensation import compensation_state
 from ledger.errors import NotFound
 from ledger.models import AuditEvent, Compensation, IdempotencyRecord, LedgerEntry, Run, Tool
+from ledger.permissions import Scope
 from ledger.services.compensations import compensation_record
 from reconcile import compensation_requests, compensations
 
-router = Router(tags=["compensations"])
+router = Router(tags=["compensations"], auth=TokenAuth(Scope.COMPENSATIONS))
 ERRORS = {400: Problem, 401: Problem, 404: Problem, 409: Problem}
 
 
@@ -66,6 +67,7 @@ def _compensation_out(compensation: Compensation) -> CompensationOut:
     "/declarations",
     response={200: CompensationDeclarationOut, **ERRORS},
     summary="Declare a tool's (or one call's) compensation",
+    auth=TokenAuth(Scope.TOOLS),  # a runtime declares its tools' compensations as it registers them
 )
 def declare(request: HttpRequest, payload: CompensationDeclarationIn) -> CompensationDeclarationOut:
     """With ``call_id``, for that call only, before it completes (the runtime registers it

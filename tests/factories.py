@@ -9,7 +9,8 @@ from django.contrib.auth import get_user_model
 
 from ledger.domain import DataClassification, ReplayPolicy
 from ledger.keys import fingerprint
-from ledger.models import IdempotencyRecord, LedgerEntry, Run, Tenant, Tool
+from ledger.models import IdempotencyRecord, LedgerEntry, Membership, Run, Tenant, Tool
+from ledger.permissions import Role
 from ledger.records import Reservation, reserve_key
 from ledger.services import approvals
 from ledger.services.registry import register_tool
@@ -81,6 +82,16 @@ def granted_entry(record: IdempotencyRecord, tool: Tool) -> LedgerEntry:
     entry.record = record
     entry.save(update_fields=["record"])
     approval = approvals.request_approval(record=record, entry=entry, requested_by="runtime")
-    approver = get_user_model().objects.create_user(f"approver-{next(_counter)}")
-    approvals.decide(approval=approval, user=approver, approve=True, reason="go ahead")
+    approvals.decide(
+        approval=approval, user=make_approver(record.tenant), approve=True, reason="go ahead"
+    )
     return entry
+
+
+def make_approver(tenant: Tenant, name: str | None = None, password: str | None = None) -> Any:
+    """A person with the approver role in ``tenant``: who may decide its approvals."""
+    user = get_user_model().objects.create_user(
+        name or f"approver-{next(_counter)}", password=password
+    )
+    Membership.objects.create(user=user, tenant=tenant, role=Role.APPROVER)
+    return user

@@ -79,7 +79,7 @@ def test_anonymous_users_are_sent_to_log_in() -> None:
 @pytest.fixture
 def tenant_admin(tenant, other_tenant) -> Client:
     """A staff user who is an admin of ``tenant`` only (no Django model permissions)."""
-    from console.models import Membership
+    from ledger.models import Membership
 
     user = get_user_model().objects.create_user("tadmin", password="pw-123456789", is_staff=True)
     Membership.objects.create(user=user, tenant=tenant, role="admin")
@@ -91,16 +91,16 @@ def tenant_admin(tenant, other_tenant) -> Client:
 def test_a_tenant_admin_manages_their_tenants_memberships_audited(
     tenant_admin: Client, tenant, other_tenant
 ) -> None:
-    from console.models import Membership
+    from ledger.models import Membership
 
     User = get_user_model()
     ours = User.objects.create_user("ours")
     theirs = User.objects.create_user("theirs")
     Membership.objects.create(user=theirs, tenant=other_tenant, role="approver")
-    listing = tenant_admin.get("/admin/console/membership/").content.decode()
+    listing = tenant_admin.get("/admin/ledger/membership/").content.decode()
     assert "tadmin" in listing and "theirs" not in listing
     added = tenant_admin.post(
-        "/admin/console/membership/add/", {"user": ours.pk, "tenant": tenant.pk, "role": "operator"}
+        "/admin/ledger/membership/add/", {"user": ours.pk, "tenant": tenant.pk, "role": "operator"}
     )
     assert added.status_code == 302
     membership = Membership.objects.get(user=ours)
@@ -109,7 +109,7 @@ def test_a_tenant_admin_manages_their_tenants_memberships_audited(
     assert event.after["role"] == "operator" and event.target_id == str(membership.pk)
 
     changed = tenant_admin.post(
-        f"/admin/console/membership/{membership.pk}/change/",
+        f"/admin/ledger/membership/{membership.pk}/change/",
         {"user": ours.pk, "tenant": tenant.pk, "role": "approver"},
     )
     assert changed.status_code == 302
@@ -118,18 +118,18 @@ def test_a_tenant_admin_manages_their_tenants_memberships_audited(
 
     # Another tenant's memberships cannot be made, seen or changed.
     foreign = tenant_admin.post(
-        "/admin/console/membership/add/",
+        "/admin/ledger/membership/add/",
         {"user": ours.pk, "tenant": other_tenant.pk, "role": "admin"},
     )
     assert foreign.status_code == 200 and "Select a valid choice" in foreign.content.decode()
     assert not Membership.objects.filter(user=ours, tenant=other_tenant).exists()
     other = Membership.objects.get(user=theirs)
-    assert tenant_admin.get(f"/admin/console/membership/{other.pk}/change/").status_code == 302
-    assert tenant_admin.post(f"/admin/console/membership/{other.pk}/delete/").status_code == 302
+    assert tenant_admin.get(f"/admin/ledger/membership/{other.pk}/change/").status_code == 302
+    assert tenant_admin.post(f"/admin/ledger/membership/{other.pk}/delete/").status_code == 302
     assert Membership.objects.filter(pk=other.pk).exists()
 
     deleted = tenant_admin.post(
-        f"/admin/console/membership/{membership.pk}/delete/", {"post": "yes"}
+        f"/admin/ledger/membership/{membership.pk}/delete/", {"post": "yes"}
     )
     assert deleted.status_code == 302 and not Membership.objects.filter(pk=membership.pk).exists()
     event = models.AuditEvent.objects.get(action="admin.membership.deleted")
@@ -137,13 +137,13 @@ def test_a_tenant_admin_manages_their_tenants_memberships_audited(
 
 
 def test_a_member_who_is_not_a_tenant_admin_cannot_manage_memberships(tenant) -> None:
-    from console.models import Membership
+    from ledger.models import Membership
 
     user = get_user_model().objects.create_user("staffer", password="pw-123456789", is_staff=True)
     Membership.objects.create(user=user, tenant=tenant, role="manager")
     client = Client()
     client.force_login(user)
-    assert client.get("/admin/console/membership/").status_code == 403
+    assert client.get("/admin/ledger/membership/").status_code == 403
 
 
 def test_every_admin_page_is_audited() -> None:

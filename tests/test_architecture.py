@@ -66,7 +66,7 @@ def _apps_only_config(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("module", "planted", "broken"),
     [
-        ("ledger/services/audit.py", "from console.models import Membership", "layered"),
+        ("ledger/services/audit.py", "from console.models import Preferences", "layered"),
         ("ledger/domain.py", "import reconcile.models", "layered"),
         ("reconcile/services.py", "from reconcile.tasks import send_lookups", "cycle"),
     ],

@@ -22,8 +22,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def test_demo_agent_produces_every_kind_of_decision(django_user_model) -> None:
-    from console.models import Membership
-    from ledger.models import Tenant
+    from ledger.models import Membership, Tenant
 
     approver = django_user_model.objects.create_user("approver", password="pw-123456789")
     demo = Tenant.objects.create(slug="demo", name="Demo Co")

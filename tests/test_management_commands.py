@@ -154,8 +154,7 @@ def test_issue_token_for_a_member_is_owned_by_them(tenant, django_user_model) ->
 
     from django.core.management import CommandError, call_command
 
-    from console.models import Membership
-    from ledger.models import ApiToken
+    from ledger.models import ApiToken, Membership
 
     alice = django_user_model.objects.create_user("alice", password="pw-123456789")
     with pytest.raises(CommandError, match="'alice' is not a member of tenant 'acme'"):
@@ -166,6 +165,38 @@ def test_issue_token_for_a_member_is_owned_by_them(tenant, django_user_model) ->
     assert ApiToken.objects.get(token_hash=ApiToken.hash(out.getvalue().strip())).user == alice
     with pytest.raises(CommandError, match="no active user 'bob'"):
         call_command("issue_token", "acme", "laptop", "--user", "bob")
+
+
+@pytest.mark.django_db
+def test_issue_token_gives_a_service_account_the_scopes_named_and_never_deciding(tenant) -> None:
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    from ledger.models import ApiToken
+
+    out = StringIO()
+    call_command("issue_token", "acme", "ci", "--service-account", "ci", stdout=out)
+    runtime = ApiToken.objects.get(token_hash=ApiToken.hash(out.getvalue().strip()))
+    assert runtime.scopes == ["calls", "combinations", "runs", "tools"]
+    out = StringIO()
+    call_command(
+        "issue_token",
+        "acme",
+        "deployer",
+        "--service-account",
+        "ci",
+        "--scope",
+        "lifecycle",
+        stdout=out,
+    )
+    deployer = ApiToken.objects.get(token_hash=ApiToken.hash(out.getvalue().strip()))
+    assert deployer.scopes == ["lifecycle"]
+    with pytest.raises(CommandError, match="never decide approvals"):
+        call_command(
+            "issue_token", "acme", "bot", "--service-account", "ci", "--scope", "approvals:decide"
+        )
+    assert ApiToken.objects.filter(tenant=tenant).count() == 2
 
 
 def test_issue_token_needs_an_owner() -> None:

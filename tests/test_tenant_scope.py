@@ -21,7 +21,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from console import selectors
 from ledger.api import api as ninja_api
-from ledger.models import ApprovalRequest, IdempotencyRecord, Run, Tenant
+from ledger.models import ApiToken, ApprovalRequest, IdempotencyRecord, Run, Tenant
 from ledger.services import combinations, metrics, notifications, rollouts
 from ledger.services.approvals import decide
 from tests.api.conftest import ApiClient, client_for
@@ -52,6 +52,7 @@ NOT_LISTS = {
     "api-v1:preview": "one action's compensation by key: tests/api/test_compensations.py",
     "api-v1:get_compensation": "one action's compensation by key: tests/api/test_compensations.py",
     "console:tool_compensation": "declares a tool's compensation (POST)",
+    "console:revoke_token": "revokes one token (POST)",
     "console:find": "a look-up of one whole id: test_a_whole_id_is_looked_up_per_tenant",
 }
 
@@ -128,6 +129,7 @@ def _rows(tenant: Tenant) -> dict[str, Any]:
     combination = _combination(tenant, f"{marker}-combo")
     combinations.activate(tenant=tenant, combination_id=combination.pk, actor="t", source="api")
     make_tool(tenant, f"{marker}_tool")
+    ApiToken.issue(tenant=tenant, name=f"{marker}_token")
     api = client_for(tenant)
     api.start_run(f"{marker}-run", user_id=f"{marker}-user")
     unknown = api.call(

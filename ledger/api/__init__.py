@@ -74,6 +74,18 @@ class LedgerAPI(NinjaAPI):
                             },
                         },
                     )
+                if operation.get("security"):  # a token without the operation's scope
+                    operation["responses"].setdefault(
+                        "403",
+                        {
+                            "description": "The token does not hold the scope this operation needs",
+                            "content": {
+                                PROBLEM_CONTENT_TYPE: {
+                                    "schema": {"$ref": "#/components/schemas/Problem"}
+                                }
+                            },
+                        },
+                    )
                 if "requestBody" in operation:  # the body size limit applies to every body
                     operation["responses"].setdefault(
                         "413",

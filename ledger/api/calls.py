@@ -10,7 +10,7 @@ from ninja import Query, Router, Schema
 from pydantic import Field
 
 from ledger import calls, tracing
-from ledger.api.auth import caller_of
+from ledger.api.auth import TokenAuth, caller_of
 from ledger.api.parser import reject_unknown_query
 from ledger.api.schemas import (
     CallIn,
@@ -28,11 +28,12 @@ from ledger.calls.values import entry_classification
 from ledger.domain import Decision
 from ledger.errors import NotFound
 from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry
+from ledger.permissions import Scope
 from ledger.records import Outcome, lease_seconds_granted
 from ledger.services.compensations import compensation_view
 
-router = Router(tags=["calls"])
-records_router = Router(tags=["records"])
+router = Router(tags=["calls"], auth=TokenAuth(Scope.CALLS))
+records_router = Router(tags=["records"], auth=TokenAuth(Scope.CALLS))
 COMMON = {400: Problem, 401: Problem, 404: Problem, 503: Problem}
 
 

@@ -9,16 +9,20 @@ from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
 from pydantic import Field, StrictBool
 
-from ledger.api.auth import caller_of
+from ledger.api.auth import TokenAuth, caller_of
 from ledger.api.parser import reject_unknown_query
 from ledger.api.schemas import JsonInt, JsonNumber, PositiveInt, Problem, Strict
 from ledger.errors import NotFound
 from ledger.models import Tenant, Threshold, VersionCombination
+from ledger.permissions import Scope
 from ledger.services import combinations, metrics, senders, thresholds
 
-router = Router(tags=["combinations"])
-metrics_router = Router(tags=["metrics"])
-thresholds_router = Router(tags=["thresholds"])
+# Changing a combination is a manager's (``Scope.LIFECYCLE``), as are its metrics, thresholds and
+# rollouts; reading which combinations exist is any runtime's.
+router = Router(tags=["combinations"], auth=TokenAuth(Scope.LIFECYCLE))
+metrics_router = Router(tags=["metrics"], auth=TokenAuth(Scope.LIFECYCLE))
+thresholds_router = Router(tags=["thresholds"], auth=TokenAuth(Scope.LIFECYCLE))
+READ = TokenAuth(Scope.COMBINATIONS)
 ERRORS = {400: Problem, 401: Problem, 404: Problem, 409: Problem}
 Version = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
 
@@ -163,7 +167,9 @@ def create(request: HttpRequest, payload: CombinationIn) -> Status:
     return Status(201 if created else 200, combination_out(combination))
 
 
-@router.get("", response={200: list[CombinationOut], 401: Problem}, summary="List combinations")
+@router.get(
+    "", response={200: list[CombinationOut], 401: Problem}, summary="List combinations", auth=READ
+)
 def list_combinations(request: HttpRequest) -> list[CombinationOut]:
     rows = VersionCombination.objects.filter(tenant=caller_of(request).tenant).order_by("pk")
     return [combination_out(c) for c in rows]
@@ -173,6 +179,7 @@ def list_combinations(request: HttpRequest) -> list[CombinationOut]:
     "/{int:combination_id}",
     response={200: CombinationOut, 401: Problem, 404: Problem},
     summary="Get a combination",
+    auth=READ,
 )
 def get(request: HttpRequest, combination_id: int) -> CombinationOut:
     return combination_out(_get(request, combination_id))

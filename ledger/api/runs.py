@@ -5,13 +5,14 @@ from __future__ import annotations
 from django.http import HttpRequest
 from ninja import Router, Status
 
-from ledger.api.auth import caller_of
+from ledger.api.auth import TokenAuth, caller_of
 from ledger.api.schemas import MirrorOut, Problem, RunFinishIn, RunIn, RunOut
 from ledger.errors import InvalidInput, NotFound
 from ledger.models import Run
+from ledger.permissions import Scope
 from ledger.services.runs import finish_run, mirror_of, shadow_run_id, start_run
 
-router = Router(tags=["runs"])
+router = Router(tags=["runs"], auth=TokenAuth(Scope.RUNS))
 
 
 def run_out(run: Run) -> RunOut:

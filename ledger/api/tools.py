@@ -5,15 +5,16 @@ from __future__ import annotations
 from django.http import HttpRequest
 from ninja import Router
 
-from ledger.api.auth import caller_of
+from ledger.api.auth import TokenAuth, caller_of
 from ledger.api.schemas import ClassificationOut, ClassifyIn, McpImportIn, Problem, ToolIn, ToolOut
 from ledger.classification.calls import classify_tool_call, stored_classification
 from ledger.domain import ServerTrust
 from ledger.errors import NotFound
 from ledger.models import Tool
+from ledger.permissions import Scope
 from ledger.services.registry import import_mcp_tools, register_tool, unsaved_builtin_tool
 
-router = Router(tags=["tools"])
+router = Router(tags=["tools"], auth=TokenAuth(Scope.TOOLS))
 ERRORS = {400: Problem, 401: Problem}
 
 

@@ -15,17 +15,22 @@ from ledger.domain import (
     ReplayPolicy,
 )
 from ledger.models import ApiToken, ApprovalRequest, LedgerEntry, Tenant
+from ledger.permissions import Scope
 
 RETRY_AFTER_SECONDS = 2
 
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who is calling: the tenant's token and the agent it acts for."""
+    """Who is calling: the tenant's token, the agent it acts for, the scopes it holds and
+    whether its owner is a service account (``ledger.api.auth``). The system (a worker) calls
+    with no token."""
 
     tenant: Tenant
     token: ApiToken | None
     agent_id: str = ""
+    scopes: frozenset[Scope] = frozenset()
+    service_account: bool = False
 
     @property
     def identity(self) -> str:

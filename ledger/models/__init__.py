@@ -14,7 +14,7 @@ from ledger.models.metrics import AlertEvent, MetricBucket, MetricCursor, Thresh
 from ledger.models.notifications import Notification, NotificationChannel, OnCallPolicy
 from ledger.models.records import IdempotencyRecord, WritePlan
 from ledger.models.registry import McpServer, PolicyRule, Tool
-from ledger.models.tenancy import ApiToken, ServiceAccount, Tenant
+from ledger.models.tenancy import ApiToken, Membership, ServiceAccount, Tenant
 
 __all__ = [
     "AlertEvent",
@@ -26,6 +26,7 @@ __all__ = [
     "IdempotencyRecord",
     "LedgerEntry",
     "McpServer",
+    "Membership",
     "MetricBucket",
     "MetricCursor",
     "Notification",

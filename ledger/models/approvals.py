@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
@@ -44,6 +45,10 @@ class ApprovalRequest(models.Model):
         on_delete=models.PROTECT,
         related_name="+",
     )
+    # Every user who asked for the action: whoever opened the request and whoever joined it by
+    # asking again. With the callers of the action's key (``approvals.principals_of``) none of
+    # them may decide it.
+    principal_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT
     )

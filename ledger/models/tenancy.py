@@ -1,16 +1,26 @@
-"""Tenants and who acts for them: service accounts and API tokens."""
+"""Tenants and who acts for them: members (people, with a role each), service accounts and
+API tokens."""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Iterable
 from typing import ClassVar
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
 from ledger.models.constraints import SHA256_HEX
+from ledger.permissions import (
+    PERSON_TOKEN_SCOPES,
+    RUNTIME_SCOPES,
+    Role,
+    Scope,
+    token_scopes_problem,
+)
 
 
 class Tenant(models.Model):
@@ -20,6 +30,31 @@ class Tenant(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+
+class Membership(models.Model):
+    """A person's access to one tenant, with their role there (``ledger.permissions``); a user
+    may belong to several tenants with a different role in each. No role: a member who may run
+    agents through the API and read the console's inbox, tools and audit. The membership is
+    what lets their API tokens act: ended, their tokens stop at once (``ledger.api.auth``)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="members")
+    role = models.CharField(max_length=16, choices=Role.choices, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["user", "tenant"], name="membership_unique"),
+            models.CheckConstraint(
+                condition=models.Q(role__in=["", *Role.values]), name="membership_role"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.tenant} ({self.role or 'no role'})"
 
 
 class ServiceAccount(models.Model):
@@ -63,8 +98,10 @@ class ServiceAccount(models.Model):
 
 
 class ApiToken(models.Model):
-    """A per-tenant bearer token owned by a user: the person who created it, or a service
-    account. Only its sha256 is stored; the prefix helps humans find it."""
+    """A per-tenant bearer token owned by a user: a member of the tenant, or one of its service
+    accounts. Only its sha256 is stored; the prefix helps humans find it. ``scopes`` bound what
+    it may do: a person's token never does more than its owner's role allows now, a service
+    account's exactly what it names (``ledger.permissions``)."""
 
     PREFIX = "al_"
 
@@ -76,13 +113,18 @@ class ApiToken(models.Model):
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=16)
     token_hash = models.CharField(max_length=64, unique=True)
+    scopes = ArrayField(models.CharField(max_length=32, choices=Scope.choices), default=list)
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=200, blank=True)
 
     class Meta:
         constraints: ClassVar = [
             models.CheckConstraint(
                 condition=Q(token_hash__regex=SHA256_HEX), name="apitoken_hash_is_sha256"
+            ),
+            models.CheckConstraint(
+                condition=Q(scopes__contained_by=Scope.values), name="apitoken_known_scopes"
             ),
         ]
 
@@ -96,12 +138,28 @@ class ApiToken(models.Model):
 
     @classmethod
     def issue(
-        cls, *, tenant: Tenant, name: str, user: models.Model | None = None
+        cls,
+        *,
+        tenant: Tenant,
+        name: str,
+        user: models.Model | None = None,
+        scopes: Iterable[str] | None = None,
     ) -> tuple[ApiToken, str]:
         """Create a token owned by ``user``, or by the tenant's service account named after the
-        token; the plaintext is returned once and never stored."""
+        token; the plaintext is returned once and never stored. ``scopes`` default to what its
+        owner's role allows (a person) or to running agents (a service account); ``ValueError``
+        names a scope the token may not have."""
         if user is None:
             user = ServiceAccount.named(tenant=tenant, name=name).user
+        service_account = ServiceAccount.objects.filter(user_id=user.pk).exists()
+        names = sorted(
+            set(RUNTIME_SCOPES if service_account else PERSON_TOKEN_SCOPES)
+            if scopes is None
+            else {str(scope) for scope in scopes}
+        )
+        problem = token_scopes_problem(names, service_account=service_account)
+        if problem is not None:
+            raise ValueError(problem)
         plaintext = cls.PREFIX + secrets.token_urlsafe(32)
         token = cls.objects.create(
             tenant=tenant,
@@ -109,5 +167,6 @@ class ApiToken(models.Model):
             name=name,
             prefix=plaintext[:10],
             token_hash=cls.hash(plaintext),
+            scopes=names,
         )
         return token, plaintext

@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import BigIntegerField, F, Func, QuerySet, Value
 from django.db.models.functions import Now
 
 from ledger.clock import db_now
@@ -19,9 +19,11 @@ from ledger.models import (
     AuditEvent,
     IdempotencyRecord,
     LedgerEntry,
+    Membership,
     Run,
     ServiceAccount,
 )
+from ledger.permissions import Role
 from ledger.services.audit import audit
 
 Approval = ApprovalRequest.State
@@ -62,10 +64,12 @@ def request_approval(
     condition: str = "",
 ) -> ApprovalRequest:
     """The open approval request for this record, created if there is none. ``requester_id``
-    is the user behind the request (who may not decide it); ``condition`` is the outcome of a
-    conditional write's file check (``apply_again``), kept for the approver."""
+    is the user behind the request (who may not decide it): asking again joins the open request
+    as one more of its principals. ``condition`` is the outcome of a conditional write's file
+    check (``apply_again``), kept for the approver."""
     existing = open_approval(record)
     if existing is not None:
+        _join(existing, requester_id, requested_by)
         return existing
     try:
         with transaction.atomic():
@@ -76,6 +80,7 @@ def request_approval(
                 action_hash=action_hash(entry, record),
                 requested_by=requested_by,
                 requested_by_user_id=requester_id,
+                principal_ids=[requester_id] if requester_id is not None else [],
                 expires_at=db_now() + timedelta(seconds=settings.LEDGER_APPROVAL_EXPIRY_SECONDS),
             )
             audit(
@@ -95,8 +100,60 @@ def request_approval(
         winner = open_approval(record)
         if winner is None:
             raise
+        _join(winner, requester_id, requested_by)
         return winner
     return approval
+
+
+def _join(approval: ApprovalRequest, requester_id: int | None, requested_by: str) -> None:
+    """Add the user asking for an open request's action to its principals (once), audited."""
+    if requester_id is None or requester_id in approval.principal_ids:
+        return
+    with transaction.atomic():
+        added = (
+            ApprovalRequest.objects.filter(pk=approval.pk)
+            .exclude(principal_ids__contains=[requester_id])
+            .update(
+                principal_ids=Func(
+                    F("principal_ids"),
+                    Value(requester_id, output_field=BigIntegerField()),
+                    function="array_append",
+                )
+            )
+        )
+        if added:
+            approval.principal_ids = [*approval.principal_ids, requester_id]
+            audit(
+                tenant=approval.tenant_id,
+                actor=requested_by,
+                action="approval.asked_again",
+                target=approval,
+                source=AuditEvent.Source.API,
+                after={"principal": requester_id},
+            )
+
+
+def principals_of(approval: ApprovalRequest) -> set[int]:
+    """The users who asked for the approval's action, none of whom may decide it: its
+    requester and whoever asked again (``principal_ids``); the owner of every token that
+    called the action's key (its first call, duplicates, replays; a service account's calls
+    name the service account); and the people those calls were made for, where the run's user
+    or the call's end user is the user name of one of the tenant's members."""
+    principals = set(approval.principal_ids)
+    if approval.requested_by_user_id is not None:
+        principals.add(approval.requested_by_user_id)
+    calls = LedgerEntry.objects.filter(record_id=approval.record_id)
+    principals |= set(
+        calls.exclude(caller_token=None).values_list("caller_token__user_id", flat=True)
+    )
+    acted_for = set(calls.values_list("run__user_id", flat=True))
+    acted_for |= set(calls.exclude(end_user_id="").values_list("end_user_id", flat=True))
+    principals |= set(
+        Membership.objects.filter(
+            tenant_id=approval.tenant_id, user__username__in=acted_for
+        ).values_list("user_id", flat=True)
+    )
+    return principals
 
 
 def void_reason(approval: ApprovalRequest, *, now: datetime | None = None) -> str | None:
@@ -160,20 +217,36 @@ def void_open_approvals(*, combination_id: int, actor: str, source: str, detail:
 
 
 class DeciderRefused(ApprovalError):
-    """This user may not decide this request (the requester, or a service account)."""
+    """This user may not decide this request: a principal of its action, a service account,
+    or not a person with the approver role in its tenant."""
+
+
+#: The roles whose members decide approvals.
+DECIDING_ROLES = (Role.APPROVER, Role.ADMIN)
 
 
 def refusal_of_decider(approval: ApprovalRequest, user: AbstractBaseUser) -> str | None:
-    """Why this user may not decide this request, or None. The requester never decides their
-    own request: neither the user behind the requesting token nor the person who asked; and a
-    service account never decides at all, so its requests always need a human."""
-    if approval.requested_by_user_id is not None and approval.requested_by_user_id == user.pk:
-        return "the requester cannot approve their own request (it came with their token)"
-    if approval.requested_by == user.get_username():
-        return "the requester cannot approve their own request"
+    """Why this user may not decide this request, or None: the one rule for the console, the
+    approvals API and compensations. The decider is a person (never a service account) holding
+    the approver role in the request's tenant, and none of its action's principals
+    (``principals_of``)."""
     if ServiceAccount.objects.filter(user_id=user.pk).exists():
         return "a service account cannot decide an approval: a human must"
+    if not user.is_active or not may_decide_in(user, approval.tenant_id):
+        return "only a person with the approver role in this tenant decides approvals"
+    if user.pk in principals_of(approval):
+        return "the requester cannot approve their own request (they asked for this action)"
+    if approval.requested_by == user.get_username():
+        return "the requester cannot approve their own request"
     return None
+
+
+def may_decide_in(user: AbstractBaseUser, tenant_id: int) -> bool:
+    """Whether ``user`` holds a deciding role in the tenant (a superuser member is its admin)."""
+    membership = Membership.objects.filter(user_id=user.pk, tenant_id=tenant_id).first()
+    if membership is None:
+        return False
+    return membership.role in DECIDING_ROLES or bool(getattr(user, "is_superuser", False))
 
 
 def decide(

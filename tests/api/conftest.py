@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
 from django.test import Client
 
 from ledger.models import ApiToken, Tenant
+from ledger.permissions import SERVICE_ACCOUNT_SCOPES
 
 
 class ApiClient:
@@ -43,8 +45,11 @@ class ApiClient:
         return self.post("/calls", body)
 
 
-def client_for(tenant: Tenant) -> ApiClient:
-    _token, plaintext = ApiToken.issue(tenant=tenant, name="runtime")
+def client_for(tenant: Tenant, scopes: Iterable[str] = SERVICE_ACCOUNT_SCOPES) -> ApiClient:
+    """A client holding a service account's token with ``scopes``: by default every scope a
+    service account may hold, so one client drives a runtime's calls and a manager's changes
+    alike (``tests/api/test_scope_matrix.py`` checks each scope on its own)."""
+    _token, plaintext = ApiToken.issue(tenant=tenant, name="runtime", scopes=sorted(scopes))
     return ApiClient(tenant, plaintext)
 
 

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from ledger.domain import KeyScope
 from ledger.models import (
@@ -25,7 +24,7 @@ from ledger.models import (
 from ledger.services import combinations
 from ledger.services.approvals import decide
 from tests.api.conftest import ApiClient, client_for
-from tests.factories import make_tool
+from tests.factories import make_approver, make_tool
 
 pytestmark = pytest.mark.django_db
 
@@ -76,7 +75,7 @@ def approved(tenant: Tenant) -> tuple[ApiClient, dict[str, Any]]:
     api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
     replay = api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("old")}).json()
     assert replay["decision"] == "approval_required", replay
-    approver = get_user_model().objects.create_user("approver", password="pw-123456789")
+    approver = make_approver(api.tenant, "approver")
     decide(approval=ApprovalRequest.objects.get(), user=approver, approve=True, reason="ok")
     return api, replay
 

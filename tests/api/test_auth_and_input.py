@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
-from ledger.models import ApiToken, AuditEvent, IdempotencyRecord, LedgerEntry, Tool
+from ledger.models import ApiToken, AuditEvent, IdempotencyRecord, LedgerEntry, Membership, Tool
 from tests.api.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db
@@ -173,3 +174,26 @@ def test_a_bad_agent_id_is_a_clear_400(api: ApiClient, agent: str) -> None:
     )
     assert response.status_code == 400 and "X-Agent-Id" in response.json()["detail"]
     assert LedgerEntry.objects.count() == before
+
+
+def _members_token(tenant, role: str = "") -> tuple[ApiClient, Membership]:
+    user = get_user_model().objects.create_user("member", password=None)
+    membership = Membership.objects.create(user=user, tenant=tenant, role=role)
+    _token, plaintext = ApiToken.issue(tenant=tenant, name="laptop", user=user)
+    return ApiClient(tenant, plaintext), membership
+
+
+def test_a_removed_members_token_is_401_at_their_next_request(tenant) -> None:
+    member, membership = _members_token(tenant, "operator")
+    member.start_run()
+    membership.delete()
+    before = _counts()
+    _problem(member.call("create_order", {"x": 1}, business_object_id="o"), 401)
+    _problem(member.get("/runs/run-1"), 401)
+    assert _counts() == before
+
+
+def test_a_token_acts_only_in_a_tenant_its_owner_belongs_to(tenant, other_tenant) -> None:
+    member, membership = _members_token(tenant)
+    Membership.objects.filter(pk=membership.pk).update(tenant=other_tenant)
+    _problem(member.post("/runs", {"run_id": "r", "user_id": "u"}), 401)

@@ -15,6 +15,7 @@ from ledger.services.approvals import decide
 from reconcile.models import WorkspaceRoot
 from reconcile.services import reconcile_record
 from tests.api.conftest import ApiClient
+from tests.factories import make_approver
 
 pytestmark = pytest.mark.django_db
 
@@ -187,7 +188,7 @@ def test_write_replay_apply_again_needs_an_approval_then_starts(
     assert replay["decision"] == "approval_required"
     not_yet = api.post(f"/calls/{replay['call_id']}/start")
     assert not_yet.status_code == 409
-    approver = django_user_model.objects.create_user("approver", password="pw-123456789")
+    approver = make_approver(api.tenant, "approver")
     decide(approval=ApprovalRequest.objects.get(), user=approver, approve=True, reason="ok")
     started = api.post(f"/calls/{replay['call_id']}/start")
     assert started.status_code == 200, started.content
@@ -216,7 +217,7 @@ def test_rejection_reaches_the_model_as_an_observation(api: ApiClient, django_us
     api.start_run()
     first = _write(api, "old", "new")
     replay = api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("old")}).json()
-    approver = django_user_model.objects.create_user("approver", password="pw-123456789")
+    approver = make_approver(api.tenant, "approver")
     decide(
         approval=ApprovalRequest.objects.get(), user=approver, approve=False, reason="wrong file"
     )
@@ -233,7 +234,7 @@ def test_a_rejected_replay_is_not_put_to_a_human_again(api: ApiClient, django_us
     api.start_run()
     first = _write(api, "old", "new")
     api.post(f"/calls/{first['call_id']}/replay", {"current_hash": _sha("old")})
-    approver = django_user_model.objects.create_user("approver", password="pw-123456789")
+    approver = make_approver(api.tenant, "approver")
     decide(
         approval=ApprovalRequest.objects.get(), user=approver, approve=False, reason="wrong file"
     )
@@ -327,7 +328,7 @@ def test_a_final_failure_reported_late_voids_the_approval(
     assert late.status_code == 200
     approval = ApprovalRequest.objects.get()
     assert approval.state == "invalidated"
-    approver = django_user_model.objects.create_user("approver", password="pw-123456789")
+    approver = make_approver(api.tenant, "approver")
     with pytest.raises(ApprovalError):
         decide(approval=approval, user=approver, approve=True, reason="ok")
     assert api.post(f"/calls/{duplicate['call_id']}/start").status_code == 409
@@ -345,7 +346,7 @@ def test_an_approval_the_worker_requested_can_be_used(
     record = IdempotencyRecord.objects.get()
     assert reconcile_record(record.pk) == "escalated"
     approval = ApprovalRequest.objects.get()
-    approver = django_user_model.objects.create_user("approver", password="pw-123456789")
+    approver = make_approver(api.tenant, "approver")
     decide(approval=approval, user=approver, approve=True, reason="apply again")
     # The runtime (never the worker) re-applies the write: its replay finds the approval.
     replay = api.post(f"/calls/{first['call_id']}/replay", {}).json()

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from ledger.models import ApiToken, Tenant
+from ledger.permissions import SERVICE_ACCOUNT_SCOPES
 
 # The application itself, not console.wsgi: that module also freezes the importing process's
 # objects for the garbage collector (console.startup), which is for servers, not for pytest.
@@ -50,7 +51,10 @@ def bearer(db, settings) -> Iterator[str]:
     signals.request_started.disconnect(close_old_connections)
     signals.request_finished.disconnect(close_old_connections)
     tenant = Tenant.objects.create(slug="fuzz", name="Fuzz")
-    _token, plaintext = ApiToken.issue(tenant=tenant, name="fuzzer")
+    # Every scope a service account may hold, so the fuzzer reaches every operation.
+    _token, plaintext = ApiToken.issue(
+        tenant=tenant, name="fuzzer", scopes=sorted(SERVICE_ACCOUNT_SCOPES)
+    )
     try:
         yield plaintext
     finally:

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from console.models import Membership
-from ledger.models import Tenant
+from ledger.models import Membership, Tenant
 from ledger.services import metrics
 from tests.api.conftest import ApiClient, client_for
 from tests.console.conftest import make_pending

@@ -13,12 +13,15 @@ import pytest
 
 from agent_ledger_client import AsyncLedgerClient, AsyncRun, LedgerClient
 from ledger.models import ApiToken, Tenant
+from ledger.permissions import SERVICE_ACCOUNT_SCOPES
 
 
 @pytest.fixture
 def ledger_token(transactional_db) -> str:
     tenant = Tenant.objects.create(slug="acme", name="Acme")
-    _token, plaintext = ApiToken.issue(tenant=tenant, name="runtime")
+    _token, plaintext = ApiToken.issue(
+        tenant=tenant, name="runtime", scopes=sorted(SERVICE_ACCOUNT_SCOPES)
+    )
     return plaintext
 
 

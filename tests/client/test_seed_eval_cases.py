@@ -10,13 +10,13 @@ from typing import Any
 
 import httpx
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connections
 
 from agent_ledger_client import CallContext, LedgerClient, ToolError
-from ledger.models import ApprovalRequest, IdempotencyRecord
+from ledger.models import ApprovalRequest, IdempotencyRecord, Tenant
 from ledger.services.approvals import decide
 from sandbox.server import SandboxServer
+from tests.factories import make_approver
 from tests.sandbox_fixtures import arm
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -123,7 +123,7 @@ def _approve_when_asked(*, approve: bool = True) -> threading.Thread:
 
     def decide_first_pending() -> None:
         try:
-            approver = get_user_model().objects.create_user("approver", password="pw-12345678")
+            approver = make_approver(Tenant.objects.get(), "approver")
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 pending = ApprovalRequest.objects.filter(state="pending").first()

@@ -8,8 +8,13 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from console.models import Membership
-from ledger.models import ApprovalRequest, DeclaredCompensation, IdempotencyRecord, Tenant
+from ledger.models import (
+    ApprovalRequest,
+    DeclaredCompensation,
+    IdempotencyRecord,
+    Membership,
+    Tenant,
+)
 from reconcile.models import CompensationAdapter
 from tests.api.conftest import ApiClient, client_for
 from tests.factories import make_tool

@@ -54,7 +54,7 @@ def test_a_page_reads_the_users_memberships_once(django_user_model, path: str) -
         response = client.get(path, secure=True)
     # The first tenant by slug, with the operator's role there: every path here opens.
     assert response.status_code == 200
-    reads = [q["sql"] for q in captured.captured_queries if '"console_membership"' in q["sql"]]
+    reads = [q["sql"] for q in captured.captured_queries if '"ledger_membership"' in q["sql"]]
     assert len(reads) == 1, reads
     # The tenant switcher lists both tenants.
     assert b">First</option>" in response.content

@@ -8,9 +8,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from console.models import Membership
 from ledger.domain import EscalationKind
-from ledger.models import ApprovalRequest, AuditEvent, Run, Threshold
+from ledger.models import ApprovalRequest, AuditEvent, Membership, Run, Threshold
 from ledger.services import combinations
 from tests.api.conftest import client_for
 from tests.console.conftest import make_user, signed_in

@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connections, transaction
 
 from ledger.domain import KeyScope
@@ -16,7 +15,7 @@ from ledger.models import ApprovalRequest
 from ledger.services.approvals import ApprovalError, decide
 from tests.api.conftest import client_for
 from tests.api.test_approval_binding import _sha, _write
-from tests.factories import make_tool
+from tests.factories import make_approver, make_tool
 from tests.records.test_execution_races import _waiting_for_a_lock
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -38,7 +37,7 @@ def test_a_decision_that_waited_for_the_lock_past_the_expiry_finds_the_request_e
     tenant,
 ) -> None:
     approval = _pending_approval(tenant)
-    approver = get_user_model().objects.create_user("approver", password="pw-123456789")
+    approver = make_approver(tenant, "approver")
     outcome: dict[str, Any] = {}
     started = threading.Event()
 

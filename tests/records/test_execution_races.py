@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connections, transaction
 from django.test import Client
 from django.utils import timezone
@@ -31,6 +30,7 @@ from reconcile.models import DownstreamAdapter
 from reconcile.services import reconcile_record
 from sandbox.server import SandboxServer
 from tests.api.conftest import ApiClient, client_for
+from tests.factories import make_approver
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -198,7 +198,7 @@ def _approved_replay_of_a_failed_order(api: ApiClient, sandbox: SandboxServer) -
     assert reconcile_record(record.pk, worker="w") == "failed_final"
     replay = api.post(f"/calls/{first['call_id']}/replay", {}).json()
     assert replay["decision"] == "approval_required", replay
-    approver = get_user_model().objects.create_user("approver", password="pw-123456789")
+    approver = make_approver(api.tenant, "approver")
     decide(approval=ApprovalRequest.objects.get(), user=approver, approve=True, reason="retry")
     return replay
 

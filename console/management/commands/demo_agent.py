@@ -36,7 +36,6 @@ from django.core.wsgi import get_wsgi_application
 from django.db.models.functions import Now
 
 from agent_ledger_client import CallContext, LedgerClient, Run, ToolError
-from console.roles import Role
 from ledger.clock import db_now
 from ledger.models import (
     ApiToken,
@@ -47,6 +46,7 @@ from ledger.models import (
     Tenant,
     VersionCombination,
 )
+from ledger.permissions import Role
 from ledger.services import combinations, metrics
 from ledger.services.approvals import decide
 from ledger.services.audit import audit

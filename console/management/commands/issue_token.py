@@ -1,5 +1,5 @@
-"""``manage.py issue_token TENANT NAME (--user USERNAME | --service-account ACCOUNT)``: create an
-API token owned by a person or a service account, and print it once."""
+"""``manage.py issue_token TENANT NAME (--user USERNAME | --service-account ACCOUNT) [--scope S]``:
+create an API token owned by a person or a service account, and print it once."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from console.models import Membership
-from ledger.models import ApiToken, ServiceAccount, Tenant
+from ledger.models import ApiToken, Membership, ServiceAccount, Tenant
+from ledger.permissions import RUNTIME_SCOPES, Scope
 from ledger.services.audit import audit
 
 
@@ -30,6 +30,14 @@ class Command(BaseCommand):
             "--service-account",
             help="the service account that owns it (created if missing); its requests always "
             "need a human approver",
+        )
+        parser.add_argument(
+            "--scope",
+            action="append",
+            choices=Scope.values,
+            help="what the token may do (repeat for several). A service account's token "
+            f"defaults to running agents ({', '.join(sorted(RUNTIME_SCOPES))}) and can never "
+            "decide approvals; a person's token defaults to whatever their role allows",
         )
         parser.add_argument(
             "--create-tenant", action="store_true", help="create the tenant if it does not exist"
@@ -55,14 +63,24 @@ class Command(BaseCommand):
                     raise CommandError(str(exc)) from None
             else:
                 owner = self._member(tenant, options["user"])
-            token, plaintext = ApiToken.issue(tenant=tenant, name=name, user=owner)
+            try:
+                token, plaintext = ApiToken.issue(
+                    tenant=tenant, name=name, user=owner, scopes=options["scope"]
+                )
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
             audit(
                 tenant=tenant,
                 actor="cli",
                 action="token.issued",
                 target=token,
                 source="cli",
-                after={"name": name, "prefix": token.prefix, "user": owner.get_username()},
+                after={
+                    "name": name,
+                    "prefix": token.prefix,
+                    "user": owner.get_username(),
+                    "scopes": token.scopes,
+                },
             )
         self.stdout.write(plaintext)
 

@@ -20,9 +20,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from console.demo import DEMO_PASSWORD, DEMO_USERS
-from console.models import Membership
 from ledger.classification.catalogue import CATALOGUE
-from ledger.models import Tenant
+from ledger.models import Membership, Tenant
 from ledger.services.registry import ensure_catalogue_tool
 from reconcile.models import DownstreamAdapter, WorkspaceRoot
 
