@@ -16,8 +16,10 @@ through the ledger, as the MCP specification has a tool call:
 - ``isError: true`` is a failed call carrying its text; a timeout, a dead server or a broken
   pipe is uncertain; the server's ``outputSchema`` is checked against ``structuredContent``;
 - a refusal comes back as an error result whose text is the model-facing observation, so the
-  model never mistakes it for success; approval waits are bounded (``approval_deadline``) and
-  ``wait_for_approval=False`` returns ``APPROVAL_REQUIRED`` at once;
+  model never mistakes it for success; so does a call refused because its run has ended
+  (``RUN_FINISHED``, ``RUN_HALTED``), which is the agent's news, not a protocol error;
+  approval waits are bounded (``approval_deadline``) and ``wait_for_approval=False`` returns
+  ``APPROVAL_REQUIRED`` at once;
 - with ``file_root`` set, a file write under that root carries a write plan the guard computes
   (before hash, after hash, diff), and a write whose outcome was lost settles by the file's
   hash: already applied, apply again after approval, or a conflict.
@@ -39,7 +41,8 @@ from mcp import ClientSession
 from mcp.types import CallToolResult, ListToolsResult, RequestParamsMeta, TextContent
 
 from agent_ledger_client.aio import AsyncLedgerClient, AsyncRun
-from agent_ledger_client.errors import InvalidToolInput, ToolError
+from agent_ledger_client.errors import InvalidToolInput, LedgerRequestError, ToolError
+from agent_ledger_client.observations import run_ended
 from agent_ledger_client.protocol import DEFAULT_APPROVAL_DEADLINE, CallContext
 from agent_ledger_client.surface import trace_headers
 
@@ -50,6 +53,8 @@ KEY_META_KEY = "io.agentledger/idempotency-key"
 #: File-writing tools (of @modelcontextprotocol/server-filesystem) and the argument that holds
 #: the new content.
 FILE_WRITE_TOOLS: Mapping[str, str] = {"write_file": "content"}
+#: The ledger's refusals of a call whose run has ended.
+RUN_ENDED = frozenset({"RUN_FINISHED", "RUN_HALTED"})
 MAX_DIFF = 200_000
 
 
@@ -186,15 +191,20 @@ class LedgerGuard:
         }
         if self.tool_timeout is not None:
             settings.setdefault("timeout", self.tool_timeout + 1)
-        observation = await self.run.call(
-            f"{self.server}/{name}",
-            arguments,
-            execute=execute,
-            step_id=tool_call_id,
-            business_object_id=business_object_id,
-            write_plan=plan,
-            **settings,
-        )
+        try:
+            observation = await self.run.call(
+                f"{self.server}/{name}",
+                arguments,
+                execute=execute,
+                step_id=tool_call_id,
+                business_object_id=business_object_id,
+                write_plan=plan,
+                **settings,
+            )
+        except LedgerRequestError as exc:
+            if exc.problem.get("code") not in RUN_ENDED:
+                raise
+            observation = run_ended(exc.problem)
         if plan is not None and _lost(observation):
             observation = await self._settle_write(observation, arguments, execute, settings)
         return result_of(observation, self.output_schemas.get(name))

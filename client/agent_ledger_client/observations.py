@@ -61,6 +61,24 @@ def unreported(tool: str, outcome: str, call_id: str, idempotency_key: str) -> d
     }
 
 
+def run_ended(problem: dict[str, Any]) -> dict[str, Any]:
+    """The ledger refused a call because its run has ended (``RUN_FINISHED``, ``RUN_HALTED``):
+    the model hears the ledger's reason, and that nothing ran."""
+    code = str(problem.get("code"))
+    return {
+        "ok": False,
+        "code": code,
+        "content": f"Nothing was executed: {problem.get('detail') or code}. This run takes no "
+        "more actions; stop and tell the user (a new task needs a new run).",
+        "metadata": {
+            "recorded": False,
+            "replayed": False,
+            "retryable": False,
+            "next_action": "stop",
+        },
+    }
+
+
 def model_text(observation: dict[str, Any]) -> str:
     """What a framework hands the model: a success's own result (text as is, anything else as
     JSON), else the whole observation as JSON, which cannot be mistaken for success."""

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -59,10 +62,15 @@ def _proxied(
     upstream: list[str],
     scenario: Callable[[ClientSession], Awaitable[Any]],
     *options: str,
+    environment: Mapping[str, str] | None = None,
 ) -> Any:
+    """The scenario in an MCP client session with the proxy over stdio, the proxy started
+    with this process's environment, the ledger token and ``environment``."""
     command = _proxy_arguments(live_server, shim, upstream, *options)
     params = StdioServerParameters(
-        command=sys.executable, args=command, env={**os.environ, "LEDGER_TOKEN": token}
+        command=sys.executable,
+        args=command,
+        env={**os.environ, "LEDGER_TOKEN": token, **(environment or {})},
     )
 
     async def main() -> Any:
@@ -182,18 +190,47 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class HttpProxy:
+    """A proxy serving streamable HTTP: its MCP endpoint and its listener's bearer token."""
+
+    url: str
+    token: str
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[Any]:
+        """The official MCP client's streamable-HTTP transport, carrying the token."""
+        headers = {"Authorization": f"Bearer {self.token}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http,
+            streamable_http_client(self.url, http_client=http) as streams,
+        ):
+            yield streams
+
+
 @contextmanager
 def _http_proxy(
     live_server: Any, token: str, shim: Shim, upstream: list[str], *options: str
-) -> Iterator[str]:
-    """The proxy serving streamable HTTP, as its own process; yields its MCP endpoint."""
+) -> Iterator[HttpProxy]:
+    """The proxy serving streamable HTTP on a free loopback port, as its own process, its
+    listener's token in ``PROXY_TOKEN``."""
     port = _free_port()
-    command = _proxy_arguments(live_server, shim, upstream, "--http", f"127.0.0.1:{port}", *options)
+    listener = secrets.token_urlsafe(32)
+    command = _proxy_arguments(
+        live_server,
+        shim,
+        upstream,
+        "--http",
+        f"127.0.0.1:{port}",
+        "--http-token-env",
+        "PROXY_TOKEN",
+        *options,
+    )
     log = shim.log.with_name("proxy.log")
     with log.open("wb") as stderr:
         proxy = subprocess.Popen(
             [sys.executable, *command],
-            env={**os.environ, "LEDGER_TOKEN": token},
+            env={**os.environ, "LEDGER_TOKEN": token, "PROXY_TOKEN": listener},
             stdout=subprocess.DEVNULL,
             stderr=stderr,
         )
@@ -207,7 +244,7 @@ def _http_proxy(
                 break
             except OSError:
                 time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield HttpProxy(f"http://127.0.0.1:{port}/mcp", listener)
     finally:
         proxy.terminate()
         try:
@@ -223,11 +260,8 @@ def test_the_proxy_serves_streamable_http_to_a_real_mcp_client(
     (tmp_path / "a.txt").write_text("hello\n")
     note = {"path": str(tmp_path / "b.txt"), "content": "new\n"}
 
-    async def scenario(url: str) -> tuple[Any, Any, list[Any]]:
-        async with (
-            streamable_http_client(url) as (read, write),
-            ClientSession(read, write) as session,
-        ):
+    async def scenario(proxy: HttpProxy) -> tuple[Any, Any, list[Any]]:
+        async with proxy.connect() as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             listed = await session.list_tools()
             got = await session.call_tool("read_text_file", {"path": str(tmp_path / "a.txt")})
@@ -236,8 +270,8 @@ def test_the_proxy_serves_streamable_http_to_a_real_mcp_client(
             return listed, got, writes
 
     upstream = [*FILESYSTEM, str(tmp_path)]
-    with _http_proxy(live_server, ledger_token, shim, upstream, "--server", "fs") as url:
-        listed, got, writes = asyncio.run(scenario(url))
+    with _http_proxy(live_server, ledger_token, shim, upstream, "--server", "fs") as proxy:
+        listed, got, writes = asyncio.run(scenario(proxy))
     assert "write_file" in {tool.name for tool in listed.tools}
     assert got.is_error is not True and got.structured_content == {"content": "hello\n"}
     assert got.meta[LEDGER_META_KEY]["ok"] is True and len(shim.calls("read_text_file")) == 1

@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, ListToolsResult
 
 from agent_ledger_client.mcp_guard import LEDGER_META_KEY, LedgerGuard
 from tests.client.test_mcp_guard_servers import FILESYSTEM, Shim, _run, memory_server
-from tests.client.test_mcp_proxy import GIT, _http_proxy, _proxied
+from tests.client.test_mcp_proxy import GIT, HttpProxy, _http_proxy, _proxied
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -144,16 +143,13 @@ def _through(
         return _proxied(live_server, token, shim, upstream, via_proxy, *options)
     if path == "proxy-http":
 
-        async def over_http(url: str) -> Any:
-            async with (
-                streamable_http_client(url) as (read, write),
-                ClientSession(read, write) as session,
-            ):
+        async def over_http(proxy: HttpProxy) -> Any:
+            async with proxy.connect() as (read, write), ClientSession(read, write) as session:
                 await session.initialize()
                 return await via_proxy(session)
 
-        with _http_proxy(live_server, token, shim, upstream, *options) as url:
-            return asyncio.run(over_http(url))
+        with _http_proxy(live_server, token, shim, upstream, *options) as proxy:
+            return asyncio.run(over_http(proxy))
 
     async def via_guard(guard: LedgerGuard, shim: Shim) -> Any:
         async def call(name: str, tool_input: dict[str, Any]) -> CallToolResult:
