@@ -72,6 +72,13 @@ class Forbidden(LedgerError):
     http_status = 403
 
 
+class InputMismatch(LedgerError):
+    """A replay or a start named another input than the recorded action's."""
+
+    code = "IDEMPOTENCY_KEY_CONFLICT"
+    http_status = 422
+
+
 class Conflict(LedgerError):
     """The request is well-formed but contradicts itself or the stored state."""
 

@@ -202,11 +202,11 @@ def _decide(
     """Approve or reject the pending compensations with one reason (required either way: it
     is the audit trail's why). The approvals rule decides who may (``approvals.decide``), for
     every one of them before any is decided. Returns how many were decided."""
-    if not reason.strip():
-        raise InvalidInput("deciding a compensation needs a reason")
     waiting = waiting_approvals(compensations)
     if not waiting:
         raise ApprovalError("no compensation here waits for a decision")
+    if not reason.strip() and (missing := approvals.reason_needed(waiting[0], approve=approve)):
+        raise InvalidInput(missing)
     for approval in waiting:
         if approvals.refusal_of_decider(approval, user) is not None:
             # decide() refuses it, audits the refusal and raises; nothing else is decided.

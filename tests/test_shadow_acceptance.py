@@ -96,7 +96,11 @@ def _mirror(runs: int) -> dict[str, Any]:
             with pytest.raises(LedgerRequestError) as replayed:
                 client.replay(str(dry.call_id), dry.input, execute=executed.append)
             with pytest.raises(LedgerRequestError) as started:
-                client.drive(client.protocol.request("POST", f"/calls/{dry.call_id}/start"))
+                client.drive(
+                    client.protocol.request(
+                        "POST", f"/calls/{dry.call_id}/start", json={"input": dry.input}
+                    )
+                )
             forced += [replayed.value.status, started.value.status]
         live_total = _side_effects(sandbox)
     assert executed == []  # the client was never told to execute the forced call

@@ -404,6 +404,31 @@ class LedgerProtocol:
         """A call with its current observation."""
         return (yield from self.request("GET", f"/calls/{call_id}"))
 
+    # --- approvals ---------------------------------------------------------------------------
+    def approvals(
+        self, *, state: str = "open", before: int | None = None, limit: int = 50
+    ) -> Flow[list[dict[str, Any]]]:
+        """Approval requests: ``open`` ones (what an approver can still decide, oldest first)
+        or those in ``state``; needs the ``approvals:read`` scope."""
+        params = {"state": state, "limit": str(limit)}
+        if before is not None:
+            params["before"] = str(before)
+        reply = yield from self.exchange("GET", "/approvals", params=params)
+        return parsed(reply)
+
+    def approval(self, approval_id: int) -> Flow[dict[str, Any]]:
+        """One approval request with its exact action and dry-run diff."""
+        return (yield from self.request("GET", f"/approvals/{approval_id}"))
+
+    def decide_approval(
+        self, approval_id: int, *, approve: bool, reason: str = ""
+    ) -> Flow[dict[str, Any]]:
+        """Approve or reject as the token's owner: a person with the approver role in the
+        tenant, none of the action's principals (``approvals:decide``). A rejection needs a
+        ``reason``; the model is told it."""
+        body = {"decision": "approve" if approve else "reject", "reason": reason}
+        return (yield from self.request("POST", f"/approvals/{approval_id}/decide", json=body))
+
     def start_run(
         self,
         *,
@@ -471,7 +496,10 @@ class LedgerProtocol:
         wait for a human's approval (a conditional write is first checked against
         ``current_hash``, the file's sha256 now), or return why it must not run again."""
         opts = CallOptions(**options)
-        body = {"current_hash": current_hash} if current_hash else {}
+        # The ledger checks that the replay runs the recorded action's exact input.
+        body: dict[str, Any] = {"input": tool_input}
+        if current_hash:
+            body["current_hash"] = current_hash
         return (
             yield from self._decide(
                 f"/calls/{call_id}/replay", body, None, tool_input, execute, opts
@@ -596,7 +624,9 @@ class LedgerProtocol:
             if isinstance(reply, Response) and reply.status < 400:
                 latest = reply.body
                 if latest.get("approval_state") == "approved":
-                    started = yield from self.request("POST", f"/calls/{call['call_id']}/start")
+                    started = yield from self.request(
+                        "POST", f"/calls/{call['call_id']}/start", json={"input": tool_input}
+                    )
                     if started["decision"] != "execute":
                         return normalised(started["observation"])
                     observation, _done = yield from self._execute(

@@ -104,6 +104,9 @@ class Surface:
     call = Operation(LedgerProtocol.call)
     replay = Operation(LedgerProtocol.replay)
     finish_run = Operation(LedgerProtocol.finish_run)
+    approvals = Operation(LedgerProtocol.approvals)
+    approval = Operation(LedgerProtocol.approval)
+    decide_approval = Operation(LedgerProtocol.decide_approval)
 
 
 def trace_headers() -> dict[str, str]:

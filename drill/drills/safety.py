@@ -199,7 +199,7 @@ def unapproved_write(ctx: DrillContext, result: DrillResult) -> None:
             "replay, nobody approves",
             client.replay(
                 call_id,
-                {"path": path},
+                {"path": path, "content": after},
                 execute=ctx.write(path, after, f"{label}-r1"),
                 current_hash=sha(before),
                 approval_deadline=2,
@@ -212,7 +212,7 @@ def unapproved_write(ctx: DrillContext, result: DrillResult) -> None:
             "replay after the rejection",
             client.replay(
                 call_id,
-                {"path": path},
+                {"path": path, "content": after},
                 execute=ctx.write(path, after, f"{label}-r2"),
                 current_hash=sha(before),
                 approval_deadline=20,

@@ -125,7 +125,7 @@ def write_file_changed_by_someone_else_is_a_conflict(
         "replay",
         client.replay(
             first["metadata"]["call_id"],
-            {"path": path},
+            {"path": path, "content": "new\n"},
             execute=ctx.write(path, "new\n", label),
             current_hash=sha("theirs\n"),
         ),

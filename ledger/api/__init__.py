@@ -172,7 +172,14 @@ def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return problem(404, "NOT_FOUND", "No such resource.")
 
 
-from ledger.api import calls, combinations, rollouts, runs, tools  # noqa: E402  (routers need ``api``)
+from ledger.api import (  # noqa: E402  (routers need ``api``)
+    approvals,
+    calls,
+    combinations,
+    rollouts,
+    runs,
+    tools,
+)
 
 api.add_router("/tools", tools.router)
 api.add_router("/runs", runs.router)
@@ -182,3 +189,4 @@ api.add_router("/combinations", combinations.router)
 api.add_router("/metrics", combinations.metrics_router)
 api.add_router("/thresholds", combinations.thresholds_router)
 api.add_router("/rollouts", rollouts.router)
+api.add_router("/approvals", approvals.router)

@@ -23,6 +23,7 @@ from ledger.api.schemas import (
     Problem,
     RecordOut,
     ReplayIn,
+    StartIn,
 )
 from ledger.calls.values import entry_classification
 from ledger.domain import Decision
@@ -141,15 +142,18 @@ def get_call(request: HttpRequest, call_id: str) -> CallOut:
 
 @router.post(
     "/{call_id}/start",
-    response={200: CallOut, 409: Problem, **COMMON},
+    response={200: CallOut, 409: Problem, 422: Problem, **COMMON},
     summary="Start a call after its approval",
 )
-def start(request: HttpRequest, call_id: str) -> HttpResponse:
-    """Uses the granted approval once; the approval must be for this exact action."""
+def start(request: HttpRequest, call_id: str, payload: StartIn) -> HttpResponse:
+    """Uses the granted approval once; the approval must be for this exact action, and
+    ``input`` the action's own (else 422 ``IDEMPOTENCY_KEY_CONFLICT``, nothing used)."""
     return _decided(
         request,
         "start",
-        lambda: calls.start_call(caller=caller_of(request), call_id=_uuid(call_id)),
+        lambda: calls.start_call(
+            caller=caller_of(request), call_id=_uuid(call_id), tool_input=payload.input
+        ),
     )
 
 
@@ -192,18 +196,22 @@ def complete(request: HttpRequest, call_id: str, payload: CompleteIn) -> HttpRes
 
 @router.post(
     "/{call_id}/replay",
-    response={200: CallOut, 409: CallOut, **COMMON},
+    response={200: CallOut, 409: CallOut, 422: Problem, **COMMON},
     summary="Ask whether and how an uncertain or failed call may be recovered",
 )
 def replay(request: HttpRequest, call_id: str, payload: ReplayIn) -> HttpResponse:
     """Applies the recovery table: idempotent tools replay (a new lease), conditional ones are
     checked (``current_hash``) and approved by a human, non-idempotent ones are looked up
-    downstream, final failures are never replayed."""
+    downstream, final failures are never replayed. ``input`` is what the replay would run:
+    the recorded action's own, else 422 ``IDEMPOTENCY_KEY_CONFLICT`` and nothing is written."""
     return _decided(
         request,
         "replay",
         lambda: calls.replay_call(
-            caller=caller_of(request), call_id=_uuid(call_id), current_hash=payload.current_hash
+            caller=caller_of(request),
+            call_id=_uuid(call_id),
+            tool_input=payload.input,
+            current_hash=payload.current_hash,
         ),
     )
 

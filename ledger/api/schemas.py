@@ -292,7 +292,19 @@ class CompleteIn(Strict):
     evidence: dict[str, Any] | None = None
 
 
+#: The input a replay or a start runs: the recorded action's own, or 422.
+RunsInput = Field(
+    description="The exact input the tool will run with: it must be the recorded action's "
+    "(the same fingerprint), else 422 IDEMPOTENCY_KEY_CONFLICT and nothing runs.",
+)
+
+
+class StartIn(Strict):
+    input: dict[str, Any] = RunsInput
+
+
 class ReplayIn(Strict):
+    input: dict[str, Any] = RunsInput
     current_hash: str | None = Field(
         default=None,
         pattern=r"^[0-9a-f]{64}$",
@@ -355,3 +367,55 @@ class SagaOut(Schema):
     run_id: str
     #: Newest action first: the order the saga runs them in.
     steps: list[SagaStepOut]
+
+
+class WritePlanOut(Schema):
+    workspace: str
+    path: str
+    before_hash: str
+    after_hash: str
+    diff: str
+
+
+class ApprovalOut(Schema):
+    """An approval request: the exact action it is for, who asked, and where it stands."""
+
+    id: int
+    state: str
+    #: Whether it can still be given (pending, not expired, its action waiting, nothing halted).
+    open: bool
+    #: Why a pending request can no longer be given; None while it can.
+    void_reason: str | None
+    call_id: str
+    run_id: str
+    tool: str
+    idempotency_key: str
+    #: The call's input as stored (redacted by its data classification).
+    input: Any
+    action_hash: str
+    requested_by: str
+    created_at: ApiDateTime
+    expires_at: ApiDateTime
+    decided_by: str | None
+    decision_reason: str
+    decided_at: ApiDateTime | None
+    #: The dry-run diff and hashes of a conditional write (in the detail only).
+    write_plan: WritePlanOut | None = None
+
+
+class ApprovalDecisionIn(Strict):
+    decision: Literal["approve", "reject"]
+    reason: str = Field(
+        default="",
+        max_length=2000,
+        description="Why: required to reject (the model is told it) and to decide a compensation.",
+    )
+
+
+class ApprovalListQuery(Strict):
+    state: Literal[
+        "open", "pending", "approved", "rejected", "consumed", "invalidated", "expired"
+    ] = "open"
+    #: Only requests with a smaller id (the next page after the last one seen).
+    before: PositiveInt | None = None
+    limit: int = Field(default=50, ge=1, le=200)

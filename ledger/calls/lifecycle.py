@@ -13,6 +13,7 @@ from django.db.models.functions import Now
 
 from ledger import records, shadow
 from ledger.calls.observe import observation_for
+from ledger.calls.same_input import refuse_other_input
 from ledger.calls.selectors import entry_for, entry_with_locked_record
 from ledger.calls.values import Caller, CallResult, Lease, entry_classification
 from ledger.decisions import failure_is_final
@@ -82,14 +83,18 @@ def start_approved(
     return entry
 
 
-def start_call(*, caller: Caller, call_id: str) -> CallResult:
-    """Start a call whose approval was granted; the approval is used up in the same step
+def start_call(*, caller: Caller, call_id: str, tool_input: Any) -> CallResult:
+    """Start a call whose approval was granted, to run ``tool_input`` (the recorded action's,
+    or refused before anything is used); the approval is used up in the same step
     (``start_approved``)."""
     entry = entry_for(caller, call_id)
     shadow.refuse_follow_up(entry.run, entry.decision)
     record = entry.record
     if record is None or entry.decision != Decision.APPROVAL_REQUIRED:
         raise InvalidTransition("only a call that was waiting for approval can be started")
+    refuse_other_input(
+        caller=caller, entry=entry, record=record, tool_input=tool_input, step="start"
+    )
     try:
         start_approved(
             record=record, entry=entry, actor=caller.identity, source=AuditEvent.Source.API

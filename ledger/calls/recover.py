@@ -5,7 +5,7 @@ and the replay is itself a new ledger entry of the same record."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import transaction
 
@@ -13,6 +13,7 @@ from ledger import records, shadow
 from ledger.calls import entries
 from ledger.calls.approval import rejected, rejection_of
 from ledger.calls.observe import observation_for
+from ledger.calls.same_input import refuse_other_input
 from ledger.calls.selectors import entry_for
 from ledger.calls.values import Caller, CallResult, Lease, entry_classification
 from ledger.decisions import (
@@ -28,8 +29,11 @@ from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, Ledger
 from ledger.services import approvals
 
 
-def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None) -> CallResult:
-    """The recovery decision for a call that ended uncertain or failed (DESIGN section 4).
+def replay_call(
+    *, caller: Caller, call_id: str, tool_input: Any, current_hash: str | None = None
+) -> CallResult:
+    """The recovery decision for a call that ended uncertain or failed (DESIGN section 4), for
+    a replay that would run ``tool_input`` (the recorded action's, or refused).
 
     The replay request is itself a new ledger entry pointing at the same record.
     """
@@ -38,6 +42,9 @@ def replay_call(*, caller: Caller, call_id: str, current_hash: str | None = None
     record = original.record
     if record is None:
         raise InvalidTransition("this call has no idempotency record to recover")
+    refuse_other_input(
+        caller=caller, entry=original, record=record, tool_input=tool_input, step="replay"
+    )
     classification = entry_classification(original)
     with transaction.atomic():
         found = records.lock_by_key(record.tenant_id, record.key)

@@ -17,6 +17,7 @@ from ledger.keys import fingerprint
 from ledger.models import (
     ApprovalRequest,
     AuditEvent,
+    Compensation,
     IdempotencyRecord,
     LedgerEntry,
     Membership,
@@ -220,6 +221,9 @@ class DeciderRefused(ApprovalError):
     """This user may not decide this request: a principal of its action, a service account,
     or not a person with the approver role in its tenant."""
 
+    code = "FORBIDDEN"
+    http_status = 403
+
 
 #: The roles whose members decide approvals.
 DECIDING_ROLES = (Role.APPROVER, Role.ADMIN)
@@ -247,6 +251,16 @@ def may_decide_in(user: AbstractBaseUser, tenant_id: int) -> bool:
     if membership is None:
         return False
     return membership.role in DECIDING_ROLES or bool(getattr(user, "is_superuser", False))
+
+
+def reason_needed(approval: ApprovalRequest, *, approve: bool) -> str | None:
+    """What a decision without a reason lacks, or None when it needs none: a rejection's
+    reason goes to the model; a compensation's is the audit trail's why, either way."""
+    if Compensation.objects.filter(tenant_id=approval.tenant_id, key=approval.record.key).exists():
+        return "deciding a compensation needs a reason"
+    if not approve:
+        return "a rejection needs a reason for the model"
+    return None
 
 
 def decide(
@@ -280,8 +294,8 @@ def decide(
         elif (refusal := refusal_of_decider(locked, user)) is not None:
             denial = refusal
             self_approval = True
-        elif not approve and not reason.strip():
-            raise InvalidInput("a rejection needs a reason for the model")
+        elif not reason.strip() and (missing := reason_needed(locked, approve=approve)):
+            raise InvalidInput(missing)
         elif (why := void_reason(locked, now=now)) is not None:
             locked.state = Approval.EXPIRED if why == EXPIRED else Approval.INVALIDATED
             denial = why

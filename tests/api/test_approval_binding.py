@@ -149,3 +149,45 @@ def test_a_duplicate_from_a_run_under_another_combination_cannot_use_the_approva
     assert duplicate["decision"] == "approval_required", duplicate
     assert duplicate["idempotency_key"] == IdempotencyRecord.objects.get().key
     _assert_refused_and_nothing_started(api.post(f"/calls/{duplicate['call_id']}/start"))
+
+
+def test_a_start_with_another_input_runs_nothing_and_keeps_the_approval(approved) -> None:
+    api, replay = approved
+    other = api.post(
+        f"/calls/{replay['call_id']}/start", {"input": {"path": "src/app.py", "content": "evil"}}
+    )
+    assert other.status_code == 422, other.content
+    assert other.json()["code"] == "IDEMPOTENCY_KEY_CONFLICT"
+    record = IdempotencyRecord.objects.get()
+    assert (record.state, record.executions) == ("unknown", 1)
+    assert ApprovalRequest.objects.get().state == "approved"
+    refused = AuditEvent.objects.get(action="call.start_refused")
+    assert refused.outcome == "denied"
+    started = api.post(f"/calls/{replay['call_id']}/start")  # the action's own input
+    assert started.status_code == 200, started.content
+
+
+def test_a_replay_with_another_input_is_refused_and_writes_nothing(tenant: Tenant) -> None:
+    make_tool(tenant, "write_file")
+    api = client_for(tenant)
+    api.start_run()
+    first = _write(api, "run-1").json()
+    api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
+    entries = LedgerEntry.objects.count()
+    other = api.post(
+        f"/calls/{first['call_id']}/replay",
+        {"input": {"path": "src/app.py", "content": "other"}, "current_hash": _sha("old")},
+    )
+    assert other.status_code == 422, other.content
+    assert other.json()["code"] == "IDEMPOTENCY_KEY_CONFLICT"
+    assert LedgerEntry.objects.count() == entries
+    assert not ApprovalRequest.objects.exists()
+
+
+def test_a_replay_must_name_the_input_it_runs(tenant: Tenant) -> None:
+    api = client_for(tenant)
+    api.start_run()
+    first = api.call("create_order", {"amount": 10}, business_object_id="o-1").json()
+    response = api.post(f"/calls/{first['call_id']}/replay", raw="{}")
+    assert response.status_code == 400, response.content
+    assert "input" in response.json()["detail"]

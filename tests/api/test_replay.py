@@ -50,7 +50,8 @@ def test_a_replay_of_a_call_waiting_for_its_approval_waits_for_the_approval(
     entry = make_entry(api.tenant, tool)
     entry.record = record
     entry.save(update_fields=["record"])
-    replay = api.post(f"/calls/{entry.call_id}/replay", {})
+    # The action's input, as the factory's reservation fingerprinted it.
+    replay = api.post(f"/calls/{entry.call_id}/replay", {"input": {"cart": "cart-1"}})
     assert replay.status_code == 200, replay.content
     body = replay.json()
     assert body["decision"] == "approval_required"

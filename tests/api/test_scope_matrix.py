@@ -4,6 +4,7 @@ operation is covered by default, and one that names no scope fails here."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,16 +27,22 @@ from ledger.permissions import (
 
 pytestmark = pytest.mark.django_db
 
-#: A value for each path parameter: none names an existing object, so an allowed request is
-#: answered 404 (or 400/422 for its empty body) after its scope was checked.
+#: A value for each kind of path parameter: none names an existing object, so an allowed request
+#: is answered 404 (or 400/422 for its empty body) after its scope was checked.
 _PARAMETERS = {
-    "{call_id}": str(uuid.uuid4()),
-    "{run_id}": "no-such-run",
-    "{int:combination_id}": "999999",
-    "{int:plan_id}": "999999",
-    "{action}": "pause",
-    "{path:name}": "no_such_tool",
+    "int": "999999",
+    "uuid": str(uuid.uuid4()),
+    "call_id": str(uuid.uuid4()),
+    "action": "pause",
 }
+_PARAMETER = re.compile(r"\{(?:(?P<kind>[a-z]+):)?(?P<name>[a-z_]+)\}")
+
+
+def _filled(path: str) -> str:
+    """``path`` with a value for each parameter, by its converter or its name."""
+    return _PARAMETER.sub(
+        lambda m: _PARAMETERS.get(m["kind"] or "", _PARAMETERS.get(m["name"], "none")), path
+    )
 
 
 @dataclass(frozen=True)
@@ -54,9 +61,7 @@ def _operations() -> Iterator[Operation]:
     get_resolver().url_patterns  # noqa: B018 - the URLconf binds the routers
     for router in api._get_bound_routers():
         for path, view in router.path_operations.items():
-            url = f"/api/v1{router.prefix}{path}"
-            for parameter, value in _PARAMETERS.items():
-                url = url.replace(parameter, value)
+            url = _filled(f"/api/v1{router.prefix}{path}")
             for operation in view.operations:
                 scopes = [
                     callback.scope

@@ -13,6 +13,7 @@ import pytest
 from django.db import connections
 
 from agent_ledger_client import CallContext, LedgerClient, ToolError
+from agent_ledger_client.errors import LedgerRequestError
 from ledger.models import ApprovalRequest, IdempotencyRecord, Tenant
 from ledger.services.approvals import decide
 from sandbox.server import SandboxServer
@@ -159,6 +160,26 @@ def test_write_file_with_matching_base_hash_is_replayed_after_approval(
     assert IdempotencyRecord.objects.get().state == "succeeded"
 
 
+def test_a_replay_with_another_input_runs_nothing(
+    client: LedgerClient, sandbox: SandboxServer
+) -> None:
+    """The ledger checks the input a replay runs: another one is another action, refused
+    before the tool is called."""
+    _run, first = _uncertain_write(client, sandbox)
+    ran: list[Any] = []
+    with pytest.raises(LedgerRequestError) as refused:
+        client.replay(
+            first["metadata"]["call_id"],
+            {"path": "app.py", "content": "evil"},
+            execute=ran.append,
+            current_hash=_sha("old"),
+        )
+    assert refused.value.status == 422
+    assert refused.value.problem["code"] == "IDEMPOTENCY_KEY_CONFLICT"
+    assert not ran and not ApprovalRequest.objects.exists()
+    assert httpx.get(f"{sandbox.url}/workspace/files/app.py").json()["content"] == "old"
+
+
 def test_write_file_changed_by_someone_else_is_a_conflict(
     client: LedgerClient, sandbox: SandboxServer
 ) -> None:
@@ -166,7 +187,7 @@ def test_write_file_changed_by_someone_else_is_a_conflict(
     httpx.put(f"{sandbox.url}/workspace/files/app.py", json={"content": "theirs"})
     observation = client.replay(
         first["metadata"]["call_id"],
-        {"path": "app.py"},
+        {"path": "app.py", "content": "new"},
         execute=_write_tool(sandbox, "app.py", "new"),
         current_hash=_sha("theirs"),
     )

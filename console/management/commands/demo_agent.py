@@ -291,7 +291,7 @@ class Demo:
             )
             self.client.replay(
                 first["metadata"]["call_id"],
-                {"path": path},
+                {"path": path, "content": after},
                 execute=self.write(path, after),
                 current_hash=_sha("retries: 99\n"),
             )
@@ -299,7 +299,7 @@ class Demo:
         # Ask for the approval and leave it pending for a human in the console.
         self.client.replay(
             first["metadata"]["call_id"],
-            {"path": path},
+            {"path": path, "content": after},
             execute=self.write(path, after),
             current_hash=_sha(before),
             approval_deadline=0,
