@@ -8,7 +8,9 @@ export the rest).
 
 A cell that a spreadsheet would read as a formula (it starts with ``=``, ``+``, ``-``, ``@``,
 a tab or a carriage return) gets a leading apostrophe: tool names, keys and run ids come from
-agents, and opening an export must not run what an agent wrote.
+agents, and opening an export must not run what an agent wrote. So does a cell that starts
+with an apostrophe, so that the text of every cell reads back exactly (``read_cell``): the
+audit log's export is verified from its cells (``console.audit_export``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from django.http import StreamingHttpResponse
 from django.utils.http import content_disposition_header
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+#: What a cell's text is prefixed with when it starts with a formula's start or with this.
+QUOTE = "'"
 #: The most rows one export streams: a million rows of a busy tenant would be minutes of a
 #: worker and hundreds of megabytes; a time range narrows a larger list.
 MAX_EXPORT_ROWS = 100_000
@@ -33,8 +37,15 @@ Columns = list[tuple[str, Callable[[Any], object]]]
 
 
 def cell(value: object) -> str:
+    """``value``'s text as a cell: quoted when a spreadsheet would run it (or it starts with
+    the quote itself), empty for None."""
     text = "" if value is None else str(value)
-    return f"'{text}" if text.startswith(FORMULA_STARTS) else text
+    return QUOTE + text if text.startswith((*FORMULA_STARTS, QUOTE)) else text
+
+
+def read_cell(written: str) -> str:
+    """The text a cell was written from (``cell``'s inverse, but that None reads as "")."""
+    return written.removeprefix(QUOTE)
 
 
 class _Line:

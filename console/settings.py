@@ -197,6 +197,7 @@ CELERY_TASK_ROUTES = {
     "reconcile.tasks.compensate_run": {"queue": "reconcile"},
     "reconcile.tasks.sweep_compensations": {"queue": "maintenance"},
     "reconcile.tasks.evaluate_rollouts": {"queue": "maintenance"},
+    "reconcile.tasks.seal_audit_chains": {"queue": "maintenance"},
 }
 # publishing must not hang a web request when the broker is down: fail fast, the sweep catches up;
 CELERY_TASK_PUBLISH_RETRY = False
@@ -220,6 +221,9 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
 # and how many plans one evaluation judges at most.
 ROLLOUT_EVALUATE_SECONDS = positive_int(env, "ROLLOUT_EVALUATE_SECONDS", default=60)
 ROLLOUT_EVALUATION_BATCH = positive_int(env, "ROLLOUT_EVALUATION_BATCH", default=100)
+# How often new audit events are sealed into their tenants' hash chains: an event is
+# tamper-evident from its seal on (docs/runbook.md, "Verify the audit log").
+LEDGER_AUDIT_SEAL_SECONDS = positive_int(env, "LEDGER_AUDIT_SEAL_SECONDS", default=10)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "sweep-expired-leases": {"task": "reconcile.tasks.sweep_expired_leases", "schedule": 15.0},
@@ -234,6 +238,10 @@ CELERY_BEAT_SCHEDULE = {
     "evaluate-rollouts": {
         "task": "reconcile.tasks.evaluate_rollouts",
         "schedule": float(ROLLOUT_EVALUATE_SECONDS),
+    },
+    "seal-audit-chains": {
+        "task": "reconcile.tasks.seal_audit_chains",
+        "schedule": float(LEDGER_AUDIT_SEAL_SECONDS),
     },
 }
 CELERY_TASK_ALWAYS_EAGER = strict_bool(env, "CELERY_TASK_ALWAYS_EAGER", default=False)

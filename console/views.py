@@ -27,6 +27,7 @@ from django.utils.translation import gettext_lazy
 from console import charts as charts_mod
 from console import claims, diffs, selectors
 from console.access import TENANT_SESSION_KEY, console_view, get_for_tenant
+from console.audit_export import AUDIT_COLUMNS
 from console.csv_export import Columns, csv_response, export_href, in_chunks
 from console.denials import Reason, audit_denial
 from console.filters import TimeRangeForm, WindowForm
@@ -451,19 +452,6 @@ class AuditFilter(TimeRangeForm):
         if data["outcome"]:
             events = events.filter(outcome=data["outcome"])
         return events.order_by("-pk")
-
-
-#: The columns of the audit log's CSV export: the page's, in its order (the whole detail).
-AUDIT_COLUMNS: Columns = [
-    ("when", lambda e: e.created_at.isoformat()),
-    ("actor", lambda e: e.actor),
-    ("action", lambda e: e.action),
-    ("outcome", lambda e: e.outcome),
-    ("target", lambda e: f"{e.target_type}:{e.target_id}"),
-    ("source", lambda e: e.source),
-    ("detail", lambda e: e.detail),
-    ("event_id", lambda e: e.pk),
-]
 
 
 @console_view(Role.MANAGER, Role.OPERATOR, Role.APPROVER)

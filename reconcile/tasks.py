@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from ledger.records import expire_leases
-from ledger.services import metrics, notifications, rollouts, thresholds
+from ledger.services import audit_sealing, metrics, notifications, rollouts, thresholds
 from ledger.services.cleanup import cleanup_expired_records
 from reconcile import compensation_runs, services
 from reconcile.compensations import unsent_sagas
@@ -85,6 +85,23 @@ def sweep_expired_leases() -> int:
 def cleanup_expired() -> int:
     """Delete finished records past their TTL, in bounded batches."""
     return cleanup_expired_records()
+
+
+@shared_task(soft_time_limit=50, time_limit=60)
+def seal_audit_chains() -> int:
+    """Seal the audit events written since the last pass into their tenants' hash chains, in
+    bounded batches (``audit_sealing.seal_audit_events``)."""
+    report = audit_sealing.seal_audit_events()
+    logger.info(
+        "audit seal",
+        extra={
+            "sealed": report.sealed,
+            "chains": report.chains,
+            "busy": report.busy,
+            "unfinished": report.unfinished,
+        },
+    )
+    return report.sealed
 
 
 @shared_task(soft_time_limit=50, time_limit=60)
