@@ -26,8 +26,8 @@ _CONTENT = {
         "failure or choose another action."
     ),
     ObservationCode.APPROVAL_REQUIRED: (
-        "{tool} needs a human's approval before it runs again. It has not been executed. Wait "
-        "for the approval or tell the user it is pending."
+        "{tool} needs a human's approval before it runs. It has not been executed. Wait for "
+        "the approval or tell the user it is pending."
     ),
     ObservationCode.APPROVAL_REJECTED: (
         "A human rejected running {tool}. It was NOT executed. Reason given: {detail}"
@@ -90,9 +90,12 @@ def refusal(
     retryable: bool | None = None,
     error_code: str | None = None,
     extra: dict[str, Any] | None = None,
+    why: str = "",
 ) -> dict[str, Any]:
-    """An ``ok: false`` observation for ``code``."""
+    """An ``ok: false`` observation for ``code``; ``why``, when given, is said after it."""
     content = _CONTENT[code].format(tool=context.tool, detail=detail or "no detail")
+    if why:
+        content = f"{content} Why: {why}"
     metadata = {
         **context.metadata(),
         "retryable": code in _RETRYABLE if retryable is None else retryable,

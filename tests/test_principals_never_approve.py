@@ -41,6 +41,10 @@ def _token_of(user: Any, tenant: Tenant) -> ApiClient:
     return ApiClient(tenant, ApiToken.issue(tenant=tenant, name=f"{user}-laptop", user=user)[1])
 
 
+#: The lost write's input: a replay names the input it runs.
+WRITE = {"path": "app.py"}
+
+
 def _lost_write(api: ApiClient, *, run_id: str = "run-1", user_id: str = "u1") -> dict[str, Any]:
     """A conditional write whose outcome was lost (its record unknown)."""
     api.start_run(run_id, user_id=user_id)
@@ -51,7 +55,7 @@ def _lost_write(api: ApiClient, *, run_id: str = "run-1", user_id: str = "u1") -
         "after_hash": _sha("new"),
         "diff": "-old\n+new\n",
     }
-    first = api.call("write_file", {"path": "app.py"}, write_plan=plan, run_id=run_id).json()
+    first = api.call("write_file", WRITE, write_plan=plan, run_id=run_id).json()
     done = api.post(
         f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"}
     )
@@ -66,13 +70,15 @@ def _approval_of(call: dict[str, Any]) -> ApprovalRequest:
 def _refused_then_approved_by_another(
     approval: ApprovalRequest, principal: Any, other: Any
 ) -> None:
+    # With a reason, which a compensation's decision needs.
     with pytest.raises(DeciderRefused, match="their own request"):
-        decide(approval=approval, user=principal, approve=True, reason="")
+        decide(approval=approval, user=principal, approve=True, reason="it is right")
     approval.refresh_from_db()
     assert approval.state == "pending"
     refused = AuditEvent.objects.get(action="approval.decide_refused", actor=principal.username)
     assert refused.outcome == "denied" and refused.target_id == str(approval.pk)
-    assert decide(approval=approval, user=other, approve=True, reason="").state == "approved"
+    approved = decide(approval=approval, user=other, approve=True, reason="it is right")
+    assert approved.state == "approved"
 
 
 def test_the_owner_of_the_calling_token_cannot_approve_a_replay_asked_by_a_service_account(
@@ -82,7 +88,7 @@ def test_the_owner_of_the_calling_token_cannot_approve_a_replay_asked_by_a_servi
     hash: the approval is opened in the service account's name, and Alice still may not give
     it."""
     first = _lost_write(_token_of(alice, tenant))
-    replay = client_for(tenant).post(f"/calls/{first['call_id']}/replay", {})
+    replay = client_for(tenant).post(f"/calls/{first['call_id']}/replay", {"input": WRITE})
     assert replay.json()["decision"] == "approval_required", replay.content
     approval = _approval_of(first)
     assert approval.requested_by_user != alice
@@ -100,7 +106,7 @@ def test_the_person_a_service_accounts_run_is_for_cannot_approve(
 
 def test_whoever_asked_for_the_replay_cannot_approve(tenant: Tenant, alice: Any, bob: Any) -> None:
     first = _lost_write(client_for(tenant))
-    _token_of(alice, tenant).post(f"/calls/{first['call_id']}/replay", {})
+    _token_of(alice, tenant).post(f"/calls/{first['call_id']}/replay", {"input": WRITE})
     _refused_then_approved_by_another(_approval_of(first), alice, bob)
 
 
@@ -173,7 +179,7 @@ def test_whoever_asked_for_a_compensation_cannot_approve_it(
 @pytest.mark.parametrize("role", ["", "operator", "manager"])
 def test_a_member_without_the_approver_role_cannot_decide(tenant: Tenant, role: str) -> None:
     first = _lost_write(client_for(tenant))
-    client_for(tenant).post(f"/calls/{first['call_id']}/replay", {})
+    client_for(tenant).post(f"/calls/{first['call_id']}/replay", {"input": WRITE})
     member = make_user(get_user_model(), "mia", tenant, role)
     with pytest.raises(DeciderRefused, match="approver role"):
         decide(approval=_approval_of(first), user=member, approve=True, reason="")
@@ -181,7 +187,7 @@ def test_a_member_without_the_approver_role_cannot_decide(tenant: Tenant, role: 
 
 def test_an_approver_of_another_tenant_cannot_decide(tenant: Tenant, other_tenant: Tenant) -> None:
     first = _lost_write(client_for(tenant))
-    client_for(tenant).post(f"/calls/{first['call_id']}/replay", {})
+    client_for(tenant).post(f"/calls/{first['call_id']}/replay", {"input": WRITE})
     outsider = make_user(get_user_model(), "otto", other_tenant, "approver")
     with pytest.raises(DeciderRefused, match="approver role"):
         decide(approval=_approval_of(first), user=outsider, approve=True, reason="")

@@ -22,7 +22,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from console import selectors
 from ledger.api import api as ninja_api
 from ledger.models import ApiToken, ApprovalRequest, IdempotencyRecord, Run, Tenant
-from ledger.services import combinations, metrics, notifications, rollouts
+from ledger.services import approval_policies, combinations, metrics, notifications, rollouts
 from ledger.services.approvals import decide
 from tests.api.conftest import ApiClient, client_for
 from tests.console.conftest import make_pending, make_shadow_pair, make_user, signed_in
@@ -130,6 +130,9 @@ def _rows(tenant: Tenant) -> dict[str, Any]:
     combinations.activate(tenant=tenant, combination_id=combination.pk, actor="t", source="api")
     make_tool(tenant, f"{marker}_tool")
     ApiToken.issue(tenant=tenant, name=f"{marker}_token")
+    approval_policies.add_policy(
+        tenant=tenant, actor="m", source="api", name=f"{marker}_policy", reason="r", tool="x"
+    )
     api = client_for(tenant)
     api.start_run(f"{marker}-run", user_id=f"{marker}-user")
     unknown = api.call(

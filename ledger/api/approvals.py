@@ -6,7 +6,7 @@ action's principals, once (``ledger.services.approvals.decide``)."""
 from __future__ import annotations
 
 from django.http import HttpRequest
-from ninja import Query, Router
+from ninja import Query, Router, Status
 
 from ledger.api.auth import TokenAuth, caller_of
 from ledger.api.parser import reject_unknown_query
@@ -14,13 +14,15 @@ from ledger.api.schemas import (
     ApprovalDecisionIn,
     ApprovalListQuery,
     ApprovalOut,
+    ApprovalPolicyIn,
+    ApprovalPolicyOut,
     Problem,
     WritePlanOut,
 )
 from ledger.errors import NotFound
-from ledger.models import ApprovalRequest, AuditEvent
+from ledger.models import ApprovalPolicy, ApprovalRequest, AuditEvent
 from ledger.permissions import Scope
-from ledger.services import approvals
+from ledger.services import approval_policies, approvals
 
 router = Router(tags=["approvals"], auth=TokenAuth(Scope.APPROVALS_READ))
 ERRORS = {400: Problem, 401: Problem, 403: Problem, 404: Problem, 409: Problem}
@@ -118,3 +120,61 @@ def decide(request: HttpRequest, approval_id: int, payload: ApprovalDecisionIn) 
         source=AuditEvent.Source.API,
     )
     return approval_out(_get(request, decided.pk), detail=True)
+
+
+policies_router = Router(tags=["approval policies"], auth=TokenAuth(Scope.POLICIES))
+
+
+def policy_out(policy: ApprovalPolicy) -> ApprovalPolicyOut:
+    return ApprovalPolicyOut(
+        id=policy.pk,
+        name=policy.name,
+        reason=policy.reason,
+        tool=policy.tool,
+        path=policy.path,
+        operator=policy.operator,
+        value=policy.value,
+        write_prefix=policy.write_prefix,
+        combination_id=policy.combination_id,
+        asks_for=approval_policies.spec_of(policy).describe(),
+        created_by=policy.created_by,
+        created_at=policy.created_at,
+    )
+
+
+@policies_router.get("", response={200: list[ApprovalPolicyOut], **ERRORS}, summary="List")
+def list_policies(request: HttpRequest) -> list[ApprovalPolicyOut]:
+    """The tenant's approval policies, oldest first (the first that matches asks)."""
+    found = ApprovalPolicy.objects.filter(tenant=caller_of(request).tenant).order_by("pk")
+    return [policy_out(policy) for policy in found]
+
+
+@policies_router.post(
+    "", response={201: ApprovalPolicyOut, **ERRORS}, summary="Ask a human before some actions"
+)
+def add_policy(request: HttpRequest, payload: ApprovalPolicyIn) -> Status:
+    """Add a policy (audited); from the next call on, a matching action waits for an approver
+    before it first runs and the model is told ``APPROVAL_REQUIRED`` with its reason."""
+    caller = caller_of(request)
+    policy = approval_policies.add_policy(
+        tenant=caller.tenant,
+        actor=caller.identity,
+        source=AuditEvent.Source.API,
+        **payload.model_dump(),
+    )
+    return Status(201, policy_out(policy))
+
+
+@policies_router.delete(
+    "/{int:policy_id}", response={204: None, **ERRORS}, summary="Remove a policy"
+)
+def remove_policy(request: HttpRequest, policy_id: int) -> Status:
+    """Remove a policy (audited); requests it opened stay as they are."""
+    caller = caller_of(request)
+    approval_policies.remove_policy(
+        tenant=caller.tenant,
+        policy_id=policy_id,
+        actor=caller.identity,
+        source=AuditEvent.Source.API,
+    )
+    return Status(204, None)

@@ -417,5 +417,38 @@ class ApprovalListQuery(Strict):
         "open", "pending", "approved", "rejected", "consumed", "invalidated", "expired"
     ] = "open"
     #: Only requests with a smaller id (the next page after the last one seen).
-    before: PositiveInt | None = None
+    before: int | None = Field(default=None, ge=1, le=2**62)
     limit: int = Field(default=50, ge=1, le=200)
+
+
+class ApprovalPolicyIn(Strict):
+    """Ask a human before a matching action first runs (DESIGN section 5): every part named
+    must match. ``tool`` is a glob on the tool's name; ``path``, ``operator`` and ``value`` a
+    condition on an argument (``amount`` ``gt`` 100; a call without the argument does not
+    match, one the operator cannot compare does); ``write_prefix`` the start of a write plan's
+    path; ``combination_id`` one version combination. Reads are never asked."""
+
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[^\u0000-\u001f\u007f]+$")
+    reason: str = Field(min_length=1, max_length=500)
+    tool: str = Field(default="", max_length=200)
+    path: str = Field(default="", max_length=200)
+    operator: Literal["", "gt", "gte", "lt", "lte", "eq", "ne", "prefix", "contains"] = ""
+    value: str | float | int | bool | None = None
+    write_prefix: str = Field(default="", max_length=200)
+    combination_id: PositiveInt | None = None
+
+
+class ApprovalPolicyOut(Schema):
+    id: int
+    name: str
+    reason: str
+    tool: str
+    path: str
+    operator: str
+    value: Any
+    write_prefix: str
+    combination_id: int | None
+    #: What it asks for, in one line.
+    asks_for: str
+    created_by: str
+    created_at: ApiDateTime

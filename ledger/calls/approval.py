@@ -3,6 +3,7 @@ already rejected this exact action."""
 
 from __future__ import annotations
 
+from ledger.approval_policies import PolicySpec
 from ledger.calls.selectors import latest_approval
 from ledger.calls.values import Caller, CallResult
 from ledger.domain import Decision, ObservationCode
@@ -26,8 +27,14 @@ def rejection_of(record: IdempotencyRecord, entry: LedgerEntry) -> ApprovalReque
     return latest if rejects(latest, entry, record) else None
 
 
-def ask_for_approval(result: CallResult, record: IdempotencyRecord, caller: Caller) -> None:
-    """Open (or join) the approval request, unless this exact action was already rejected."""
+def ask_for_approval(
+    result: CallResult,
+    record: IdempotencyRecord,
+    caller: Caller,
+    policy: PolicySpec | None = None,
+) -> None:
+    """Open (or join) the approval request, unless this exact action was already rejected;
+    ``policy``: the approval policy that asks before the action first runs."""
     latest = rejection_of(record, result.entry)
     if latest is not None:
         result.decision = Decision.FORBIDDEN
@@ -35,7 +42,11 @@ def ask_for_approval(result: CallResult, record: IdempotencyRecord, caller: Call
         rejected(result.entry)
         return
     result.approval = approvals.request_approval(
-        record=record, entry=result.entry, requested_by=caller.identity, requester_id=caller.user_id
+        record=record,
+        entry=result.entry,
+        requested_by=caller.identity,
+        requester_id=caller.user_id,
+        policy=policy,
     )
 
 

@@ -174,9 +174,15 @@ def _settled(record: IdempotencyRecord, context: CallContext, *, replayed: bool)
 
 
 def _awaiting_approval(context: CallContext, approval: ApprovalRequest | None) -> dict[str, Any]:
+    """Waiting for a human; an approval policy that asked before the first run says why."""
     extra = {"approval_id": approval.pk} if approval else {}
+    policy = approval.policy if approval is not None and approval.policy_id else None
     return refusal(
-        ObservationCode.APPROVAL_REQUIRED, context, next_action="await_approval", extra=extra
+        ObservationCode.APPROVAL_REQUIRED,
+        context,
+        next_action="await_approval",
+        extra=extra,
+        why=f"{policy.name}: {policy.reason}" if policy is not None else "",
     )
 
 

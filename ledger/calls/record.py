@@ -12,6 +12,7 @@ from typing import Any
 from django.db import transaction
 
 from ledger import records, shadow
+from ledger.approval_policies import PolicySpec, asking_policy
 from ledger.calls import entries
 from ledger.calls.approval import ask_for_approval
 from ledger.calls.observe import observation_for
@@ -82,14 +83,15 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
     """
     if request.write_plan is not None:
         _check_write_plan(request.write_plan)
-    run, registered = run_and_tool(caller.tenant, request.run_id, request.tool)
+    run, registered, policies = run_and_tool(caller.tenant, request.run_id, request.tool)
     input_hash = _fingerprint(request.input)
     classified = None
     taken = False  # the one-statement way found the key taken
     if registered is not None:  # classified once, for the one-statement way and the general one
         classified = _classify(caller, run, registered, request)
         dry_run = shadow.dry_run_required(run, classified[0].idempotency)
-        if request.write_plan is None and not run.halted and not dry_run:
+        asked = policies and _asking_policy(policies, run, registered, request, classified[0])
+        if request.write_plan is None and not run.halted and not dry_run and not asked:
             fast = _first_call_of_key(
                 entries.new_call(caller, run, registered, request, input_hash, *classified)
             )
@@ -114,6 +116,7 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
             return CallResult(entry, Decision.FORBIDDEN, classification, observation)
         if shadow.dry_run_required(run, classification.idempotency):
             return _shadow_dry_run(call, request.write_plan)
+        policy = _asking_policy(policies, run, tool, request, classification)
         reservation = records.reserve_key(
             tenant=caller.tenant,
             tool=tool,
@@ -126,6 +129,7 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
             run=run,
             combination=run.combination,
             taken=taken,
+            requires_approval=policy is not None,
         )
         record = reservation.record
         entry = entries.add(
@@ -141,12 +145,31 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
         if reservation.decision is Decision.EXECUTE:
             result.lease = Lease(record.fencing_token, record.lease_expires_at)  # type: ignore[arg-type]
         elif reservation.decision is Decision.APPROVAL_REQUIRED:
-            ask_for_approval(result, record, caller)
+            # The policy that asks is the one of the key's first call: its request says why.
+            ask_for_approval(result, record, caller, policy if reservation.created else None)
         result.observation = observation_for(
             entry, result.approval, next_action=reservation.next_action
         )
         entries.told(entry, result.observation)
     return result
+
+
+def _asking_policy(
+    policies: list[PolicySpec],
+    run: Run,
+    tool: Tool,
+    request: CallInput,
+    classification: Classification,
+) -> PolicySpec | None:
+    """The tenant's policy that asks a human before this call first runs, if any."""
+    return asking_policy(
+        policies,
+        idempotency=classification.idempotency,
+        tool=tool.name,
+        tool_input=request.input,
+        write_path=request.write_plan.path if request.write_plan else None,
+        combination_id=run.combination_id,
+    )
 
 
 def _shadow_dry_run(call: entries.NewCall, write_plan: WritePlanInput | None) -> CallResult:

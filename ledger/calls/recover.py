@@ -95,7 +95,7 @@ def replay_call(
                 entry=entry,
                 requested_by=caller.identity,
                 requester_id=caller.user_id,
-                **_unchecked(locked),
+                detail=_unchecked(locked),
             )
     result = CallResult(entry, decision, classification, lease=lease, approval=approval)
     result.observation = observation_for(entry, approval, next_action=next_action, replay=True)
@@ -149,8 +149,6 @@ def _write_check(
     return _Checked(plan, current_hash, answer_write_check(check, uncertain=uncertain))
 
 
-def _unchecked(record: IdempotencyRecord) -> dict[str, str]:
+def _unchecked(record: IdempotencyRecord) -> str:
     """What the approver is told about a conditional write whose file was not checked."""
-    if record.write_plan is None:
-        return {}
-    return {"detail": "the runtime sent no current hash of the file", "condition": ""}
+    return "" if record.write_plan is None else "the runtime sent no current hash of the file"

@@ -9,9 +9,11 @@ from functools import cache
 
 from django.db import connection
 
+from ledger.approval_policies import PolicySpec
 from ledger.calls.values import Caller
 from ledger.errors import InvalidTransition, NotFound, RunNotRunning
 from ledger.models import (
+    ApprovalPolicy,
     ApprovalRequest,
     IdempotencyRecord,
     LedgerEntry,
@@ -23,10 +25,16 @@ from ledger.models import (
 from ledger.services.statements import column, fetch_joined, select_columns, table
 
 
-def run_and_tool(tenant: Tenant, run_id: str, tool_name: str) -> tuple[Run, Tool | None]:
-    """The running run (with its combination) and the registered tool, in one query."""
+def run_and_tool(
+    tenant: Tenant, run_id: str, tool_name: str
+) -> tuple[Run, Tool | None, list[PolicySpec]]:
+    """The running run (with its combination), the registered tool and the tenant's approval
+    policies, in one query."""
     found = fetch_joined(
-        _run_and_tool_sql(), [tool_name, tenant.pk, run_id], (Run, VersionCombination, Tool)
+        _run_and_tool_sql(),
+        [tool_name, tenant.pk, run_id],
+        (Run, VersionCombination, Tool),
+        trailing=1,
     )
     if found is None:
         raise NotFound(f"no run {run_id!r}: start it first")
@@ -34,15 +42,27 @@ def run_and_tool(tenant: Tenant, run_id: str, tool_name: str) -> tuple[Run, Tool
     run.combination = found.optional(VersionCombination)
     if run.status == Run.Status.FINISHED:
         raise RunNotRunning(f"run {run_id!r} has finished ({run.termination_reason})")
-    return run, tool
+    (policies,) = found.values
+    return run, tool, [PolicySpec.of(row) for row in policies]
 
 
 @cache
 def _run_and_tool_sql() -> str:
     run_tenant = column(Run, "tenant", "r")
+    fields = ", ".join(
+        f"'{name}', {column(ApprovalPolicy, name, 'p')}"
+        for name in ("id", "name", "reason", "tool", "path", "operator", "value", "write_prefix")
+    )
+    # The tenant's policies ride along as one JSON array: none (the usual case) costs a probe
+    # of an index, and a call never needs a statement of its own to learn them.
+    policies = (
+        f"(SELECT coalesce(json_agg(json_build_object({fields}, 'combination_id', "  # noqa: S608
+        f"{column(ApprovalPolicy, 'combination', 'p')})), '[]') FROM {table(ApprovalPolicy)} p "
+        f"WHERE {column(ApprovalPolicy, 'tenant', 'p')} = {run_tenant})"
+    )
     return (
         f"SELECT {select_columns(Run, 'r')}, {select_columns(VersionCombination, 'c')}, "  # noqa: S608
-        f"{select_columns(Tool, 't')} FROM {table(Run)} r "
+        f"{select_columns(Tool, 't')}, {policies} FROM {table(Run)} r "
         f"LEFT JOIN {table(VersionCombination)} c "
         f"ON {column(VersionCombination, 'pk', 'c')} = {column(Run, 'combination', 'r')} "
         f"LEFT JOIN {table(Tool)} t "

@@ -5,7 +5,7 @@ allowed-transition tables, never the side effects. One module per responsibility
 importable from here.
 """
 
-from ledger.models.approvals import ApprovalRequest
+from ledger.models.approvals import ApprovalPolicy, ApprovalRequest
 from ledger.models.audit import AuditEvent
 from ledger.models.combinations import RolloutPlan, RolloutStep, Run, VersionCombination
 from ledger.models.compensations import Compensation, DeclaredCompensation
@@ -19,6 +19,7 @@ from ledger.models.tenancy import ApiToken, Membership, ServiceAccount, Tenant
 __all__ = [
     "AlertEvent",
     "ApiToken",
+    "ApprovalPolicy",
     "ApprovalRequest",
     "AuditEvent",
     "Compensation",

@@ -9,10 +9,46 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
+from ledger.models.combinations import VersionCombination
 from ledger.models.constraints import SHA256_HEX
 from ledger.models.entries import LedgerEntry
 from ledger.models.records import IdempotencyRecord
 from ledger.models.tenancy import Tenant
+
+
+class ApprovalPolicy(models.Model):
+    """A manager's rule that a human approves an action before it first runs
+    (``ledger.approval_policies`` says when one matches)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="approval_policies")
+    name = models.CharField(max_length=100)
+    #: Told to the approver and the model: why a human decides.
+    reason = models.CharField(max_length=500)
+    tool = models.CharField(max_length=200, blank=True)
+    path = models.CharField(max_length=200, blank=True)
+    operator = models.CharField(max_length=16, blank=True)
+    value = models.JSONField(null=True, blank=True)
+    write_prefix = models.CharField(max_length=200, blank=True)
+    combination = models.ForeignKey(
+        VersionCombination, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    created_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="approvalpolicy_unique_name"),
+            models.CheckConstraint(
+                condition=~Q(tool="", path="", write_prefix=""), name="approvalpolicy_says_what"
+            ),
+            models.CheckConstraint(
+                condition=Q(path="", operator="") | (~Q(path="") & ~Q(operator="")),
+                name="approvalpolicy_condition_whole",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class ApprovalRequest(models.Model):
@@ -51,6 +87,10 @@ class ApprovalRequest(models.Model):
     principal_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT
+    )
+    #: The policy that asked a human before the action first ran (none for a replay's).
+    policy = models.ForeignKey(
+        ApprovalPolicy, null=True, blank=True, on_delete=models.SET_NULL, related_name="requests"
     )
     decision_reason = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

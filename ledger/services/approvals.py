@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import BigIntegerField, F, Func, QuerySet, Value
 from django.db.models.functions import Now
 
+from ledger.approval_policies import PolicySpec
 from ledger.clock import db_now
 from ledger.errors import ApprovalError, InvalidInput
 from ledger.keys import fingerprint
@@ -63,11 +64,15 @@ def request_approval(
     requester_id: int | None = None,
     detail: str = "",
     condition: str = "",
+    policy: PolicySpec | None = None,
 ) -> ApprovalRequest:
     """The open approval request for this record, created if there is none. ``requester_id``
     is the user behind the request (who may not decide it): asking again joins the open request
     as one more of its principals. ``condition`` is the outcome of a conditional write's file
-    check (``apply_again``), kept for the approver."""
+    check (``apply_again``), kept for the approver; ``policy`` the approval policy that asks
+    before the action first runs, whose reason the approver and the model read."""
+    if policy is not None:
+        detail = asked_by(policy)
     existing = open_approval(record)
     if existing is not None:
         _join(existing, requester_id, requested_by)
@@ -82,6 +87,7 @@ def request_approval(
                 requested_by=requested_by,
                 requested_by_user_id=requester_id,
                 principal_ids=[requester_id] if requester_id is not None else [],
+                policy_id=policy.id if policy is not None else None,
                 expires_at=db_now() + timedelta(seconds=settings.LEDGER_APPROVAL_EXPIRY_SECONDS),
             )
             audit(
@@ -104,6 +110,13 @@ def request_approval(
         _join(winner, requester_id, requested_by)
         return winner
     return approval
+
+
+def asked_by(policy: PolicySpec) -> str:
+    """Why a policy's request waits for a human, as the approver and the model read it."""
+    return f"The approval policy {policy.name!r} asks a human first ({policy.describe()}): " + (
+        policy.reason
+    )
 
 
 def _join(approval: ApprovalRequest, requester_id: int | None, requested_by: str) -> None:

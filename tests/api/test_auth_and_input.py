@@ -79,8 +79,8 @@ def test_another_tenants_calls_and_keys_are_not_found(api: ApiClient, other_api:
         404,
     )
     _problem(other_api.post(f"/calls/{call_id}/heartbeat", {"fencing_token": 1}), 404)
-    _problem(other_api.post(f"/calls/{call_id}/replay", {}), 404)
-    _problem(other_api.post(f"/calls/{call_id}/start"), 404)
+    _problem(other_api.post(f"/calls/{call_id}/replay", {"input": {"cart": "c"}}), 404)
+    _problem(other_api.post(f"/calls/{call_id}/start", {"input": {"cart": "c"}}), 404)
     _problem(other_api.get("/records", key=mine["idempotency_key"]), 404)
     _problem(other_api.get("/runs/run-1"), 404)
     # Tenant B calling into tenant A's run id finds no such run in its own tenant.
