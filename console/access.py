@@ -106,10 +106,15 @@ def _audit_role_denied(
 
 
 def console_view(
-    *roles: Role, methods: tuple[str, ...] = ("GET",), target: str = ""
+    *roles: Role,
+    methods: tuple[str, ...] = ("GET",),
+    target: str = "",
+    export: bool | None = None,
 ) -> Callable[[View], View]:
     """Sign-in, method, tenant and role checks, in that order; the view gets ``tenant``.
-    ``target`` names the model of the view's ``pk``, so a denial names the object."""
+    ``target`` names the model of the view's ``pk``, so a denial names the object. A list's
+    view says with ``export`` whether it also answers ``format=csv`` (``console.csv_export``);
+    every list says one or the other, and the tenant-scope test exports each that does."""
 
     def decorate(view: View) -> View:
         @wraps(view)
@@ -134,9 +139,10 @@ def console_view(
             return response
 
         wrapped.console_roles = roles  # type: ignore[attr-defined]  # read by console.navigation
-        # Read by the tenant-scope tests, to find each object page's model.
+        # Read by the tenant-scope tests, to find each object page's model and each export.
         wrapped.console_methods = methods  # type: ignore[attr-defined]
         wrapped.console_target = target  # type: ignore[attr-defined]
+        wrapped.console_export = export  # type: ignore[attr-defined]
         return wrapped
 
     return decorate

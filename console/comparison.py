@@ -20,7 +20,7 @@ from ledger.services import comparison
 PAGE_SIZE = 50
 
 
-@console_view(Role.MANAGER)
+@console_view(Role.MANAGER, export=False)
 def shadow_pairs(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     before_param = request.GET.get("before", "")
     before = parse_id(before_param) if before_param else None

@@ -319,7 +319,7 @@ def _list_page(
     )
 
 
-@console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER)
+@console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER, export=True)
 def calls(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
     form = CallFilter(request.GET, tenant=tenant)
     template = "console/explorer_calls.html"
@@ -335,7 +335,7 @@ def calls(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
     )
 
 
-@console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER)
+@console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER, export=True)
 def runs(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
     form = RunFilter(request.GET, tenant=tenant)
     template = "console/explorer_runs.html"

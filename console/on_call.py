@@ -18,7 +18,7 @@ from ledger.permissions import Role
 from ledger.services import notifications
 
 
-@console_view(Role.MANAGER, methods=("GET", "POST"))
+@console_view(Role.MANAGER, methods=("GET", "POST"), export=False)
 def on_call(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """The tenant's channels, service levels and latest notifications (POST changes one)."""
     if request.method == "POST":

@@ -31,7 +31,7 @@ def _candidates(tenant: Tenant) -> list[VersionCombination]:
     )
 
 
-@console_view(Role.MANAGER)
+@console_view(Role.MANAGER, export=False)
 def rollout_plans(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """The tenant's plans, newest first, with the step each is at."""
     plans = list(

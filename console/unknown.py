@@ -153,7 +153,7 @@ class UnknownFilter(forms.Form):
         combination.choices = selectors.combination_choices(tenant)
 
 
-@console_view(Role.OPERATOR)
+@console_view(Role.OPERATOR, export=True)
 def unknown_calls(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
     """The queue, oldest first, filtered, in keyset pages (``after=<id of the last call
     shown>``)."""
@@ -307,7 +307,7 @@ def _selection(request: HttpRequest, tenant: Tenant) -> list[IdempotencyRecord]:
     return [records[pk] for pk in ids]
 
 
-@console_view(Role.OPERATOR, methods=("GET", "POST"))
+@console_view(Role.OPERATOR, methods=("GET", "POST"), export=False)
 def unknown_bulk(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
     """GET: the dry-run summary of a bulk action on a frozen selection. POST: do it on exactly
     that selection, one call at a time (each audited), then report what was done and skipped."""

@@ -59,7 +59,7 @@ from reconcile import compensation_requests, compensations
 PAGE_SIZE = 50
 
 
-@console_view()
+@console_view(export=False)
 def home(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """What needs a human now; the inbox fragment refreshes itself by polling."""
     context = context_for(request, tenant, inbox=selectors.inbox(tenant))
@@ -172,7 +172,7 @@ def _approval_row(approval: ApprovalRequest) -> tuple[ApprovalRequest, str | Non
     return approval, claims.holder(approval), _triage(approval)
 
 
-@console_view(Role.APPROVER)
+@console_view(Role.APPROVER, export=True)
 def approvals(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
     """The approvals still waiting (``approvals_service.still_open``), filtered; the list
     refreshes itself by polling, and each expiry counts down in the browser."""
@@ -304,7 +304,7 @@ COMBINATION_COLUMNS: Columns = [
 ]
 
 
-@console_view(Role.MANAGER)
+@console_view(Role.MANAGER, export=True)
 def combinations_page(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
     """Active, canary and previous combinations side by side, with their metrics over the
     chosen window."""
@@ -454,7 +454,7 @@ class AuditFilter(TimeRangeForm):
         return events.order_by("-pk")
 
 
-@console_view(Role.MANAGER, Role.OPERATOR, Role.APPROVER)
+@console_view(Role.MANAGER, Role.OPERATOR, Role.APPROVER, export=True)
 def audit_log(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
     """Every human and system action of this tenant, newest first, filterable, keyset-paged
     (``before=<id of the last event shown>``)."""
@@ -506,7 +506,7 @@ TOOL_COLUMNS: Columns = [
 TOOL_PAGE = 500
 
 
-@console_view(Role.OPERATOR, Role.MANAGER, Role.APPROVER)
+@console_view(Role.OPERATOR, Role.MANAGER, Role.APPROVER, export=True)
 def tools_page(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
     """The registry: every tool's classification with its reason and rule."""
     tools = Tool.objects.filter(tenant=tenant).select_related("server").order_by("name")
@@ -582,7 +582,7 @@ def tools_import(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     return redirect("console:tools")
 
 
-@console_view(Role.MANAGER, methods=("GET", "POST"))
+@console_view(Role.MANAGER, methods=("GET", "POST"), export=False)
 def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """Dedup hit rate, uncertain results and duplicate side effects over time per combination,
     and the thresholds that guard them (POST adds one)."""

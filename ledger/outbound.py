@@ -22,6 +22,7 @@ import os
 import socket
 import threading
 from collections.abc import Iterable
+from enum import StrEnum
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
@@ -33,6 +34,46 @@ from django.conf import settings
 
 class OutboundRefused(ValueError):
     """The URL's host is not allowed (named in the message)."""
+
+
+class Failure(StrEnum):
+    """What a request that failed tells of the downstream (``failure_of``)."""
+
+    REFUSED = "refused"  # the allow-list refused the URL: nothing went out
+    NOT_SENT = "not_sent"  # no connection was made: nothing reached the downstream
+    TIMED_OUT = "timed_out"  # it went out (or began to) and no answer came in time
+    LOST = "lost"  # it went out and the answer was lost: a reset, a body cut short, ...
+
+    @property
+    def may_have_arrived(self) -> bool:
+        """Whether the downstream may have received the request and acted on it: its outcome
+        is unknown, found out by a look-up, never by sending it again."""
+        return self in (Failure.TIMED_OUT, Failure.LOST)
+
+
+#: Raised before a byte of the request is written: refused or timed out connecting (a name
+#: that does not resolve is refused by ``_CheckedBackend``), no connection free in the pool, a
+#: scheme httpx cannot speak.
+_BEFORE_SENDING = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.UnsupportedProtocol,
+)
+
+
+def failure_of(error: Exception) -> Failure:
+    """What ``error``, raised by ``get`` or ``post_json``, tells of the downstream. Only a
+    failure known to come before sending is ``NOT_SENT``; any other (a read or write timeout,
+    a reset after sending, a body cut short, an error of no known kind) may follow a request
+    the downstream acted on."""
+    if isinstance(error, OutboundRefused):
+        return Failure.REFUSED
+    if isinstance(error, _BEFORE_SENDING):
+        return Failure.NOT_SENT
+    if isinstance(error, httpx.TimeoutException):
+        return Failure.TIMED_OUT
+    return Failure.LOST
 
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address

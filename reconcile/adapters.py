@@ -52,12 +52,8 @@ class HttpLookup:
             response = outbound.get(
                 url, timeout=adapter.timeout_seconds, headers=tracing.outgoing_headers()
             )
-        except outbound.OutboundRefused as exc:
-            return LookupResult(LookupOutcome.REFUSED, URL_REFUSED(error=exc))
-        except httpx.TimeoutException as exc:
-            return LookupResult(LookupOutcome.TIMEOUT, f"no answer in time: {exc}")
-        except httpx.TransportError as exc:
-            return LookupResult(LookupOutcome.UNREACHABLE, f"{type(exc).__name__}: {exc}")
+        except (outbound.OutboundRefused, httpx.HTTPError) as exc:
+            return _failed(exc)
         status = response.status_code
         if status in (adapter.not_found_statuses or [404]):
             if _says_not_found(response, idempotency_key):
@@ -77,6 +73,18 @@ class HttpLookup:
         if not isinstance(body, dict):
             return LookupResult(LookupOutcome.MALFORMED, "the body is not a JSON object")
         return LookupResult(LookupOutcome.FOUND, f"HTTP {status}", evidence=body)
+
+
+def _failed(error: Exception) -> LookupResult:
+    """A look-up that got no answer, named by ``outbound.failure_of``: refused, no answer in
+    time, or unreachable (not sent, or its answer lost). A look-up is a read, so each is asked
+    again later alike."""
+    failure = outbound.failure_of(error)
+    if failure is outbound.Failure.REFUSED:
+        return LookupResult(LookupOutcome.REFUSED, URL_REFUSED(error=error))
+    if failure is outbound.Failure.TIMED_OUT:
+        return LookupResult(LookupOutcome.TIMEOUT, f"no answer in time: {error}")
+    return LookupResult(LookupOutcome.UNREACHABLE, f"{type(error).__name__}: {error}")
 
 
 def _says_not_found(response: httpx.Response, idempotency_key: str) -> bool:

@@ -8,16 +8,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from django.utils.translation import gettext_noop
 
-from ledger import records
+from ledger import outbound, records
 from ledger.calls.lifecycle import NotWaiting, checked_report, start_approved
 from ledger.compensation import COMPENSATED, CompensationError, refuse_redacted
 from ledger.domain import RecordState
 from ledger.errors import ApprovalError, InvalidTransition
 from ledger.models import AuditEvent, Compensation, Run
-from ledger.outbound import OutboundRefused, post_json
 from ledger.records import Outcome
 from ledger.services import approvals
 from ledger.services.audit import audit
@@ -49,18 +47,21 @@ def _send(adapter: CompensationAdapter, compensation: Compensation) -> Sent:
     except CompensationError as exc:
         return Sent(Outcome.FAILED, error={"code": "REDACTED_ARGUMENT", "message": str(exc)})
     try:
-        response = post_json(
+        response = outbound.post_json(
             compensation.url,
             compensation.arguments,
             timeout=adapter.timeout_seconds,
             headers={"Idempotency-Key": compensation.key},
         )
-    except OutboundRefused as exc:
-        return _not_sent("OUTBOUND_REFUSED", str(exc))
-    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing reached the downstream
-        return _not_sent("NOT_SENT", str(exc))
-    except httpx.TransportError as exc:  # sent; the answer was lost
-        return Sent(Outcome.UNCERTAIN, error={"code": "NO_RESPONSE", "message": str(exc)[:500]})
+    except Exception as exc:  # any failure: whether it went out is what counts
+        failure = outbound.failure_of(exc)
+        if failure is outbound.Failure.REFUSED:
+            return _not_sent("OUTBOUND_REFUSED", str(exc))
+        if failure is outbound.Failure.NOT_SENT:
+            return _not_sent("NOT_SENT", f"{type(exc).__name__}: {exc}")
+        # It may have arrived and been acted on: looked up by its key, never sent again.
+        message = f"{type(exc).__name__} ({failure}): {exc}"
+        return Sent(Outcome.UNCERTAIN, error={"code": "NO_RESPONSE", "message": message[:500]})
     status = response.status_code
     if status in (adapter.success_statuses or [200, 201]):
         try:

@@ -9,6 +9,8 @@ sockets, with faults injected on demand:
 - ``error_5xx``: answer 503 before doing anything;
 - ``reset``: reset the TCP connection (RST) before doing anything;
 - ``reset_after_commit``: commit, then reset the connection;
+- ``truncated_after_commit``: commit, then send the headers and half the body, and close
+  (the caller reads a body cut short);
 - ``malformed``: commit, then answer with a body that is not JSON.
 
 Every service honours an ``Idempotency-Key`` header: a repeated key returns the first object
@@ -48,6 +50,7 @@ FAULT_MODES = (
     "error_5xx",
     "reset",
     "reset_after_commit",
+    "truncated_after_commit",
     "malformed",
 )
 MAX_BODY = 1024 * 1024
@@ -242,6 +245,19 @@ class SandboxHandler(BaseHTTPRequestHandler):
         self.connection.close()
         self.close_connection = True
 
+    def _send_truncated(self, status: int, body: Any, headers: dict[str, str]) -> None:
+        """Announce the whole body, send half of it and close: the peer's read ends early."""
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload[: len(payload) // 2])
+        self.wfile.flush()
+        self.close_connection = True
+
     def _hang_then_drop(self, fault: Fault) -> None:
         time.sleep(fault.hang_seconds)
         self._reset_connection()
@@ -271,6 +287,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
             self._hang_then_drop(fault)
         elif mode == "reset_after_commit":
             self._reset_connection()
+        elif mode == "truncated_after_commit":
+            self._send_truncated(status, obj, headers)
         elif mode == "malformed":
             self._send(status, b'{"id": "' + obj["id"].encode() + b'", "truncat', headers)
         else:
@@ -311,7 +329,7 @@ class SandboxHandler(BaseHTTPRequestHandler):
                 return self._send(404, {"error": "not_found", "idempotency_key": parts[3]})
             if fault and fault.mode == "malformed":
                 return self._send(200, b"{not json")
-            if fault and fault.mode in ("timeout_after_commit", "reset_after_commit"):
+            if fault and fault.mode.endswith("_after_commit"):
                 return self._after(fault, 200, obj, {})
             return self._send(200, obj)
         if parts[1:] == ["objects"]:

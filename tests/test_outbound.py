@@ -10,12 +10,14 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 
+import httpx
 import pytest
 
 from ledger import outbound
 from ledger.errors import InvalidInput
 from ledger.models import Threshold
 from ledger.services import thresholds
+from tests.sandbox_fixtures import arm
 
 pytestmark = pytest.mark.django_db
 
@@ -190,3 +192,69 @@ def test_a_proxy_in_the_environment_is_not_used(settings, hook, monkeypatch) -> 
     monkeypatch.setattr(outbound, "_clients", {})  # a client built with this environment
     assert outbound.get(f"http://127.0.0.1:{port}/x", timeout=5).status_code == 302
     assert hits == [("/x", f"127.0.0.1:{port}")]
+
+
+@pytest.mark.parametrize(
+    ("error", "failure"),
+    [
+        (outbound.OutboundRefused("billing resolves to 10.0.3.7"), outbound.Failure.REFUSED),
+        (httpx.ConnectError("connection refused"), outbound.Failure.NOT_SENT),
+        (httpx.ConnectTimeout("no connection in time"), outbound.Failure.NOT_SENT),
+        (httpx.PoolTimeout("no connection free in the pool"), outbound.Failure.NOT_SENT),
+        (httpx.UnsupportedProtocol("ftp://"), outbound.Failure.NOT_SENT),
+        (httpx.ReadTimeout("no answer in time"), outbound.Failure.TIMED_OUT),
+        (httpx.WriteTimeout("the body did not go out in time"), outbound.Failure.TIMED_OUT),
+        (httpx.ReadError("connection reset by peer"), outbound.Failure.LOST),
+        (httpx.WriteError("broken pipe"), outbound.Failure.LOST),
+        (httpx.RemoteProtocolError("peer closed the connection"), outbound.Failure.LOST),
+        (httpx.LocalProtocolError("cannot send"), outbound.Failure.LOST),
+        (httpx.DecodingError("bad gzip"), outbound.Failure.LOST),
+        (RuntimeError("anything else"), outbound.Failure.LOST),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, Exception) else str(value),
+)
+def test_only_a_failure_before_sending_is_not_sent(
+    error: Exception, failure: outbound.Failure
+) -> None:
+    assert outbound.failure_of(error) is failure
+
+
+def test_only_a_request_that_went_out_may_have_arrived() -> None:
+    arrived = {failure for failure in outbound.Failure if failure.may_have_arrived}
+    assert arrived == {outbound.Failure.TIMED_OUT, outbound.Failure.LOST}
+
+
+def _failure_posting(url: str, timeout: float = 5) -> outbound.Failure:
+    with pytest.raises(Exception) as raised:
+        outbound.post_json(url, {"reference": "r-1"}, timeout=timeout)
+    return outbound.failure_of(raised.value)
+
+
+def test_a_connection_refused_is_not_sent(settings) -> None:
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, never listening: the connection is refused
+        assert _failure_posting(f"http://127.0.0.1:{port}/orders/objects") is (
+            outbound.Failure.NOT_SENT
+        )
+
+
+@pytest.mark.parametrize(
+    ("fault", "failure"),
+    [
+        ({"mode": "timeout_after_commit", "hang_seconds": 2}, outbound.Failure.TIMED_OUT),
+        ({"mode": "reset_after_commit"}, outbound.Failure.LOST),
+        ({"mode": "truncated_after_commit"}, outbound.Failure.LOST),
+    ],
+    ids=["read-timeout", "reset-after-send", "truncated-body"],
+)
+def test_a_failure_after_the_downstream_acted_may_have_arrived(
+    settings, sandbox, fault: dict[str, object], failure: outbound.Failure
+) -> None:
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
+    arm(sandbox, service="orders", **fault)
+    found = _failure_posting(f"{sandbox.url}/orders/objects", timeout=0.5)
+    assert found is failure and found.may_have_arrived
+    stats = httpx.get(f"{sandbox.url}/orders/stats", timeout=5).json()
+    assert stats["per_reference"] == {"r-1": 1}  # it did arrive, and was acted on

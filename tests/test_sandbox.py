@@ -69,6 +69,14 @@ def test_reset_after_commit_keeps_the_side_effect(sandbox: SandboxServer) -> Non
     assert _stats(sandbox)["objects"] == 1
 
 
+def test_a_body_cut_short_after_commit_keeps_the_side_effect(sandbox: SandboxServer) -> None:
+    arm(sandbox, service="orders", mode="truncated_after_commit")
+    with pytest.raises(httpx.RemoteProtocolError):
+        _create(sandbox, "k1")
+    assert _stats(sandbox)["per_key"] == {"k1": 1}
+    assert _create(sandbox, "k1").status_code == 200
+
+
 def test_5xx_and_malformed_bodies(sandbox: SandboxServer) -> None:
     arm(sandbox, service="orders", mode="error_5xx")
     assert _create(sandbox, "k1").status_code == 503

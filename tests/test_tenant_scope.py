@@ -1,7 +1,8 @@
 """Tenant scope of every list: two tenants with rows of every kind, and every console list page
 and API list endpoint, found from the URL configuration, shows each tenant its own rows and
-never the other's. A new list is covered by default; a URL that is not a list has to be named
-in ``NOT_LISTS`` with the reason. Every console page of one object (a ``pk`` in its URL) is a
+never the other's, and so does every console list's CSV export (each list says whether it has
+one). A new list is covered by default; a URL that is not a list has to be named in
+``NOT_LISTS`` with the reason. Every console page of one object (a ``pk`` in its URL) is a
 404 for the other tenant's object, found the same way. The console's selectors are checked the
 same way."""
 
@@ -17,7 +18,7 @@ from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.test import Client
-from django.urls import URLPattern, URLResolver, get_resolver
+from django.urls import URLPattern, URLResolver, get_resolver, resolve
 
 from console import selectors
 from ledger.api import api as ninja_api
@@ -227,6 +228,55 @@ def test_each_tenant_sees_only_its_own_rows(tenants, name: str, path: str) -> No
         assert other not in page, f"{name} shows {own} a row of {other}"
         if name not in COUNTS_ONLY:
             assert tenants[own]["marker"] in page, f"{name} shows {own} none of its rows"
+
+
+#: The console's lists: each says whether it exports CSV (``console_view(..., export=...)``).
+CONSOLE_LISTS = [(name, path) for name, path in LISTS if name.startswith("console:")]
+
+
+def _exports(path: str) -> bool | None:
+    """What the list's view says of its CSV export: True, False, or None (it says nothing)."""
+    return getattr(resolve(path).func, "console_export", None)
+
+
+def test_every_console_list_says_whether_it_exports_csv() -> None:
+    undeclared = [name for name, path in CONSOLE_LISTS if _exports(path) is None]
+    assert undeclared == [], "declare console_view(..., export=True or False)"
+    exporting = {name for name, path in CONSOLE_LISTS if _exports(path)}
+    assert {
+        "console:calls",
+        "console:runs",
+        "console:unknown_calls",
+        "console:approvals",
+        "console:audit",
+        "console:tools",
+        "console:combinations",
+    } <= exporting
+
+
+def _csv(rows: dict[str, Any], name: str, path: str) -> str | None:
+    """The list's CSV export for the tenant's member, or None where it answers its page."""
+    params = QUERIES[name](rows) if name in QUERIES else {}
+    client: Client = rows["console"]
+    response = client.get(path, {**params, "format": "csv"}, secure=True)
+    assert response.status_code == 200, (name, response.status_code)
+    if not response["Content-Type"].startswith("text/csv"):
+        return None
+    body = response.streaming_content if response.streaming else [response.content]
+    return b"".join(body).decode()
+
+
+@pytest.mark.parametrize(("name", "path"), CONSOLE_LISTS, ids=[n for n, _p in CONSOLE_LISTS])
+def test_each_console_lists_export_has_only_the_tenants_rows(tenants, name: str, path: str) -> None:
+    exports = _exports(path)
+    for own, other in (SLUGS, SLUGS[::-1]):
+        exported = _csv(tenants[own], name, path)
+        if not exports:
+            assert exported is None, f"{name} exports CSV and says it does not"
+            continue
+        assert exported is not None, f"{name} says it exports CSV and answers its page"
+        assert other not in exported, f"{name}'s export gives {own} a row of {other}"
+        assert tenants[own]["marker"] in exported, f"{name}'s export gives {own} none of its rows"
 
 
 def _without_tokens(page: str) -> str:

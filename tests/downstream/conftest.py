@@ -76,8 +76,10 @@ class Service:
 
 @pytest.fixture(scope="module", params=KINDS)
 def running_service(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, django_db_setup: None
 ) -> Iterator[Service]:
+    # After django_db_setup, whatever test comes first: the database is named after the
+    # worker's test database only once that exists.
     kind: str = request.param
     name = _database_name(kind)
     database_url = fresh_database(_server_url(), name)

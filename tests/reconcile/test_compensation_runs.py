@@ -4,6 +4,7 @@ unsent request asked for again, two workers at once, and TTL cleanup of a compen
 from __future__ import annotations
 
 import re
+import socket
 import threading
 from datetime import timedelta
 from typing import Any
@@ -34,7 +35,8 @@ from ledger.services.compensations import compensation_record
 from reconcile.compensation_requests import decide_compensation, request_compensation
 from reconcile.compensation_runs import run_compensation
 from reconcile.compensations import declare_compensation
-from reconcile.models import CompensationAdapter
+from reconcile.models import CompensationAdapter, DownstreamAdapter
+from reconcile.services import reconcile_record
 from sandbox.server import SandboxServer
 from tests.api.conftest import client_for
 from tests.console.conftest import make_user
@@ -150,6 +152,66 @@ def test_a_lost_answer_after_a_5xx_is_looked_up_not_resent(
     assert compensation_record(compensation).state == RecordState.UNKNOWN
     assert run_compensation(compensation.pk, worker="w") == RecordState.UNKNOWN
     assert _cancellations(sandbox) == 0
+
+
+def _look_up_cancellations(tenant: Tenant, sandbox: SandboxServer) -> None:
+    """cancel_order's downstream adapter: the sandbox's cancellations, by key."""
+    DownstreamAdapter.objects.create(
+        tenant=tenant,
+        tool=Tool.objects.get(tenant=tenant, name="cancel_order"),
+        url_template=f"{sandbox.url}/orders/cancellations/by-key/{{key}}",
+        found_statuses=[200],
+        not_found_statuses=[404],
+        grace_seconds=0,
+    )
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        {"mode": "timeout_after_commit", "hang_seconds": 3},
+        {"mode": "reset_after_commit"},
+        {"mode": "truncated_after_commit"},
+    ],
+    ids=["read-timeout", "reset-after-send", "truncated-body"],
+)
+def test_a_compensation_whose_answer_is_lost_is_looked_up_never_sent_again(
+    tenant, sandbox, django_user_model, fault: dict[str, Any]
+) -> None:
+    """The downstream cancels, then its answer is lost: slower than the adapter's timeout, the
+    connection reset, or the body cut short. The outcome is unknown; asking again and running
+    again send nothing, and the look-up by key settles it: one request for the key."""
+    compensation = _approved(tenant, sandbox, django_user_model)
+    CompensationAdapter.objects.filter(tool__name="cancel_order").update(timeout_seconds=0.5)
+    arm(sandbox, service="orders", operation="cancel", **fault)
+    assert run_compensation(compensation.pk, worker="w") == "uncertain"
+    record = compensation_record(compensation)
+    assert record.state == RecordState.UNKNOWN and record.error["code"] == "NO_RESPONSE"
+    request_compensation(
+        record=compensation.original, actor="olga", requester_id=None, source="console"
+    )
+    assert run_compensation(compensation.pk, worker="w") == RecordState.UNKNOWN
+    _look_up_cancellations(tenant, sandbox)
+    assert reconcile_record(record.pk, worker="w") == "succeeded"
+    stats = httpx.get(f"{sandbox.url}/orders/stats", timeout=5).json()
+    assert stats["cancel_requests_per_key"] == {compensation.key: 1}
+    assert stats["cancellations"] == 1
+
+
+def test_a_compensation_that_could_not_connect_was_not_sent(
+    tenant, sandbox, django_user_model
+) -> None:
+    compensation = _approved(tenant, sandbox, django_user_model)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: the connection is refused
+        port = closed.getsockname()[1]
+        Compensation.objects.filter(pk=compensation.pk).update(
+            url=f"http://127.0.0.1:{port}/orders/objects/gone/cancel"
+        )
+        assert run_compensation(compensation.pk, worker="w") == "failed"
+    record = compensation_record(compensation)
+    assert record.state == RecordState.FAILED_FINAL and record.error_retryable
+    assert record.error["code"] == "NOT_SENT"
 
 
 def test_a_compensated_action_past_its_ttl_is_cleaned_up_with_its_link(

@@ -51,6 +51,8 @@ from agent_ledger_downstream.protocol import (
     ReplayDecision,
     StoredResponse,
     check_cleanup_limits,
+    check_key,
+    check_scope,
     decide,
     fingerprint,
     in_progress,
@@ -247,6 +249,11 @@ class IdempotencyMiddleware:
         if not allowed:
             return await _send(send, lookup_refused())
         caller = request.query_params.get(SCOPE_PARAMETER, "")
+        try:
+            check_key(key)
+            check_scope(caller)
+        except Problem as problem:
+            return await _send(send, problem.answer())
         async with self.sessionmaker() as session:
             stored = await _load(session, caller, key)
             await session.rollback()

@@ -21,7 +21,9 @@ from typing import Any
 HEADER = "Idempotency-Key"
 #: Set on a response answered from the stored one (the header the draft's examples use).
 REPLAYED_HEADER = "Idempotent-Replayed"
-MAX_KEY_LENGTH = 255
+#: The longest key: the longest Agent Ledger builds (``ledger.keys.MAX_KEY_LENGTH``), so every
+#: key the ledger passes downstream is kept and found.
+MAX_KEY_LENGTH = 1024
 PROBLEM_TYPE = "application/problem+json"
 #: Seconds a client waits before asking again about a key whose request is still running.
 RETRY_AFTER_SECONDS = 1
@@ -97,6 +99,13 @@ def parse_key(value: str | None) -> str:
     key = value.strip()
     if len(key) >= 2 and key[0] == key[-1] == '"':
         key = key[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+    return check_key(key)
+
+
+def check_key(key: str) -> str:
+    """``key`` if a request may use it: 1 to ``MAX_KEY_LENGTH`` printable ASCII characters.
+    Anything else is a 400 problem, at a marked route and at the look-up alike (no response
+    can be stored under such a key, and PostgreSQL refuses a NUL in a query)."""
     if not key or len(key) > MAX_KEY_LENGTH or not all(" " <= c <= "~" for c in key):
         raise Problem(
             400,
@@ -106,6 +115,14 @@ def parse_key(value: str | None) -> str:
     return key
 
 
+def check_scope(scope: str) -> str:
+    """``scope`` if the look-up can ask PostgreSQL for it; a NUL, which no text column holds,
+    is a 400 problem."""
+    if "\x00" in scope:
+        raise Problem(400, "The scope is invalid", "A caller scope cannot hold a NUL character.")
+    return scope
+
+
 def fingerprint(*, method: str, path: str, body: bytes, content_type: str = "") -> str:
     """SHA-256 of what makes two requests the same: method, path and payload. A JSON payload
     is compared by its content, so key order and whitespace do not make it another request."""
@@ -113,7 +130,7 @@ def fingerprint(*, method: str, path: str, body: bytes, content_type: str = "") 
     if _is_json(content_type) and body:
         try:
             payload = _json(json.loads(body))
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             payload = body
     digest = hashlib.sha256()
     for part in (method.upper().encode(), path.encode(), payload):

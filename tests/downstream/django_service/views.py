@@ -24,7 +24,7 @@ def create_invoice(request: HttpRequest) -> HttpResponse:
     try:
         data = json.loads(request.body)
         customer, amount = str(data["customer"]), int(data["amount_cents"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: nested too deep
         return JsonResponse({"detail": "customer and amount_cents are required"}, status=422)
     if not customer or amount <= 0:
         return JsonResponse({"detail": "customer and amount_cents are required"}, status=422)

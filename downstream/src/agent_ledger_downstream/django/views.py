@@ -12,7 +12,7 @@ from django.db import connections, router, transaction
 from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
-from django.urls import URLPattern, path
+from django.urls import URLPattern, re_path
 from django.views.decorators.http import require_GET
 
 from agent_ledger_downstream.django.models import IdempotencyKey
@@ -25,6 +25,8 @@ from agent_ledger_downstream.protocol import (
     ReplayDecision,
     StoredResponse,
     check_cleanup_limits,
+    check_key,
+    check_scope,
     decide,
     fingerprint,
     in_progress,
@@ -153,12 +155,21 @@ def lookup_urls(*, check: Callable[[HttpRequest], bool]) -> list[URLPattern]:
         caller = request.GET.get(SCOPE_PARAMETER, "")
         return _response(look_up(key, scope=caller))
 
-    return [path("idempotency/<path:key>", lookup, name="agent_ledger_idempotency_lookup")]
+    # Any text after the prefix, line breaks included, so the look-up itself refuses a key it
+    # cannot take (a problem) rather than the URL resolver (a bare 404, which reads as absent).
+    pattern = r"^idempotency/(?P<key>(?s:.*))\Z"
+    return [re_path(pattern, lookup, name="agent_ledger_idempotency_lookup")]
 
 
 def look_up(key: str, *, scope: str = "") -> Answer:
     """What the service knows of ``key``. Not found is only said when no transaction holds the
-    key's lock, so a request that is about to commit is never reported as not done."""
+    key's lock, so a request that is about to commit is never reported as not done; a key or
+    scope no request could have used is a 400 problem."""
+    try:
+        check_key(key)
+        check_scope(scope)
+    except Problem as problem:
+        return problem.answer()
     using = router.db_for_write(IdempotencyKey)
     stored = _load(using, scope, key)
     if stored is None:
