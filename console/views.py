@@ -454,7 +454,7 @@ class AuditFilter(TimeRangeForm):
         return events.order_by("-pk")
 
 
-@console_view(Role.MANAGER, Role.OPERATOR, Role.APPROVER)
+@console_view()
 def audit_log(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
     """Every human and system action of this tenant, newest first, filterable, keyset-paged
     (``before=<id of the last event shown>``)."""
@@ -506,7 +506,7 @@ TOOL_COLUMNS: Columns = [
 TOOL_PAGE = 500
 
 
-@console_view(Role.OPERATOR, Role.MANAGER, Role.APPROVER)
+@console_view()
 def tools_page(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
     """The registry: every tool's classification with its reason and rule."""
     tools = Tool.objects.filter(tenant=tenant).select_related("server").order_by("name")
