@@ -14,17 +14,10 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from console.members import administered_tenants
 from console.models import SecurityEvent
 from ledger.admin import AuditedAdmin, ReadOnlyAdmin
-from ledger.models import Membership, Tenant
-from ledger.permissions import Role
-
-
-def administered_tenants(request: HttpRequest) -> QuerySet[Tenant]:
-    """The tenants this user may manage the members of."""
-    if getattr(request.user, "is_superuser", False):
-        return Tenant.objects.all()
-    return Tenant.objects.filter(members__user=request.user.pk or 0, members__role=Role.ADMIN)
+from ledger.models import Membership
 
 
 @admin.register(Membership)
