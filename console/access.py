@@ -1,5 +1,6 @@
 """Access rules for every console view: signed in, right method, own tenant, the right role
-in that tenant. Every refusal is audited (``console.denials``)."""
+in that tenant. Every refusal is kept (``console.denials``): a role refused in the tenant's
+audit, a user of no tenant and an id not the tenant's in the installation's security log."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.translation import gettext as _
 from django.views.csrf import csrf_failure as django_csrf_failure
 
-from console.denials import Reason, audit_denial
+from console.denials import Reason, record_denial
 from console.forbidden import refusal
 from console.members import memberships_of, request_has_role
 from ledger.models import Tenant
@@ -51,8 +52,8 @@ def tenant_or_none(request: HttpRequest) -> Tenant | None:
 def get_for_tenant(
     request: HttpRequest, tenant: Tenant, queryset: models.QuerySet[M], pk: int, missing: str
 ) -> M:
-    """The tenant's object with this id, or 404. Another tenant's object is a 404 too (its
-    existence is not revealed) and an audited denial naming it."""
+    """The tenant's object with this id, or 404. Another tenant's object is the same 404 as an
+    id that names nothing, and both are kept in the security log (``missing_id``)."""
     return get_for_tenant_by(request, tenant, queryset, missing, pk=pk)
 
 
@@ -60,43 +61,45 @@ def get_for_tenant_by(
     request: HttpRequest, tenant: Tenant, queryset: models.QuerySet[M], missing: str, **unique: Any
 ) -> M:
     """``get_for_tenant`` by another unique field than the primary key (a call by its
-    ``call_id``, say): the tenant's object, or 404 and, for another tenant's, an audited
-    denial naming it by that value."""
+    ``call_id``, say): the tenant's object, or 404 and a security event naming it by that
+    value."""
     found = queryset.filter(tenant=tenant, **unique).first()
     if found is not None:
         return found
-    model = queryset.model
-    if model._default_manager.filter(**unique).exists():
-        audit_denial(
-            request,
-            reason=Reason.TENANT,
-            tenant=tenant,
-            target=(model._meta.model_name or "", str(next(iter(unique.values())))[:100]),
-            detail=f"{request.method} {request.path}: it belongs to another tenant",
-        )
+    missing_id(request, tenant, queryset.model, **unique)
     raise Http404(missing)
 
 
-def audit_foreign_ids(
+def missing_id(
+    request: HttpRequest, tenant: Tenant, model: type[models.Model], **unique: Any
+) -> None:
+    """Keep a request for an object the tenant does not have, in the security log: another
+    tenant's (a probe) or none at all. The prober's answer is the same either way and their
+    tenant's audit holds neither, so nothing they can read tells the two apart."""
+    foreign = model._default_manager.filter(**unique).exclude(tenant=tenant).exists()
+    record_denial(
+        request,
+        reason=Reason.TENANT if foreign else Reason.NOT_FOUND,
+        tenant=tenant,
+        target=(model._meta.model_name or "", str(next(iter(unique.values())))[:100]),
+        detail=f"{request.method} {request.path}: "
+        + ("it belongs to another tenant" if foreign else "no such object"),
+    )
+
+
+def missing_ids(
     request: HttpRequest, tenant: Tenant, model: type[models.Model], ids: list[int]
 ) -> None:
-    """Audit each of ``ids`` that names another tenant's object (a tampered selection)."""
-    foreign = model._default_manager.filter(pk__in=ids).exclude(tenant=tenant)
-    for pk in foreign.values_list("pk", flat=True):
-        audit_denial(
-            request,
-            reason=Reason.TENANT,
-            tenant=tenant,
-            target=(model._meta.model_name or "", str(pk)),
-            detail=f"{request.method} {request.path}: it belongs to another tenant",
-        )
+    """``missing_id`` for each of ``ids`` (a selection naming what the tenant does not have)."""
+    for pk in ids:
+        missing_id(request, tenant, model, pk=pk)
 
 
-def _audit_role_denied(
+def _role_denied(
     request: HttpRequest, tenant: Tenant, target: str, roles: tuple[Role, ...], kwargs: Any
 ) -> None:
     pk = kwargs.get("pk")
-    audit_denial(
+    record_denial(
         request,
         reason=Reason.ROLE,
         tenant=tenant,
@@ -126,10 +129,17 @@ def console_view(
             try:
                 tenant = current_tenant(request)
             except PermissionDenied as exc:
+                record_denial(
+                    request,
+                    reason=Reason.MEMBERSHIP,
+                    tenant=None,
+                    target=("page", request.path[:100]),
+                    detail=f"{request.method} {request.path}: a member of no tenant",
+                )
                 response: HttpResponseBase = refusal(request, tenant=None, message=str(exc))
             else:
                 if roles and not request_has_role(request, tenant, *roles):
-                    _audit_role_denied(request, tenant, target, roles, kwargs)
+                    _role_denied(request, tenant, target, roles, kwargs)
                     response = refusal(request, tenant=tenant, needed=roles)
                 else:
                     response = view(request, *args, tenant=tenant, **kwargs)
@@ -149,8 +159,8 @@ def console_view(
 
 
 def csrf_failure(request: HttpRequest, reason: str = "", **kwargs: Any) -> HttpResponse:
-    """Django's CSRF failure page, after auditing the refused request."""
-    audit_denial(
+    """Django's CSRF failure page, after keeping the refused request."""
+    record_denial(
         request,
         reason=Reason.CSRF,
         tenant=tenant_or_none(request),

@@ -2,6 +2,8 @@
 
 A staff user who is an admin of some tenants sees and edits only those tenants' memberships; a
 superuser sees all. Every change is audited (``ledger.admin.AuditedAdmin``).
+
+The security log (``SecurityEvent``) is read here by superusers alone, and changed by nobody.
 """
 
 from __future__ import annotations
@@ -12,16 +14,10 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from ledger.admin import AuditedAdmin
-from ledger.models import Membership, Tenant
-from ledger.permissions import Role
-
-
-def administered_tenants(request: HttpRequest) -> QuerySet[Tenant]:
-    """The tenants this user may manage the members of."""
-    if getattr(request.user, "is_superuser", False):
-        return Tenant.objects.all()
-    return Tenant.objects.filter(members__user=request.user.pk or 0, members__role=Role.ADMIN)
+from console.members import administered_tenants
+from console.models import SecurityEvent
+from ledger.admin import AuditedAdmin, ReadOnlyAdmin
+from ledger.models import Membership
 
 
 @admin.register(Membership)
@@ -60,3 +56,29 @@ class MembershipAdmin(AuditedAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return self._is_tenant_admin(request, obj)
+
+
+@admin.register(SecurityEvent)
+class SecurityEventAdmin(ReadOnlyAdmin):
+    """The installation's security log: superusers only, whatever permissions a staff user holds
+    (a tenant admin with staff status must not read other tenants' probes, nor who probed)."""
+
+    list_display = (
+        "created_at",
+        "actor",
+        "action",
+        "reason",
+        "target_type",
+        "target_id",
+        "tenant",
+        "source",
+    )
+    list_filter = ("reason", "source", "action")
+    search_fields = ("actor", "target_id", "detail")
+    date_hierarchy = "created_at"
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return bool(getattr(request.user, "is_superuser", False))
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(getattr(request.user, "is_superuser", False))

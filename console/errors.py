@@ -7,15 +7,27 @@ from django.http import HttpRequest, HttpResponse
 from django.views import defaults
 
 from console.access import tenant_or_none
+from console.denials import Reason, record_denial
 from console.forbidden import refusal
 from ledger.problems import problem
 
 
 def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
-    """A refusal raised outside ``console_view`` (which answers its own refusals)."""
+    """A refusal raised outside ``console_view`` (which answers its own refusals). One of
+    ``/admin/`` is kept in the security log here; the API's are kept by
+    ``console.api_denials``, and the console's own raise only what their service audited."""
     if request.path.startswith("/api/"):
         return problem(403, "FORBIDDEN", "Not allowed.")
-    return refusal(request, tenant=tenant_or_none(request), message=str(exception))
+    tenant = tenant_or_none(request)
+    if request.path.startswith("/admin/"):
+        record_denial(
+            request,
+            reason=Reason.PERMISSION,
+            tenant=tenant,
+            target=("page", request.path[:100]),
+            detail=f"{request.method} {request.path}: {exception or 'not permitted'}",
+        )
+    return refusal(request, tenant=tenant, message=str(exception))
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:

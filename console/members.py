@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext as _
 
@@ -61,3 +62,12 @@ def request_has_role(request: HttpRequest, tenant: Tenant, *allowed: Role) -> bo
 
 def tenants_of(request: HttpRequest) -> list[Tenant]:
     return [membership.tenant for membership in memberships_of(request)]
+
+
+def administered_tenants(request: HttpRequest) -> QuerySet[Tenant]:
+    """The tenants the signed-in user administers: those where they are a member with the admin
+    role, every tenant for a superuser (the installation's admin). They manage these tenants'
+    members in /admin/ and read their series at /metrics."""
+    if getattr(request.user, "is_superuser", False):
+        return Tenant.objects.all()
+    return Tenant.objects.filter(members__user=request.user.pk or 0, members__role=Role.ADMIN)

@@ -48,10 +48,8 @@ def needed_roles(url_name: str) -> tuple[Role, ...]:
 
 
 def pages_for(roles: set[Role]) -> set[str]:
-    """The linked and object pages a member holding ``roles`` may open (none for a member
-    without one)."""
-    if not roles:
-        return set()
+    """The linked and object pages a member holding ``roles`` may open (for a member without
+    one, those open to any member)."""
     return {name for name in LINKED_PAGES + OBJECT_PAGES if allows(roles, needed_roles(name))}
 
 

@@ -2,7 +2,9 @@
 queue ages and the steps of rollout plans, read from the rollups, a few indexed counts and the
 steps' last analyses at scrape time.
 
-Protected: a bearer token (``METRICS_TOKEN``) for the scraper, or a signed-in staff user.
+Each reader sees the tenants it may: the scraper's bearer token (``METRICS_TOKEN``) every
+tenant, a signed-in user the tenants they administer (``console.members.administered_tenants``);
+anyone else gets a 401, kept in the security log (``console.denials``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Min, OuterRef, Q, Subquery, Sum
+from django.db.models import Count, Min, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
@@ -21,6 +23,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from console.denials import Reason, record_denial
+from console.members import administered_tenants
 from ledger.clock import db_now, elapsed_since
 from ledger.compensation import compensation_state
 from ledger.domain import Decision, RecordState
@@ -44,6 +48,17 @@ def _rows(query: Any) -> list[dict[str, Any]]:
 
 
 class LedgerCollector(Collector):
+    """Every family, of the tenants in ``tenant_ids`` (None: every tenant)."""
+
+    def __init__(self, tenant_ids: list[int] | None) -> None:
+        self.tenant_ids = tenant_ids
+
+    def _of(self, rows: QuerySet[Any], tenant: str = "tenant") -> QuerySet[Any]:
+        """``rows`` of the collector's tenants; ``tenant`` names the rows' path to theirs."""
+        if self.tenant_ids is None:
+            return rows
+        return rows.filter(**{f"{tenant}__in": self.tenant_ids})
+
     def collect(self) -> Iterator[Metric]:
         yield from self._counters()
         yield from self._rates()
@@ -67,9 +82,9 @@ class LedgerCollector(Collector):
             "agent_ledger_decisions", "decisions given to calls", labels=[*LABELS, "decision"]
         )
         rows = _rows(
-            MetricBucket.objects.values("tenant__slug", "combination__label", "tool_name").annotate(
-                **{name: Sum(name) for name in COUNTERS}
-            )
+            self._of(MetricBucket.objects.all())
+            .values("tenant__slug", "combination__label", "tool_name")
+            .annotate(**{name: Sum(name) for name in COUNTERS})
         )
         for row in rows:
             labels = [row["tenant__slug"], row["combination__label"] or "", row["tool_name"]]
@@ -88,7 +103,7 @@ class LedgerCollector(Collector):
         )
         since = bucket_of(db_now() - RATE_WINDOW)
         rows = (
-            MetricBucket.objects.filter(bucket_start__gte=since)
+            self._of(MetricBucket.objects.filter(bucket_start__gte=since))
             .values("tenant__slug", "combination__label")
             .annotate(hits=Sum("dedup_hits"), keyed=Sum("keyed_requests"))
         )
@@ -98,7 +113,7 @@ class LedgerCollector(Collector):
         yield rate
 
     def _live(self) -> Iterator[Metric]:
-        unknown = IdempotencyRecord.objects.filter(state=RecordState.UNKNOWN)
+        unknown = self._of(IdempotencyRecord.objects.filter(state=RecordState.UNKNOWN))
         uncertain = GaugeMetricFamily(
             "agent_ledger_uncertain_records",
             "records whose outcome is unknown now",
@@ -115,7 +130,9 @@ class LedgerCollector(Collector):
             labels=["tenant", "outcome"],
         )
         for row in _rows(
-            ReconcileAttempt.objects.values("tenant__slug", "outcome").annotate(n=Count("pk"))
+            self._of(ReconcileAttempt.objects.all())
+            .values("tenant__slug", "outcome")
+            .annotate(n=Count("pk"))
         ):
             outcomes.add_metric([row["tenant__slug"], row["outcome"]], row["n"])
         yield outcomes
@@ -136,7 +153,7 @@ class LedgerCollector(Collector):
             "age of the oldest approval waiting for a human",
             labels=["tenant"],
         )
-        pending = still_open()
+        pending = self._of(still_open())
         oldest_pending = pending.values("tenant__slug").annotate(
             age=elapsed_since(Min("created_at"))
         )
@@ -156,7 +173,8 @@ class LedgerCollector(Collector):
             tenant_id=OuterRef("tenant_id"), key=OuterRef("key")
         ).values("state")[:1]
         rows = (
-            Compensation.objects.annotate(record_state=Subquery(own_record))
+            self._of(Compensation.objects.all())
+            .annotate(record_state=Subquery(own_record))
             .values("tenant__slug", "record_state")
             .annotate(n=Count("pk"))
         )
@@ -194,7 +212,7 @@ class LedgerCollector(Collector):
         recent = Q(plan__state__in=RolloutPlan.OPEN_STATES) | Q(
             plan__finished_at__gte=Now() - timedelta(days=1)
         )
-        steps = RolloutStep.objects.filter(recent).values(
+        steps = self._of(RolloutStep.objects.filter(recent), "plan__tenant").values(
             "plan_id",
             "plan__tenant__slug",
             "plan__candidate__label",
@@ -225,21 +243,41 @@ class LedgerCollector(Collector):
         yield from (share, state, samples, measured, observed)
 
 
-def _authorised(request: HttpRequest) -> bool:
+def _readable_tenants(request: HttpRequest) -> list[int] | None:
+    """The tenants this request may read: None for every tenant (the scraper's token), else
+    the ids of those a signed-in user administers; none at all is a refusal, kept."""
     token = settings.METRICS_TOKEN
     header = request.headers.get("Authorization", "")
-    if token and header.startswith("Bearer "):
-        return hmac.compare_digest(header.removeprefix("Bearer ").encode(), token.encode())
     user = getattr(request, "user", None)
-    return bool(user is not None and user.is_authenticated and user.is_staff)
+    if token and header.startswith("Bearer "):
+        if hmac.compare_digest(header.removeprefix("Bearer ").encode(), token.encode()):
+            return None
+    elif user is not None and user.is_authenticated:
+        tenant_ids = list(administered_tenants(request).values_list("pk", flat=True))
+        if not tenant_ids:
+            _refused(request, Reason.ROLE, "an admin of no tenant")
+        return tenant_ids
+    _refused(request, Reason.UNAUTHENTICATED, "no valid bearer token")
+    return []
+
+
+def _refused(request: HttpRequest, reason: Reason, why: str) -> None:
+    record_denial(
+        request,
+        reason=reason,
+        tenant=None,
+        target=("page", request.path[:100]),
+        detail=f"{request.method} {request.path}: {why}",
+    )
 
 
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    if not _authorised(request):
+    tenant_ids = _readable_tenants(request)
+    if tenant_ids == []:
         response = HttpResponse("authentication required\n", status=401, content_type="text/plain")
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(LedgerCollector())
+    registry.register(LedgerCollector(tenant_ids))
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

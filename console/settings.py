@@ -58,6 +58,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Outside the API's own middleware, so it sees every API answer (console/api_denials.py).
+    "console.api_denials.ApiDenialMiddleware",
     "ledger.middleware.ApiRequestMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -350,7 +352,7 @@ AXES_RESET_ON_SUCCESS = True
 # extend it, so an attacker cannot keep an account locked for ever.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_LOCKOUT_TEMPLATE = "console/locked_out.html"
-AXES_CLIENT_IP_CALLABLE = "console.signin.client_address"
+AXES_CLIENT_IP_CALLABLE = "console.addresses.client_address"
 AXES_DISABLE_ACCESS_LOG = True  # sign-ins are in the audit trail (console/signin.py)
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"

@@ -7,13 +7,13 @@ from typing import Any
 
 from axes.backends import AxesStandaloneBackend
 from axes.exceptions import AxesBackendPermissionDenied
-from django.conf import settings
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.dispatch import receiver
 from django.http import HttpRequest
 from django.utils.translation import gettext_noop
 
-from console.denials import Reason, audit_denial
+from console.addresses import client_address
+from console.denials import Reason, record_denial
 from ledger.models import AuditEvent
 from ledger.services.audit import audit
 from ledger.stored_text import StoredText
@@ -49,17 +49,6 @@ def _source(request: HttpRequest | None) -> str:
     return AuditEvent.Source.CONSOLE
 
 
-def client_address(request: HttpRequest | None) -> str:
-    """The signing-in client's address: behind the TLS proxy (``SECURE_PROXY_SSL``), the one the
-    proxy appended to X-Forwarded-For, since every request would otherwise share the proxy's."""
-    if request is None:
-        return ""
-    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-    if forwarded and getattr(settings, "SECURE_PROXY_SSL_HEADER", None):
-        return forwarded.rsplit(",", 1)[-1].strip()
-    return str(request.META.get("REMOTE_ADDR", ""))
-
-
 @receiver(user_login_failed)
 def audit_failed_sign_in(
     sender: object, credentials: dict[str, Any], request: HttpRequest | None = None, **kwargs: Any
@@ -70,7 +59,7 @@ def audit_failed_sign_in(
     address = client_address(request) or _UNKNOWN_ADDRESS()
     if reason == THROTTLED and request is not None:
         # Counted per address: a locked-out flood is bounded like any other denial.
-        audit_denial(
+        record_denial(
             request,
             reason=Reason.THROTTLED,
             tenant=None,

@@ -21,7 +21,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from console import selectors
-from console.access import audit_foreign_ids, console_view, get_for_tenant
+from console.access import console_view, get_for_tenant, missing_ids
 from console.csv_export import Columns, csv_response, export_href
 from console.filters import RANGES
 from console.navigation import context_for
@@ -300,9 +300,7 @@ def _selection(request: HttpRequest, tenant: Tenant) -> list[IdempotencyRecord]:
         for r in IdempotencyRecord.objects.filter(tenant=tenant, pk__in=ids).select_related("tool")
     }
     if len(records) != len(ids):
-        audit_foreign_ids(
-            request, tenant, IdempotencyRecord, [pk for pk in ids if pk not in records]
-        )
+        missing_ids(request, tenant, IdempotencyRecord, [pk for pk in ids if pk not in records])
         raise InvalidInput(_("Some selected calls do not exist in this tenant."))
     return [records[pk] for pk in ids]
 

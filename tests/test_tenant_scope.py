@@ -2,7 +2,8 @@
 and API list endpoint, found from the URL configuration, shows each tenant its own rows and
 never the other's, and so does every console list's CSV export (each list says whether it has
 one). A new list is covered by default; a URL that is not a list has to be named in
-``NOT_LISTS`` with the reason. Every console page of one object (a ``pk`` in its URL) is a
+``NOT_LISTS`` with the reason (``/metrics`` is a list too: a tenant's admin reads only their
+tenants' series there). Every console page of one object (a ``pk`` in its URL) is a
 404 for the other tenant's object, found the same way. The console's selectors are checked the
 same way."""
 
@@ -38,7 +39,6 @@ SLUGS = ("ovenbird", "kingfisher")
 NOT_LISTS = {
     "healthz": "liveness probe; reads nothing",
     "readyz": "readiness probe: the store and the broker, no rows",
-    "metrics": "the Prometheus exposition for the operator of the service, behind its own token",
     "login": "sign-in form",
     "logout": "sign-out",
     "set_language": "Django's language switch (POST)",

@@ -45,11 +45,11 @@ ROUTES = [
     ),
     ("metrics", None, {"GET", "POST"}, {"manager"}),
     ("on_call", None, {"GET", "POST"}, {"manager"}),
-    ("tools", None, {"GET"}, STAFF),
+    ("tools", None, {"GET"}, EVERYONE),
     ("tools_import", None, {"POST"}, {"manager"}),
     ("tool_override", "tool", {"POST"}, {"manager"}),
-    ("audit", None, {"GET"}, STAFF),
-    ("audit_event", "event", {"GET"}, STAFF),
+    ("audit", None, {"GET"}, EVERYONE),
+    ("audit_event", "event", {"GET"}, EVERYONE),
 ]
 IDS = [route[0] for route in ROUTES]
 

@@ -66,6 +66,8 @@ def test_the_top_bar_links_only_to_pages_the_role_opens(django_user_model, tenan
     page = signed_in(approver).get("/", secure=True).content.decode()
     assert 'href="/approvals/"' in page
     assert 'href="/unknown/"' not in page and 'href="/combinations/"' not in page
+    # A member without a role: the inbox, tools and audit (ledger.models.Membership).
     nobody = make_user(django_user_model, "new", tenant, "")
     page = signed_in(nobody).get("/", secure=True).content.decode()
-    assert 'href="/audit/"' not in page and 'href="/tools/"' not in page
+    assert 'href="/audit/"' in page and 'href="/tools/"' in page
+    assert 'href="/ledger/"' not in page and 'href="/approvals/"' not in page
