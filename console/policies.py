@@ -22,7 +22,7 @@ from ledger.permissions import Role
 from ledger.services import approval_policies
 
 
-@console_view(Role.MANAGER, methods=("GET", "POST"))
+@console_view(Role.MANAGER, methods=("GET", "POST"), export=False)
 def policies(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """The tenant's policies, oldest first (the first that matches asks); POST adds or removes
     one."""

@@ -18,7 +18,7 @@ from ledger.permissions import Role
 from ledger.services import tokens
 
 
-@console_view(Role.ADMIN)
+@console_view(Role.ADMIN, export=False)
 def api_tokens(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """The tenant's tokens, newest first."""
     context = context_for(request, tenant, rows=tokens.tenant_tokens(tenant))

@@ -160,6 +160,13 @@ class ToolAdmin(ReadOnlyAdmin):
     search_fields = ("name",)
 
 
+@admin.register(models.ApprovalPolicy)
+class ApprovalPolicyAdmin(ReadOnlyAdmin):
+    # Set on the console's Policies page or through the API, where each change is audited.
+    list_display = ("name", "tenant", "tool", "path", "operator", "write_prefix", "created_by")
+    list_filter = ("tenant",)
+
+
 @admin.register(models.PolicyRule)
 class PolicyRuleAdmin(ReadOnlyAdmin):
     list_display = ("pattern", "tenant", "idempotency", "destructive", "priority")

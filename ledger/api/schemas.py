@@ -412,7 +412,9 @@ class ApprovalDecisionIn(Strict):
     )
 
 
-class ApprovalListQuery(Strict):
+class ApprovalListQuery(Schema):
+    """A query, not a body: an undeclared parameter is refused by ``reject_unknown_query``."""
+
     state: Literal[
         "open", "pending", "approved", "rejected", "consumed", "invalidated", "expired"
     ] = "open"

@@ -57,6 +57,7 @@ def _thread_client(api: ApiClient) -> ApiClient:
     instead of raising it, so a race that breaks the server shows up in the answers."""
     client = ApiClient(api.tenant, api.token)
     client.client = Client(raise_request_exception=False)
+    client.inputs = api.inputs  # the calls' inputs, which a replay or a start names
     return client
 
 
