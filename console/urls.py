@@ -98,6 +98,7 @@ console_patterns = [
     path("tools/", views.tools_page, name="tools"),
     path("tools/import", views.tools_import, name="tools_import"),
     path("tools/<int:pk>/override", views.tool_override, name="tool_override"),
+    path("tools/<int:pk>/key-fields", views.tool_key_fields, name="tool_key_fields"),
     path("tools/compensation", compensations.tool_compensation, name="tool_compensation"),
     path("tokens/", tokens.api_tokens, name="tokens"),
     path("tokens/revoke", tokens.revoke_token, name="revoke_token"),

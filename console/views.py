@@ -53,7 +53,7 @@ from ledger.models import (
 from ledger.permissions import Role
 from ledger.services import approvals as approvals_service
 from ledger.services import combinations, metrics, thresholds
-from ledger.services.registry import import_mcp_tools, override_tool
+from ledger.services.registry import declare_key_fields, import_mcp_tools, override_tool
 from reconcile import compensation_requests, compensations
 
 PAGE_SIZE = 50
@@ -552,6 +552,27 @@ def tool_override(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse
         messages.error(request, exc.message)
         return redirect("console:tools")
     messages.success(request, _("Classification of %(tool)s saved.") % {"tool": tool.name})
+    return redirect("console:tools")
+
+
+@console_view(Role.MANAGER, methods=("POST",), target="tool")
+def tool_key_fields(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
+    """Declare a tool's key fields (comma-separated argument paths; none: its arguments)."""
+    tool = get_for_tenant(request, tenant, Tool.objects.all(), pk, _("No such tool."))
+    paths = [path.strip() for path in request.POST.get("key_fields", "").split(",")]
+    try:
+        declare_key_fields(
+            tenant=tenant,
+            name=tool.name,
+            key_fields=[path for path in paths if path],
+            key_scope=None,
+            actor=request.user.get_username(),
+            source="console",
+        )
+    except LedgerError as exc:
+        messages.error(request, exc.message)
+        return redirect("console:tools")
+    messages.success(request, _("Key fields of %(tool)s saved.") % {"tool": tool.name})
     return redirect("console:tools")
 
 

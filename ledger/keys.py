@@ -7,7 +7,11 @@ the step id stands in, which makes the action run-scoped whatever the tool's sco
 
 A tool may declare key fields, argument paths such as ``cart.id`` (in the manner of
 Powertools' ``event_key_jmespath``): the business object is derived from their values, so a
-call the model re-issues with a new tool-call id maps to the same key.
+call the model re-issues with a new tool-call id maps to the same key. A call of a tool that is
+not idempotent and names no business object is one action with every call of the same tool
+and arguments in its run (``arguments_object``): a transport's id (a JSON-RPC id, a tool-call
+id) never makes a second action. A read (an idempotent call) is keyed by its step, so a new
+read reads again.
 """
 
 from __future__ import annotations
@@ -71,6 +75,16 @@ def build_idempotency_key(
     if len(key) > MAX_KEY_LENGTH:
         raise KeyBuildError(f"the idempotency key would be longer than {MAX_KEY_LENGTH} characters")
     return key
+
+
+#: How a business object derived from the arguments begins (``arguments_object``).
+ARGUMENTS_OBJECT = "args="
+
+
+def arguments_object(tool_input: Any) -> str:
+    """The business object of a call that names none: the canonical digest of its arguments,
+    so the same arguments are the same action however the call is re-sent or re-planned."""
+    return ARGUMENTS_OBJECT + fingerprint(tool_input)[:32]
 
 
 def validate_key_fields(paths: list[str]) -> list[str]:

@@ -41,8 +41,8 @@ def test_undeclared_custom_tool_is_conservative(tenant) -> None:
     assert tool.replay_policy == ReplayPolicy.NEVER and tool.rule == "default.undeclared"
 
 
-def test_declared_custom_tool_is_believed(tenant) -> None:
-    tool = _register(tenant, "price_quote", declared_idempotency=Idempotency.IDEMPOTENT)
+def test_a_declared_read_is_believed_when_its_name_reads_as_one(tenant) -> None:
+    tool = _register(tenant, "get_order", declared_idempotency=Idempotency.IDEMPOTENT)
     assert tool.replay_policy == ReplayPolicy.AUTO
 
 
@@ -158,7 +158,7 @@ def test_policy_of_one_tenant_does_not_touch_another(tenant, other_tenant) -> No
     PolicyRule.objects.create(
         tenant=tenant, pattern="*", idempotency=Idempotency.NON_IDEMPOTENT, reason="lockdown"
     )
-    theirs = _register(other_tenant, "billing_lookup", declared_idempotency=Idempotency.IDEMPOTENT)
+    theirs = _register(other_tenant, "list_orders", declared_idempotency=Idempotency.IDEMPOTENT)
     assert theirs.replay_policy == ReplayPolicy.AUTO
 
 

@@ -120,6 +120,7 @@ class LedgerGuard:
         wait_for_approval: bool = True,
         approval_deadline: float = DEFAULT_APPROVAL_DEADLINE,
         tool_timeout: float | None = None,
+        key_fields: Mapping[str, list[str]] | None = None,
     ) -> None:
         self.session = session
         self.ledger = ledger
@@ -130,6 +131,8 @@ class LedgerGuard:
         self.wait_for_approval = wait_for_approval
         self.approval_deadline = approval_deadline
         self.tool_timeout = tool_timeout
+        #: What identifies some tools' business action, declared at import (by tool name).
+        self.key_fields = dict(key_fields or {})
         self.output_schemas: dict[str, dict[str, Any]] = {}
 
     async def list_tools(self) -> ListToolsResult:
@@ -141,7 +144,9 @@ class LedgerGuard:
             for tool in listing["tools"]
             if "outputSchema" in tool
         }
-        await self.ledger.import_mcp_tools(self.server, self.trust, {"tools": listing["tools"]})
+        await self.ledger.import_mcp_tools(
+            self.server, self.trust, {"tools": listing["tools"]}, key_fields=self.key_fields
+        )
         return result
 
     async def call_tool(

@@ -99,6 +99,16 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--file-root", default=None, help="settle lost write_file calls by hash under this root"
     )
+    parser.add_argument(
+        "--key-fields",
+        action="append",
+        default=[],
+        type=_key_fields_option,
+        metavar="TOOL=PATH[,PATH]",
+        help="what identifies a tool's business action (repeat per tool), e.g. "
+        "create_issue=repo,title: its calls with the same values are one action. Without, "
+        "a side-effecting call is one action with every call of the same arguments in the run",
+    )
     parser.add_argument("--tool-timeout", type=float, default=30.0, help="seconds per tool call")
     parser.add_argument("--approval-deadline", type=float, default=DEFAULT_APPROVAL_DEADLINE)
     parser.add_argument(
@@ -139,6 +149,15 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     if args.http is not None:
         _check_listener(parser, args)
     return args
+
+
+def _key_fields_option(text: str) -> tuple[str, list[str]]:
+    """``TOOL=path[,path]`` as (tool, paths)."""
+    tool, _, paths = text.partition("=")
+    fields = [path.strip() for path in paths.split(",") if path.strip()]
+    if not tool.strip() or not fields:
+        raise argparse.ArgumentTypeError(f"{text!r} is not TOOL=PATH[,PATH]")
+    return tool.strip(), fields
 
 
 def _check_listener(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -265,6 +284,7 @@ async def serve(args: argparse.Namespace) -> None:
                 server=args.server,
                 trust=args.trust,
                 file_root=args.file_root,
+                key_fields=dict(args.key_fields),
                 wait_for_approval=not args.no_wait_for_approval,
                 approval_deadline=args.approval_deadline,
                 tool_timeout=args.tool_timeout,

@@ -16,7 +16,6 @@ returns the server's observation instead of raising.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import time
@@ -224,25 +223,20 @@ class CallOptions:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def default_step_id(tool: str, tool_input: dict[str, Any], *, read_only: bool) -> str:
-    """The step id when the caller gives none.
-
-    For a tool with side effects it is stable (tool + input), so a call retried after a crash
-    maps to the same key and cannot run twice. A read-only tool gets a fresh id per call, so
-    reading again reads again instead of returning the first read's recorded result.
-    """
-    if read_only:
-        return f"{tool}:{uuid.uuid4().hex[:16]}"
-    canonical = json.dumps(tool_input, sort_keys=True, separators=(",", ":"), default=str)
-    return f"{tool}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
+def default_step_id(tool: str) -> str:
+    """The step id when the caller gives none: a fresh one per call. The step names this call
+    in the ledger; the action is the ledger's to identify (a call of a tool with side effects
+    is the same action as every call of the same tool and arguments in the run, whatever its
+    step), so a read reads again and a retried write cannot run twice."""
+    return f"{tool}:{uuid.uuid4().hex[:16]}"
 
 
 def call_body(
-    run_id: str, tool: str, tool_input: dict[str, Any], options: CallOptions, *, read_only: bool
+    run_id: str, tool: str, tool_input: dict[str, Any], options: CallOptions
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "run_id": run_id,
-        "step_id": options.step_id or default_step_id(tool, tool_input, read_only=read_only),
+        "step_id": options.step_id or default_step_id(tool),
         "tool": tool,
         "input": tool_input,
         "input_source": options.input_source,
@@ -374,16 +368,30 @@ class LedgerProtocol:
         return tool
 
     def import_mcp_tools(
-        self, server: str, trust: str, tools_list: dict[str, Any]
+        self,
+        server: str,
+        trust: str,
+        tools_list: dict[str, Any],
+        key_fields: dict[str, list[str]] | None = None,
     ) -> Flow[list[dict[str, Any]]]:
-        """Import an MCP server's tools/list result; the ledger re-classifies every tool."""
-        tools = yield from self.request(
-            "POST",
-            "/tools/import-mcp",
-            json={"server": server, "trust": trust, "tools_list": tools_list},
-        )
+        """Import an MCP server's tools/list result; the ledger re-classifies every tool.
+        ``key_fields`` names what identifies some tools' business action (by their name on
+        the server: ``{"create_issue": ["repo", "title"]}``)."""
+        body: dict[str, Any] = {"server": server, "trust": trust, "tools_list": tools_list}
+        if key_fields:
+            body["key_fields"] = key_fields
+        tools = yield from self.request("POST", "/tools/import-mcp", json=body)
         self._learn(tools)
         return tools
+
+    def declare_key_fields(
+        self, tool: str, key_fields: list[str], *, key_scope: str | None = None
+    ) -> Flow[dict[str, Any]]:
+        """Declare what identifies a tool's business action (any tool, an MCP server's too)."""
+        body: dict[str, Any] = {"key_fields": key_fields}
+        if key_scope:
+            body["key_scope"] = key_scope
+        return (yield from self.request("PUT", f"/tools/{tool}/key-fields", json=body))
 
     def classify(self, tool: str, tool_input: dict[str, Any]) -> Flow[dict[str, Any]]:
         """The classification of one call, recording nothing."""
@@ -464,7 +472,7 @@ class LedgerProtocol:
         runtime that decides whether to interrupt for a human before it runs the tool. An
         ``execute`` answer holds the call's lease: hand it to ``call(answer=...)`` at once."""
         opts = CallOptions(**options)
-        body = call_body(run_id, tool, tool_input, opts, read_only=tool in self.idempotent_tools)
+        body = call_body(run_id, tool, tool_input, opts)
         return (yield from self.exchange("POST", "/calls", json=body, traceparent=opts.traceparent))
 
     def call(
@@ -480,7 +488,7 @@ class LedgerProtocol:
         """Record, decide, execute if allowed, report, and return the model's observation;
         ``answer`` (from ``ask``) is the ledger's first answer, so it is not asked again."""
         opts = CallOptions(**options)
-        body = call_body(run_id, tool, tool_input, opts, read_only=tool in self.idempotent_tools)
+        body = call_body(run_id, tool, tool_input, opts)
         return (yield from self._decide("/calls", body, tool, tool_input, execute, opts, answer))
 
     def replay(

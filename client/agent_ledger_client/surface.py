@@ -97,6 +97,7 @@ class Surface:
     request = Operation(LedgerProtocol.request)
     register_tool = Operation(LedgerProtocol.register_tool)
     import_mcp_tools = Operation(LedgerProtocol.import_mcp_tools)
+    declare_key_fields = Operation(LedgerProtocol.declare_key_fields)
     classify = Operation(LedgerProtocol.classify)
     lookup = Operation(LedgerProtocol.lookup)
     get_call = Operation(LedgerProtocol.get_call)

@@ -103,6 +103,9 @@ KeyField = Annotated[str, Field(pattern=KEY_FIELD_SYNTAX, max_length=MAX_COMPONE
 
 
 class ToolIn(Strict):
+    """A runtime's tool. ``idempotency`` is a hint: it may make the tool stricter than the
+    ledger reads its name and description, never looser (a manager's override can)."""
+
     name: str = Field(pattern=TOOL_NAME_PATTERN, max_length=200)
     idempotency: Idempotency | None = None
     description: str = Field(default="", max_length=4000)
@@ -153,6 +156,21 @@ class McpImportIn(Strict):
     server: str = Field(pattern=SERVER_NAME_PATTERN, max_length=100)
     trust: Literal["trusted", "untrusted"]
     tools_list: McpToolsList = Field(description="An MCP tools/list result: {'tools': [...]}")
+    key_fields: dict[str, list[KeyField]] | None = Field(
+        default=None,
+        max_length=500,
+        description="Key fields by the server's tool name ({'create_issue': ['repo', "
+        "'title']}): what identifies each tool's business action. A tool not named keeps the "
+        "key fields it has.",
+    )
+
+
+class KeyFieldsIn(Strict):
+    """What identifies a tool's business action: argument paths (``cart.id``); none keys a
+    call by its arguments in its run (a read by its step)."""
+
+    key_fields: list[KeyField] = Field(max_length=MAX_KEY_FIELDS)
+    key_scope: KeyScope | None = None
 
 
 class ClassifyIn(Strict):

@@ -6,13 +6,26 @@ from django.http import HttpRequest
 from ninja import Router
 
 from ledger.api.auth import TokenAuth, caller_of
-from ledger.api.schemas import ClassificationOut, ClassifyIn, McpImportIn, Problem, ToolIn, ToolOut
+from ledger.api.schemas import (
+    ClassificationOut,
+    ClassifyIn,
+    KeyFieldsIn,
+    McpImportIn,
+    Problem,
+    ToolIn,
+    ToolOut,
+)
 from ledger.classification.calls import classify_tool_call, stored_classification
 from ledger.domain import ServerTrust
 from ledger.errors import NotFound
 from ledger.models import Tool
 from ledger.permissions import Scope
-from ledger.services.registry import import_mcp_tools, register_tool, unsaved_builtin_tool
+from ledger.services.registry import (
+    declare_key_fields,
+    import_mcp_tools,
+    register_tool,
+    unsaved_builtin_tool,
+)
 
 router = Router(tags=["tools"], auth=TokenAuth(Scope.TOOLS))
 ERRORS = {400: Problem, 401: Problem}
@@ -74,8 +87,30 @@ def import_mcp(request: HttpRequest, payload: McpImportIn) -> list[ToolOut]:
         tools_list=payload.tools_list.model_dump(mode="json", exclude_none=True),
         actor=caller.identity,
         source="api",
+        key_fields=payload.key_fields,
     )
     return [tool_out(tool) for tool in tools]
+
+
+@router.put(
+    "/{path:name}/key-fields",
+    response={200: ToolOut, 404: Problem, **ERRORS},
+    summary="Declare what identifies a tool's business action",
+)
+def put_key_fields(request: HttpRequest, name: str, payload: KeyFieldsIn) -> ToolOut:
+    """For any tool, imported from an MCP server or not; audited. A call of the tool is then
+    the same action as every call with the same values at those paths, whatever its step or
+    JSON-RPC id (a non-idempotent tool with key fields defaults to the ``business`` scope)."""
+    caller = caller_of(request)
+    tool = declare_key_fields(
+        tenant=caller.tenant,
+        name=name,
+        key_fields=payload.key_fields,
+        key_scope=payload.key_scope,
+        actor=caller.identity,
+        source="api",
+    )
+    return tool_out(tool)
 
 
 @router.post(

@@ -20,9 +20,15 @@ from ledger.calls.selectors import run_and_tool
 from ledger.calls.values import Caller, CallInput, CallResult, Lease, WritePlanInput
 from ledger.classification import Classification
 from ledger.classification.calls import classify_tool_call
-from ledger.domain import Decision, KeyScope, ObservationCode
+from ledger.domain import Decision, Idempotency, KeyScope, ObservationCode
 from ledger.errors import InvalidInput, InvalidWritePlan
-from ledger.keys import KeyBuildError, build_idempotency_key, business_object_from, fingerprint
+from ledger.keys import (
+    KeyBuildError,
+    arguments_object,
+    build_idempotency_key,
+    business_object_from,
+    fingerprint,
+)
 from ledger.models import (
     IdempotencyRecord,
     LedgerEntry,
@@ -41,13 +47,21 @@ def _tool(tenant: Tenant, name: str, actor: str, registered: Tool | None = None)
     return tool or ensure_catalogue_tool(tenant=tenant, name=name, actor=actor, source="api")
 
 
-def _key(tenant: Tenant, run: Run, tool: Tool, request: CallInput) -> str:
+def _key(
+    tenant: Tenant, run: Run, tool: Tool, request: CallInput, classification: Classification
+) -> str:
+    """The call's action (DESIGN section 3): the business object the runtime names, else the
+    one its key fields name, else, for a call that is not a read, its arguments in its run
+    (``keys.arguments_object``); a read is keyed by its step."""
     try:
+        scope = KeyScope(tool.key_scope)
         business_object = request.business_object_id or business_object_from(
             tool.key_fields, request.input
         )
+        if business_object is None and classification.idempotency is not Idempotency.IDEMPOTENT:
+            business_object, scope = arguments_object(request.input), KeyScope.RUN
         return build_idempotency_key(
-            scope=shadow.key_scope(run, KeyScope(tool.key_scope)),
+            scope=shadow.key_scope(run, scope),
             tenant=tenant.slug,
             user=run.user_id,
             run_id=run.run_id,
@@ -190,7 +204,8 @@ def _classify(
     caller: Caller, run: Run, tool: Tool, request: CallInput
 ) -> tuple[Classification, str]:
     """The call's classification and its idempotency key (raises on a bad input or key)."""
-    return classify_tool_call(tool, request.input), _key(caller.tenant, run, tool, request)
+    classification = classify_tool_call(tool, request.input)
+    return classification, _key(caller.tenant, run, tool, request, classification)
 
 
 def _first_call_of_key(call: entries.NewCall) -> CallResult | None:

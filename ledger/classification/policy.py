@@ -48,6 +48,13 @@ class Override:
 _ORG_POLICY = StoredText(gettext_noop("Org policy '%(pattern)s': %(reason)s"))
 _OVERRIDDEN = StoredText(gettext_noop("Overridden by %(actor)s: %(reason)s"))
 _DECLARED = StoredText(gettext_noop("Declared %(idempotency)s at registration."))
+_DECLARED_LOOSER = StoredText(
+    gettext_noop(
+        "Declared %(idempotency)s at registration, but a declaration may only make a tool "
+        "stricter than the ledger reads it: %(reason)s A manager's override can loosen it."
+    ),
+    texts=("reason",),
+)
 _SHELL_FALLBACK = StoredText(
     gettext_noop("A shell tool is classified per call from its command; this is the fallback.")
 )
@@ -81,11 +88,16 @@ def apply_override(base: Classification, override: Override | None) -> Classific
     )
 
 
-def declared_classification(tool_name: str, declared: Idempotency | None) -> Classification:
+def declared_classification(
+    tool_name: str, declared: Idempotency | None, description: str = ""
+) -> Classification:
     """A tool registered by the tenant's own runtime, with its declared idempotency if any.
 
-    A declaration is believed, but a catalogue tool can never be declared less conservative
-    than the catalogue says (``send_email`` declared idempotent stays non-idempotent).
+    The ledger classifies; a declaration is a hint that may only make a tool stricter than the
+    ledger reads it: the catalogue for a catalogue tool (``send_email`` declared idempotent
+    stays non-idempotent), else its name and description as an untrusted MCP tool's are read
+    (``place_order_v2`` declared idempotent stays non-idempotent: its name says it creates a
+    side effect). Only a manager's override, audited, loosens it.
     """
     known = catalogue_tool(tool_name)
     if declared is None:
@@ -93,7 +105,23 @@ def declared_classification(tool_name: str, declared: Idempotency | None) -> Cla
     result = Classification.of(
         declared, reason=_DECLARED(idempotency=declared.value), rule="declared"
     )
-    return result if known is None else most_conservative(known.classification, result)
+    if known is not None:
+        return most_conservative(known.classification, result)
+    if declared is Idempotency.NON_IDEMPOTENT:
+        return result
+    read = classify_mcp_tool(
+        {"name": tool_name, "description": description, "inputSchema": {"type": "object"}},
+        trust=ServerTrust.UNTRUSTED,
+    )
+    if read.idempotency.rank <= declared.rank:
+        return most_conservative(result, read)
+    return Classification(
+        read.idempotency,
+        read.replay_policy,
+        read.destructive,
+        _DECLARED_LOOSER(idempotency=declared.value, reason=read.reason),
+        "declared.stricter",
+    )
 
 
 def shell_tool_classification() -> Classification:
@@ -112,16 +140,18 @@ def base_classification(
     trust: ServerTrust | None,
     namespace: str = "",
     code_argument: DecidingArgument | None = None,
+    description: str = "",
 ) -> Classification:
     """The computed classification of a registry tool, before policy and overrides;
-    ``code_argument`` is a registered hint that an argument carries code."""
+    ``code_argument`` is a registered hint that an argument carries code; ``description``
+    the runtime's, read with the name where a declaration would loosen the tool."""
     if tool_name in SHELL_TOOLS:
         return shell_tool_classification()
     if mcp_descriptor is not None:
         return classify_mcp_tool(
             mcp_descriptor, trust=trust or ServerTrust.UNTRUSTED, namespace=namespace
         )
-    declared_class = declared_classification(tool_name, declared)
+    declared_class = declared_classification(tool_name, declared, description)
     if code_argument is not None and code_argument.kind is not PerCall.FILE_WRITE:
         return per_call_fallback(code_argument, declared_class)
     return declared_class

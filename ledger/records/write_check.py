@@ -7,15 +7,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.db.models import F
 from django.utils.translation import gettext_noop
 
-from ledger.decisions import WriteCheckAction, WriteCheckAnswer
+from ledger.decisions import WriteCheck, WriteCheckAction, WriteCheckAnswer
 from ledger.domain import WRITE_CONFLICT_ESCALATION, WRITE_NOT_LANDED_ESCALATION, EscalationKind
 from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry, WritePlan
 from ledger.records.escalation import escalate
 from ledger.records.resolve import resolve_locked
 from ledger.records.transitions import Outcome
 from ledger.services import approvals
+from ledger.services.audit import audit
 from ledger.stored_text import StoredText
 
 NOW_HAS_HASH = StoredText(gettext_noop("%(path)s now has hash %(hash)s"))
@@ -70,6 +72,8 @@ def apply_write_check(
             record_changes=record_changes,
         )
         return None
+    if answered.check is WriteCheck.APPLY_AGAIN:
+        _no_effect_yet(locked, found, actor=actor, source=source)
     if answered.escalation is not None:
         reason = _ESCALATION[answered.escalation]
         escalate(locked, answered.escalation, reason, actor=actor, source=source, once=True)
@@ -82,4 +86,25 @@ def apply_write_check(
         requester_id=requester_id,
         detail=found,
         condition=answered.check.value,
+    )
+
+
+def _no_effect_yet(record: IdempotencyRecord, found: str, *, actor: str, source: str) -> None:
+    """The file still has the plan's before-hash: no execution so far took effect, so running
+    it again once approved is not a duplicate side effect (``metrics``). Audited with what the
+    check saw."""
+    if record.failed_executions >= record.executions:
+        return
+    before = {"failed_executions": record.failed_executions}
+    IdempotencyRecord.objects.filter(pk=record.pk).update(failed_executions=F("executions"))
+    record.failed_executions = record.executions
+    audit(
+        tenant=record.tenant_id,
+        actor=actor,
+        action="record.no_effect_found",
+        target=record,
+        source=source,
+        before=before,
+        after={"failed_executions": record.failed_executions},
+        detail=found,
     )

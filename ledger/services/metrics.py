@@ -30,7 +30,7 @@ from django.db.models import BooleanField, ExpressionWrapper, F, Sum
 from django.db.models.functions import TruncHour
 
 from ledger.clock import db_now
-from ledger.domain import Decision, Idempotency, RecordState
+from ledger.domain import Decision, RecordState
 from ledger.models import (
     AuditEvent,
     IdempotencyRecord,
@@ -136,7 +136,7 @@ def _fold_events(cursor: MetricCursor, counts: dict[Key, dict[str, int]], batch:
         str(r["pk"]): r
         for r in IdempotencyRecord.objects.filter(
             pk__in={int(e[1]) for e in events if e[1].isdigit()}
-        ).values("pk", "tenant_id", "combination_id", "tool__name", "classified_as")
+        ).values("pk", "tenant_id", "combination_id", "tool__name")
     }
     for pk, target_id, action, before, created in events:
         cursor.last_id = pk
@@ -157,7 +157,9 @@ def _fold_events(cursor: MetricCursor, counts: dict[Key, dict[str, int]], batch:
         values["executions"] += 1
         prior = before or {}
         maybe_happened = prior.get("executions", 0) - prior.get("failed_executions", 0)
-        if record["classified_as"] == Idempotency.NON_IDEMPOTENT and maybe_happened >= 1:
+        # Whatever the action's classification: a tool classified wrongly (a runtime's read
+        # that creates orders) is exactly the one whose second execution must be seen.
+        if maybe_happened >= 1:
             values["duplicate_side_effects"] += 1
     return len(events)
 

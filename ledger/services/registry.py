@@ -84,6 +84,7 @@ def _classify(tool: Tool, rules: list[PolicyRule], namespace: str | None = None)
         code_argument=DecidingArgument(PerCall(tool.per_call_kind), tool.per_call_argument)
         if tool.per_call_kind and not is_mcp
         else None,
+        description=tool.description,
     )
     return effective_classification(
         base, tool_name=tool.name, rules=rules, override=_override(tool)
@@ -105,7 +106,57 @@ def _snapshot(tool: Tool) -> dict[str, Any]:
         "destructive": tool.destructive,
         "rule": tool.rule,
         "per_call": f"{tool.per_call_kind}:{tool.per_call_argument}" if tool.per_call_kind else "",
+        "key_fields": list(tool.key_fields or []),
+        "key_scope": tool.key_scope,
     }
+
+
+def _key_fields(paths: list[str]) -> list[str]:
+    try:
+        return validate_key_fields(paths)
+    except KeyBuildError as exc:
+        raise InvalidInput(str(exc)) from None
+
+
+def _default_scope(tool: Tool, key_scope: KeyScope | None) -> str:
+    """A tool's key scope: the one declared, else ``business`` for a non-idempotent tool
+    with key fields (its key names the business object alone, so a re-planned call in a new
+    run cannot run it again), else the catalogue's or ``run``."""
+    if key_scope is None and tool.key_fields and tool.idempotency == Idempotency.NON_IDEMPOTENT:
+        key_scope = KeyScope.BUSINESS
+    known = catalogue_tool(tool.name)
+    return (key_scope or (known.key_scope if known else KeyScope.RUN)).value
+
+
+def declare_key_fields(
+    *,
+    tenant: Tenant,
+    name: str,
+    key_fields: list[str],
+    key_scope: KeyScope | None,
+    actor: str,
+    source: str,
+) -> Tool:
+    """Declare what identifies a tool's business action, for any tool (an MCP server's
+    included), audited; its classification is not touched."""
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update(no_key=True).filter(tenant=tenant, name=name).first()
+        if tool is None:
+            raise NotFound(f"no tool {name!r}")
+        before = _snapshot(tool)
+        tool.key_fields = _key_fields(key_fields)
+        tool.key_scope = _default_scope(tool, key_scope)
+        tool.save(update_fields=["key_fields", "key_scope"])
+        audit(
+            tenant=tenant,
+            actor=actor,
+            action="tool.key_fields_declared",
+            target=tool,
+            source=source,
+            before=before,
+            after=_snapshot(tool),
+        )
+    return tool
 
 
 def _kind(name: str) -> str:
@@ -218,19 +269,14 @@ def _declare(
     tool.declared_idempotency = declared_idempotency.value if declared_idempotency else ""
     tool.description = description or (known.description if known else "")
     tool.output_schema = output_schema
-    try:
-        tool.key_fields = validate_key_fields(key_fields or [])
-    except KeyBuildError as exc:
-        raise InvalidInput(str(exc)) from None
+    tool.key_fields = _key_fields(key_fields or [])
     tool.descriptor = {
         "name": tool.name,
         "idempotency": tool.declared_idempotency or None,
         "description": description,
     }
     _apply(tool, _classify(tool, _rules(tenant)))
-    if key_scope is None and tool.key_fields and tool.idempotency == Idempotency.NON_IDEMPOTENT:
-        key_scope = KeyScope.BUSINESS
-    tool.key_scope = (key_scope or (known.key_scope if known else KeyScope.RUN)).value
+    tool.key_scope = _default_scope(tool, key_scope)
 
 
 def ensure_catalogue_tool(*, tenant: Tenant, name: str, actor: str, source: str) -> Tool:
@@ -308,15 +354,22 @@ def import_mcp_tools(
     tools_list: Any,
     actor: str,
     source: str,
+    key_fields: dict[str, list[str]] | None = None,
 ) -> list[Tool]:
     """Import (or refresh) an MCP server's ``tools/list`` result, re-classifying every tool.
 
     The whole list is validated first; bad input changes nothing. Registry names are
-    ``server/tool`` so two servers may offer tools of the same name.
+    ``server/tool`` so two servers may offer tools of the same name. ``key_fields`` names what
+    identifies the business action of some of the server's tools (by their name on the
+    server); a tool not named keeps the key fields it has.
     """
     if not isinstance(server_name, str) or not SERVER_NAME.match(server_name):
         raise InvalidInput(f"server name {server_name!r} is not allowed")
     descriptors = _validated_tools(server_name, tools_list)
+    declared = {name: _key_fields(paths) for name, paths in (key_fields or {}).items()}
+    unknown = sorted(set(declared) - {d["name"] for d in descriptors})
+    if unknown:
+        raise InvalidInput(f"key fields for {unknown[0]!r}, which the server does not list")
     namespace = catalogue_namespace([d["name"] for d in descriptors])
     rules = _rules(tenant)
     imported: list[Tool] = []
@@ -355,11 +408,13 @@ def import_mcp_tools(
             tool.description = descriptor.get("description") or ""
             tool.descriptor = descriptor
             tool.output_schema = descriptor.get("outputSchema")
-            tool.key_scope = KeyScope.RUN.value
+            if descriptor["name"] in declared:
+                tool.key_fields = declared[descriptor["name"]]
             argument = deciding_argument(descriptor)
             tool.per_call_kind = argument.kind.value if argument else ""
             tool.per_call_argument = argument.name if argument else ""
             _apply(tool, _classify(tool, rules, namespace))
+            tool.key_scope = _default_scope(tool, None)
             tool.save()
             if before != _snapshot(tool):
                 audit(

@@ -183,7 +183,8 @@ def test_metrics_on_a_hand_computed_scenario(tenant, api: ApiClient) -> None:
     call("create_order", {"cart": 99}, "s1", "o1")  # 3 keyed, conflict: not a hit
     r = call("read_file", {"p": "x"}, "s2")  # 4 keyed, execution 2
     complete(r, "uncertain")  # became uncertain 1
-    r2 = call("read_file", {"p": "x"}, "s2")  # 5 keyed, replay: execution 3
+    r2 = call("read_file", {"p": "x"}, "s2")  # 5 keyed, replay: execution 3, counted a duplicate
+    # side effect: it may have run before, and the ledger cannot prove a tool has none.
     complete(r2, "succeeded", result="x")
     b = call("create_order", {"cart": 2}, "s3", "o2")  # 6 keyed, execution 4
     complete(b, "uncertain")  # became uncertain 2
@@ -206,16 +207,16 @@ def test_metrics_on_a_hand_computed_scenario(tenant, api: ApiClient) -> None:
     assert summary.dedup_hit_rate == pytest.approx(0.25)
     assert summary.executions == 5
     assert summary.became_uncertain == 2
-    assert summary.duplicate_side_effects == 1
+    assert summary.duplicate_side_effects == 2  # the read's replay and the overridden order's
     assert summary.uncertain_now == 0  # the duplicate is executing now
     assert summary.decisions["conflict"] == 1 and summary.decisions["forbidden"] == 1
     tools = metrics.by_tool(tenant, since=None)
     assert tools["create_order"].duplicate_side_effects == 1
-    assert tools["read_file"].duplicate_side_effects == 0
+    assert tools["read_file"].duplicate_side_effects == 1
     assert metrics.roll_up() == 0  # nothing new: nothing counted twice
     assert metrics.summarize(tenant).keyed_requests == 8
     by_api = api.get("/metrics/combinations", window_minutes=60).json()
-    assert by_api[0]["metrics"]["duplicate_side_effects"] == 1
+    assert by_api[0]["metrics"]["duplicate_side_effects"] == 2
 
 
 @pytest.mark.django_db(transaction=True)

@@ -31,7 +31,8 @@ rejections = schema.config.checks.negative_data_rejection
 rejections.expected_statuses = [*rejections.expected_statuses, "413"]
 # Bodies with rules beyond what JSON Schema can say (a shadow run names the live run it
 # mirrors; a plan's shares rise step by step to 10000; a webhook URL is one Python can split;
-# an approval policy names which calls it asks for, and compares like with like):
+# an approval policy names which calls it asks for, and compares like with like; key fields
+# at an MCP import name tools the server lists):
 # a schema-valid one may still be refused with 400 INVALID_INPUT, as tests/api/
 # test_shadow_runs.py, test_rollouts_api.py, tests/test_outbound.py and
 # tests/test_approval_policies.py check. Every other check
@@ -41,6 +42,7 @@ CROSS_FIELD_RULES = {
     "POST /api/v1/rollouts",
     "POST /api/v1/thresholds",
     "POST /api/v1/approval-policies",
+    "POST /api/v1/tools/import-mcp",
 }
 # A call's write plan names a path inside the workspace (ledger/paths.py: relative, normalised,
 # no control character) and its input has depth and string limits (settings): a schema-valid

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ledger.classification.catalogue import CATALOGUE
 from ledger.classification.policy import (
     Override,
@@ -46,9 +48,26 @@ def test_declaration_cannot_make_a_catalogue_tool_less_conservative() -> None:
     assert result.idempotency is Idempotency.NON_IDEMPOTENT
 
 
-def test_declaration_is_believed_for_custom_tools() -> None:
-    assert declared_classification("lookup_price", Idempotency.IDEMPOTENT).replay_policy is (
+def test_a_declared_read_is_believed_where_the_name_or_description_reads_as_one() -> None:
+    assert declared_classification("get_order", Idempotency.IDEMPOTENT).replay_policy is (
         ReplayPolicy.AUTO
+    )
+    described = declared_classification(
+        "lookup_price", Idempotency.IDEMPOTENT, "Returns the price of a product."
+    )
+    assert described.replay_policy is ReplayPolicy.AUTO
+
+
+@pytest.mark.parametrize("name", ["place_order_v2", "lookup_price", "sync_crm"])
+def test_a_declaration_never_loosens_what_the_name_says(name: str) -> None:
+    declared = declared_classification(name, Idempotency.IDEMPOTENT)
+    assert declared.replay_policy is ReplayPolicy.NEVER
+    assert declared.rule == "declared.stricter" and "only make a tool stricter" in declared.reason
+
+
+def test_a_declaration_may_always_make_a_tool_stricter() -> None:
+    assert declared_classification("get_order", Idempotency.NON_IDEMPOTENT).replay_policy is (
+        ReplayPolicy.NEVER
     )
 
 

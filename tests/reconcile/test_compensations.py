@@ -28,6 +28,7 @@ from ledger.models import (
     Tool,
 )
 from ledger.services.compensations import compensation_record, compensation_view
+from ledger.services.registry import override_tool
 from reconcile.compensations import declare_compensation, unsent_sagas
 from reconcile.models import CompensationAdapter, DownstreamAdapter, ReconcileAttempt
 from reconcile.services import reconcile_record
@@ -85,6 +86,18 @@ def _stats(sandbox: SandboxServer) -> dict[str, Any]:
     return httpx.get(f"{sandbox.url}/orders/stats", timeout=5).json()
 
 
+def _believed_a_read(tenant: Any) -> Any:
+    """``place_order``, wrongly believed idempotent: a manager's override (a runtime's own
+    declaration may not loosen it), so a lost answer is replayed at once."""
+    return override_tool(
+        tool=make_tool(tenant, "place_order"),
+        idempotency=Idempotency.IDEMPOTENT,
+        reason="believed to be a read",
+        actor="mia",
+        source="console",
+    )
+
+
 def _order_twice(api: ApiClient, sandbox: SandboxServer) -> tuple[IdempotencyRecord, dict]:
     """A runtime that believes place_order is idempotent: it sends no key downstream, its first
     answer is lost after the order was made, and the ledger lets it replay at once."""
@@ -114,7 +127,7 @@ def _order_twice(api: ApiClient, sandbox: SandboxServer) -> tuple[IdempotencyRec
 def test_a_duplicate_order_is_cancelled_once_though_the_answer_is_lost_and_it_is_retried(
     tenant, api, sandbox, django_user_model
 ):
-    place = make_tool(tenant, "place_order", declared_idempotency=Idempotency.IDEMPOTENT)
+    place = _believed_a_read(tenant)
     assert place.idempotency == "idempotent"  # the misclassification that let it run twice
     _declare_cancel(tenant, sandbox, place)
     record, duplicate = _order_twice(api, sandbox)
@@ -157,7 +170,7 @@ def test_a_duplicate_order_is_cancelled_once_though_the_answer_is_lost_and_it_is
 def test_the_requester_cannot_approve_their_own_compensation(
     tenant, api, sandbox, django_user_model
 ):
-    place = make_tool(tenant, "place_order", declared_idempotency=Idempotency.IDEMPOTENT)
+    place = _believed_a_read(tenant)
     _declare_cancel(tenant, sandbox, place)
     record, _duplicate = _order_twice(api, sandbox)
     alice = signed_in(make_user(django_user_model, "alice", tenant, "approver"))
@@ -175,7 +188,7 @@ def test_the_requester_cannot_approve_their_own_compensation(
 
 
 def test_a_compensation_needs_a_reason(tenant, api, sandbox, django_user_model):
-    place = make_tool(tenant, "place_order", declared_idempotency=Idempotency.IDEMPOTENT)
+    place = _believed_a_read(tenant)
     _declare_cancel(tenant, sandbox, place)
     record, _duplicate = _order_twice(api, sandbox)
     signed_in(make_user(django_user_model, "olga", tenant, "operator")).post(
@@ -189,7 +202,7 @@ def test_a_compensation_needs_a_reason(tenant, api, sandbox, django_user_model):
 
 
 def test_an_operator_cannot_decide_a_compensation(tenant, api, sandbox, django_user_model):
-    place = make_tool(tenant, "place_order", declared_idempotency=Idempotency.IDEMPOTENT)
+    place = _believed_a_read(tenant)
     _declare_cancel(tenant, sandbox, place)
     record, _duplicate = _order_twice(api, sandbox)
     olga = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
@@ -283,7 +296,7 @@ def test_a_saga_stops_at_the_first_failure_and_lists_the_rest(
 def test_a_real_worker_runs_the_approved_compensation_once(
     tenant, api, sandbox, django_user_model, broker: RedisServer, tmp_path: Path
 ):
-    place = make_tool(tenant, "place_order", declared_idempotency=Idempotency.IDEMPOTENT)
+    place = _believed_a_read(tenant)
     _declare_cancel(tenant, sandbox, place)
     record, duplicate = _order_twice(api, sandbox)
     olga = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
@@ -353,7 +366,7 @@ def test_a_stopped_saga_goes_on_where_it_stopped_once_the_look_up_settled_it(
 def test_the_approvals_inbox_decides_a_compensation_with_a_reason(
     tenant, api, sandbox, django_user_model
 ):
-    place = make_tool(tenant, "place_order", declared_idempotency=Idempotency.IDEMPOTENT)
+    place = _believed_a_read(tenant)
     _declare_cancel(tenant, sandbox, place)
     record, duplicate = _order_twice(api, sandbox)
     signed_in(make_user(django_user_model, "olga", tenant, "operator")).post(
@@ -411,7 +424,7 @@ def test_a_compensation_approved_while_the_broker_is_down_is_sent_by_the_sweep_o
     django_capture_on_commit_callbacks,
     caplog,
 ):
-    place = make_tool(tenant, "place_order", declared_idempotency=Idempotency.IDEMPOTENT)
+    place = _believed_a_read(tenant)
     _declare_cancel(tenant, sandbox, place)
     record, duplicate = _order_twice(api, sandbox)
     signed_in(make_user(django_user_model, "olga", tenant, "operator")).post(
@@ -443,7 +456,7 @@ def test_the_sweep_leaves_a_compensation_approved_within_the_grace_period(
     tenant, api, sandbox, django_user_model
 ):
     """Its message may still be on its way (the commit's send): the sweep does not race it."""
-    place = make_tool(tenant, "place_order", declared_idempotency=Idempotency.IDEMPOTENT)
+    place = _believed_a_read(tenant)
     _declare_cancel(tenant, sandbox, place)
     record, _duplicate = _order_twice(api, sandbox)
     signed_in(make_user(django_user_model, "olga", tenant, "operator")).post(
