@@ -266,6 +266,23 @@ def test_malformed_result_is_not_a_success(api: ApiClient) -> None:
     assert "output schema" in done["notes"][0]
 
 
+def test_a_malformed_results_note_names_the_rule_never_the_value(api: ApiClient) -> None:
+    """The note is stored as the record's error: a value out of its field (a secret under a
+    neutral name, say) would be kept with nothing left to say it is one."""
+    schema = {"type": "object", "properties": {"code": {"type": "integer"}}}
+    api.post("/tools", {"name": "get_code", "idempotency": "idempotent", "output_schema": schema})
+    api.start_run()
+    first = api.call("get_code", {"sku": "x"}).json()
+    done = api.post(
+        f"/calls/{first['call_id']}/complete",
+        {"fencing_token": 1, "outcome": "succeeded", "result": {"code": "s3cr3t-value"}},
+    ).json()
+    note = done["notes"][0]
+    assert "$.code" in note and '"integer"' in note and "s3cr3t-value" not in note
+    record = IdempotencyRecord.objects.get(key=first["idempotency_key"])
+    assert record.error["message"] == note
+
+
 def test_stale_fencing_token_is_refused(api: ApiClient) -> None:
     api.start_run()
     first = api.call("read_file", {"path": "a"}).json()
