@@ -276,7 +276,8 @@ def _save_write_plan(tenant: Tenant, entry: LedgerEntry, plan: WritePlanInput) -
         path=plan.path,
         before_hash=plan.before_hash,
         after_hash=plan.after_hash,
-        # Shown to approvers and on the call's page: a diff of a settings file holds secrets.
+        # Shown to approvers and on the call's page: a diff of a settings file holds secrets. A
+        # marker may be longer than the secret it replaces: the reference is cut to its column.
         diff=redact_text(plan.diff, limit=None),
-        patch_ref=redact_text(plan.patch_ref),
+        patch_ref=redact_text(plan.patch_ref)[: WritePlan._meta.get_field("patch_ref").max_length],
     )

@@ -207,7 +207,9 @@ def finish_run(*, run: Run, termination_reason: str, actor: str) -> Run:
     is stored redacted."""
     if not termination_reason.strip():
         raise InvalidInput("a termination reason is required")
-    termination_reason = redact_text(termination_reason)
+    # A marker may be longer than the secret it replaces: what is stored is cut to the column.
+    column = Run._meta.get_field("termination_reason").max_length
+    termination_reason = redact_text(termination_reason)[:column]
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         if locked.status != Run.Status.RUNNING:

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from ledger.errors import ApprovalError
-from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry
+from ledger.models import (
+    ApprovalRequest,
+    AuditEvent,
+    IdempotencyRecord,
+    LedgerEntry,
+    WritePlan,
+)
 from ledger.records import Outcome, resolve_unknown
 from ledger.services.approvals import decide
 from reconcile.models import WorkspaceRoot
@@ -158,6 +164,25 @@ def _write(api: ApiClient, before: str, after: str) -> dict:
     first = api.call("write_file", {"path": "src/app.py", "content": after}, write_plan=plan).json()
     api.post(f"/calls/{first['call_id']}/complete", {"fencing_token": 1, "outcome": "uncertain"})
     return first
+
+
+def test_a_write_plans_diff_and_reference_are_stored_redacted(api: ApiClient) -> None:
+    """Approvers read the diff; a diff of a settings file holds secrets. The reference is cut to
+    its column when a marker is longer than the secret it replaced."""
+    api.start_run()
+    plan = {
+        "workspace": "repo",
+        "path": ".env",
+        "before_hash": _sha("old"),
+        "after_hash": _sha("new"),
+        "diff": "-DB_PASSWORD=old-pw-1\n+DB_PASSWORD=new-pw-2\n",
+        "patch_ref": "r" * 192 + " pwd: k9",
+    }
+    first = api.call("write_file", {"path": ".env"}, write_plan=plan)
+    assert first.status_code == 200, first.content
+    stored = WritePlan.objects.get()
+    assert stored.diff == "-DB_PASSWORD=[REDACTED]\n+DB_PASSWORD=[REDACTED]\n"
+    assert stored.patch_ref == ("r" * 192 + " pwd: [REDACTED]")[:200]
 
 
 def test_write_replay_already_applied_marks_succeeded(api: ApiClient) -> None:
