@@ -260,6 +260,13 @@ def redact_text(text: str, *, limit: int | None = MAX_TEXT) -> str:
     return text
 
 
+def redact_for_column(text: str, length: int | None) -> str:
+    """``text`` redacted for a column of ``length`` characters (a model field's ``max_length``;
+    None for a text column): a marker may be longer than the secret it replaces, so the
+    redacted text is cut to fit (after redaction: the cut hides more, never less)."""
+    return redact_text(text, limit=None)[:length]
+
+
 def redact(value: Any, *, limit: int = MAX_TEXT) -> Any:
     """A copy of a JSON value with secrets and personal data replaced."""
     if isinstance(value, dict):

@@ -189,6 +189,7 @@ def stage(tenant, sandbox) -> dict[str, Any]:
     orders = make_tool(tenant, "create_order")
     cancel = make_tool(tenant, "cancel_order")
     make_tool(tenant, "write_file")
+    make_tool(tenant, "ship_order")
     DownstreamAdapter.objects.create(
         tenant=tenant,
         tool=orders,
@@ -276,6 +277,16 @@ def _drive(data: st.DataObject, api: ApiClient, console: Console, stage, seen: S
     )
     assert made.status_code == 201, made.text
     assert reconcile_record(unknown["looked-up"].pk, worker="w") == "succeeded"
+
+    # An approval policy, whose reason approvers and the model read, asking before a call runs
+    # (a reason is at most 500 characters: one secret in it).
+    form = {"name": f"ship-{n}", "reason": planted.text(draw, "policy", one_line=True)}
+    _ok(seen.add("/policies/", console.operator.post("/policies/", {**form, "tool": "ship_order"})))
+    step = f"ship-{n}"
+    asked = api.call(
+        "ship_order", {"cart": n}, run_id=run_id, step_id=step, business_object_id=step
+    )
+    assert _ok(seen.add("POST /calls ship", asked)).json()["decision"] == "approval_required"
 
     # A conditional write whose replay asks for an approval, rejected with a reason.
     plan = {
@@ -376,7 +387,7 @@ def _read_back(api: ApiClient, console: Console, seen: Seen) -> None:
         seen.add(f"audit page {event.pk}", console.operator.get(f"/audit/{event.pk}/"))
     for page in ("/", "/unknown/", "/approvals/", "/ledger/", "/ledger/runs/", "/audit/"):
         seen.add(page, console.operator.get(page))
-    for page in ("/combinations/", "/rollouts/", "/tools/", "/on-call/"):
+    for page in ("/combinations/", "/rollouts/", "/tools/", "/on-call/", "/policies/"):
         seen.add(page, console.operator.get(page))
     for page in ("/ledger/", "/ledger/runs/", "/unknown/", "/approvals/", "/combinations/"):
         seen.add(f"{page} csv", console.operator.get(page, {"format": "csv"}))

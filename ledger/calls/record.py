@@ -32,7 +32,7 @@ from ledger.models import (
     WritePlan,
 )
 from ledger.paths import workspace_path_problem
-from ledger.redaction import redact_text
+from ledger.redaction import redact_for_column, redact_text
 from ledger.services.registry import ensure_catalogue_tool, validate_tool_name
 
 
@@ -276,8 +276,9 @@ def _save_write_plan(tenant: Tenant, entry: LedgerEntry, plan: WritePlanInput) -
         path=plan.path,
         before_hash=plan.before_hash,
         after_hash=plan.after_hash,
-        # Shown to approvers and on the call's page: a diff of a settings file holds secrets. A
-        # marker may be longer than the secret it replaces: the reference is cut to its column.
+        # Shown to approvers and on the call's page: a diff of a settings file holds secrets.
         diff=redact_text(plan.diff, limit=None),
-        patch_ref=redact_text(plan.patch_ref)[: WritePlan._meta.get_field("patch_ref").max_length],
+        patch_ref=redact_for_column(
+            plan.patch_ref, WritePlan._meta.get_field("patch_ref").max_length
+        ),
     )

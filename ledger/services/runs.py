@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from ledger.clock import db_now
 from ledger.errors import Conflict, InvalidInput, NotFound, RunNotRunning
 from ledger.models import AuditEvent, Run, Tenant, VersionCombination
-from ledger.redaction import redact_text
+from ledger.redaction import redact_for_column
 from ledger.services.audit import audit
 
 _SHADOW = VersionCombination.State.SHADOW
@@ -207,9 +207,8 @@ def finish_run(*, run: Run, termination_reason: str, actor: str) -> Run:
     is stored redacted."""
     if not termination_reason.strip():
         raise InvalidInput("a termination reason is required")
-    # A marker may be longer than the secret it replaces: what is stored is cut to the column.
     column = Run._meta.get_field("termination_reason").max_length
-    termination_reason = redact_text(termination_reason)[:column]
+    termination_reason = redact_for_column(termination_reason, column)
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         if locked.status != Run.Status.RUNNING:
