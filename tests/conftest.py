@@ -114,7 +114,9 @@ def read_file(tenant):
 
 
 # CI explores a fixed set of examples so a run is reproducible; set HYPOTHESIS_PROFILE=explore
-# locally to search further (and add any counterexample it finds to the tables).
+# locally to search further (and add any counterexample it finds to the tables). A property
+# whose every example drives the API and the console (tests/test_planted_secrets.py) takes a
+# hundredth of the profile's examples.
 hypothesis_settings.register_profile("ci", derandomize=True, max_examples=300)
 hypothesis_settings.register_profile("explore", max_examples=5000)
 # `make mutate` runs the covering tests once per mutant: fewer examples keep that within reach.

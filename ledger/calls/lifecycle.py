@@ -3,6 +3,7 @@ heartbeats, and completed with its outcome (DESIGN sections 3 and 4)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,6 +24,9 @@ from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tool
 from ledger.records import Outcome
 from ledger.services import approvals
 from ledger.services.entries import transition_entry
+
+#: The most of a schema's rule an output-schema failure quotes (a rule may be a whole subschema).
+RULE_SHOWN = 200
 
 
 class NotWaiting(ApprovalError):
@@ -134,7 +138,14 @@ def _validate_result(tool: Tool, result: Any) -> str | None:
     try:
         jsonschema.validate(result, tool.output_schema)
     except jsonschema.ValidationError as exc:
-        return f"the result does not match {tool.name}'s output schema: {exc.message}"
+        # Where, and the schema's rule, never the value (jsonschema's message quotes it): the
+        # note is stored as the error's message, and the value may be a secret out of its field.
+        rule = json.dumps(exc.validator_value, default=str)
+        rule = rule if len(rule) <= RULE_SHOWN else rule[:RULE_SHOWN] + "…"
+        return (
+            f"the result does not match {tool.name}'s output schema: "
+            f"{exc.json_path} fails {exc.validator!r}: {rule}"
+        )
     except jsonschema.SchemaError:
         return f"{tool.name}'s output schema is invalid; the result cannot be trusted"
     return None

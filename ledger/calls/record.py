@@ -38,6 +38,7 @@ from ledger.models import (
     WritePlan,
 )
 from ledger.paths import workspace_path_problem
+from ledger.redaction import redact_for_column, redact_text
 from ledger.services.registry import ensure_catalogue_tool, validate_tool_name
 
 
@@ -290,6 +291,9 @@ def _save_write_plan(tenant: Tenant, entry: LedgerEntry, plan: WritePlanInput) -
         path=plan.path,
         before_hash=plan.before_hash,
         after_hash=plan.after_hash,
-        diff=plan.diff,
-        patch_ref=plan.patch_ref,
+        # Shown to approvers and on the call's page: a diff of a settings file holds secrets.
+        diff=redact_text(plan.diff, limit=None),
+        patch_ref=redact_for_column(
+            plan.patch_ref, WritePlan._meta.get_field("patch_ref").max_length
+        ),
     )

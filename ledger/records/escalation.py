@@ -16,6 +16,7 @@ from django.db.models.functions import Now
 
 from ledger.domain import EscalationKind, RecordState
 from ledger.models import IdempotencyRecord
+from ledger.redaction import redact_text
 from ledger.services.audit import audit
 from ledger.services.statements import DB_NOW, column
 
@@ -30,7 +31,9 @@ def escalate(
     once: bool = False,
 ) -> bool:
     """Escalate ``record`` if it is still unknown (and, with ``once``, not escalated yet),
-    audited in the caller's transaction. Whether it was escalated."""
+    audited in the caller's transaction; the reason is stored redacted (an operator's words,
+    or a downstream's error). Whether it was escalated."""
+    reason = redact_text(reason)
     still = Q(pk=record.pk, state=RecordState.UNKNOWN)
     if once:
         still &= ~IdempotencyRecord.escalated_q()

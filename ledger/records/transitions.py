@@ -233,13 +233,14 @@ def run(
         source=source,
         before=before,
         after=after,
+        detail=detail,
     )
     moved = None
     if entry is not None:
         assert transition.entry_status is not None and transition.entries_in is None
         finished = entry_finished(transition.entry_status, now)
         moved = (entry, entry_change(entry, transition.entry_status, **finished, **entry_changes))
-    _in_one_statement(transition, record, current, changes, event, detail, moved, now)
+    _in_one_statement(transition, record, current, changes, event, moved, now)
     for name, value in changes.items():
         setattr(record, name, value)
     if moved is not None:
@@ -255,11 +256,11 @@ def _in_one_statement(
     current: RecordState,
     changes: dict[str, Any],
     event: AuditEvent,
-    detail: str,
     moved: tuple[LedgerEntry, dict[str, Any]] | None,
     now: datetime,
 ) -> None:
     """The parts of ``run`` as data-modifying CTEs of one statement."""
+    detail = event.detail
     sql, params = update_parts(
         IdempotencyRecord, {"pk": record.pk, "state": current.value}, changes
     )

@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 from ledger.approval_policies import PolicySpec, spec_problem
 from ledger.errors import Conflict, InvalidInput, NotFound
 from ledger.models import ApprovalPolicy, Tenant, VersionCombination
+from ledger.redaction import redact_for_column
 from ledger.services.audit import audit
 
 
@@ -41,7 +42,8 @@ def add_policy(
     write_prefix: str = "",
     combination_id: int | None = None,
 ) -> ApprovalPolicy:
-    """Add a policy, audited; ``InvalidInput`` says what is wrong and nothing is written."""
+    """Add a policy, audited; ``InvalidInput`` says what is wrong and nothing is written. Its
+    reason, which approvers and the model read, is stored redacted."""
     name, reason = name.strip(), reason.strip()
     if not name or len(name) > 100:
         raise InvalidInput("a policy needs a name of at most 100 characters")
@@ -54,6 +56,7 @@ def add_policy(
     )
     if problem is not None:
         raise InvalidInput(problem)
+    reason = redact_for_column(reason, ApprovalPolicy._meta.get_field("reason").max_length)
     if (
         combination_id is not None
         and not VersionCombination.objects.filter(tenant=tenant, pk=combination_id).exists()

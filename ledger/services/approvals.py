@@ -26,6 +26,7 @@ from ledger.models import (
     ServiceAccount,
 )
 from ledger.permissions import Role
+from ledger.redaction import redact_text
 from ledger.services.audit import audit
 
 Approval = ApprovalRequest.State
@@ -285,7 +286,8 @@ def decide(
     source: str = AuditEvent.Source.CONSOLE,
 ) -> ApprovalRequest:
     """Approve or reject a pending request. The requester may not decide their own request,
-    a rejection needs a reason, and a request whose action changed is invalidated instead.
+    a rejection needs a reason (stored redacted: the model is told it), and a request whose
+    action changed is invalidated instead.
     """
     actor = user.get_username()
     denial: str | None = None
@@ -315,7 +317,7 @@ def decide(
         else:
             locked.state = Approval.APPROVED if approve else Approval.REJECTED
             locked.decided_by = user  # type: ignore[assignment]
-            locked.decision_reason = reason.strip()
+            locked.decision_reason = redact_text(reason.strip())
             locked.decided_at = now
         if locked.state != before["state"]:
             locked.save()

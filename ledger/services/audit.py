@@ -1,4 +1,4 @@
-"""Audit events: written in the same transaction as the change they describe."""
+"""Audit events: written in the same transaction as the change they describe, redacted."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any, NotRequired, TypedDict, Unpack
 from django.db import models
 
 from ledger.models import AuditEvent, Tenant
+from ledger.redaction import redact, redact_text
 from ledger.services.statements import insert_returning_id
 
 
@@ -33,8 +34,11 @@ def audit(**fields: Unpack[AuditFields]) -> AuditEvent:
 
 
 def audit_event(**fields: Unpack[AuditFields]) -> AuditEvent:
-    """An unsaved audit event, for a caller that writes it in the statement of its change."""
+    """An unsaved audit event, for a caller that writes it in the statement of its change.
+    Its before, after and detail are stored redacted (``ledger.redaction``): they hold what
+    callers and operators wrote (a reason, a URL, a value changed in the admin)."""
     tenant, target = fields["tenant"], fields["target"]
+    detail = fields.get("detail", "")
     if isinstance(target, tuple):
         target_type, target_id = target
     else:
@@ -45,9 +49,9 @@ def audit_event(**fields: Unpack[AuditFields]) -> AuditEvent:
         action=fields["action"],
         target_type=target_type,
         target_id=target_id,
-        before=fields.get("before"),
-        after=fields.get("after"),
+        before=redact(fields.get("before")),
+        after=redact(fields.get("after")),
         source=fields["source"],
         outcome=fields.get("outcome", AuditEvent.Outcome.SUCCESS),
-        detail=fields.get("detail", ""),
+        detail=redact_text(detail) if detail else "",
     )

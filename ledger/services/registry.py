@@ -29,6 +29,7 @@ from ledger.errors import Conflict, InvalidInput, NotFound
 from ledger.keys import KeyBuildError, validate_key_fields
 from ledger.models import McpServer, Tenant, Tool
 from ledger.models import PolicyRule as PolicyRuleRow
+from ledger.redaction import redact_text
 from ledger.services.audit import audit
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,199}$")
@@ -440,7 +441,8 @@ def override_tool(
     source: str,
     destructive: bool = False,
 ) -> Tool:
-    """Set (or, with ``idempotency=None``, clear) a human override; a reason is required."""
+    """Set (or, with ``idempotency=None``, clear) a human override; a reason is required
+    (stored redacted)."""
     if not reason.strip():
         raise InvalidInput("an override needs a reason")
     with transaction.atomic():
@@ -448,7 +450,7 @@ def override_tool(
         before = _snapshot(locked)
         locked.override_idempotency = idempotency.value if idempotency else ""
         locked.override_destructive = destructive if idempotency else False
-        locked.override_reason = reason.strip() if idempotency else ""
+        locked.override_reason = redact_text(reason.strip()) if idempotency else ""
         locked.overridden_by = actor if idempotency else ""
         locked.overridden_at = db_now() if idempotency else None
         _apply(locked, _classify(locked, _rules(locked.tenant)))

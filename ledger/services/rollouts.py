@@ -40,6 +40,7 @@ from ledger.models import (
     Threshold,
     VersionCombination,
 )
+from ledger.redaction import redact_text
 from ledger.services import combinations, metrics
 from ledger.services.audit import audit
 from ledger.services.thresholds import Verdict, judge
@@ -386,11 +387,13 @@ _DONE = {
 def act_on_plan(
     *, tenant: Tenant, plan_id: int, action: str, actor: str, source: str, reason: str
 ) -> RolloutPlan:
-    """A manager's pause, resume, skip (of the current step) or abort, with a reason."""
+    """A manager's pause, resume, skip (of the current step) or abort, with a reason (stored
+    redacted)."""
     if action not in Action.ALL:
         raise InvalidInput(f"action: one of {', '.join(Action.ALL)}")
     if not re.search(REASON_PATTERN, reason):
         raise InvalidInput(f"to {action} a rollout needs a reason")
+    reason = redact_text(reason)
     with transaction.atomic():
         plan = (
             RolloutPlan.objects.select_for_update(of=("self",))

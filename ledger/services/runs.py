@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from ledger.clock import db_now
 from ledger.errors import Conflict, InvalidInput, NotFound, RunNotRunning
 from ledger.models import AuditEvent, Run, Tenant, VersionCombination
+from ledger.redaction import redact_for_column
 from ledger.services.audit import audit
 
 _SHADOW = VersionCombination.State.SHADOW
@@ -202,9 +203,12 @@ def _same_run(run: Run, user_id: str, live: Run | None) -> Run:
 
 
 def finish_run(*, run: Run, termination_reason: str, actor: str) -> Run:
-    """Finish a running run; finishing it again with the same reason is harmless."""
+    """Finish a running run; finishing it again with the same reason is harmless. The reason
+    is stored redacted."""
     if not termination_reason.strip():
         raise InvalidInput("a termination reason is required")
+    column = Run._meta.get_field("termination_reason").max_length
+    termination_reason = redact_for_column(termination_reason, column)
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         if locked.status != Run.Status.RUNNING:

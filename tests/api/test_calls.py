@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from ledger.errors import ApprovalError
-from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry
+from ledger.models import (
+    ApprovalRequest,
+    AuditEvent,
+    IdempotencyRecord,
+    LedgerEntry,
+    WritePlan,
+)
 from ledger.records import Outcome, resolve_unknown
 from ledger.services.approvals import decide
 from reconcile.models import WorkspaceRoot
@@ -160,6 +166,25 @@ def _write(api: ApiClient, before: str, after: str) -> dict:
     return first
 
 
+def test_a_write_plans_diff_and_reference_are_stored_redacted(api: ApiClient) -> None:
+    """Approvers read the diff; a diff of a settings file holds secrets. The reference is cut to
+    its column when a marker is longer than the secret it replaced."""
+    api.start_run()
+    plan = {
+        "workspace": "repo",
+        "path": ".env",
+        "before_hash": _sha("old"),
+        "after_hash": _sha("new"),
+        "diff": "-DB_PASSWORD=old-pw-1\n+DB_PASSWORD=new-pw-2\n",
+        "patch_ref": "r" * 192 + " pwd: k9",
+    }
+    first = api.call("write_file", {"path": ".env"}, write_plan=plan)
+    assert first.status_code == 200, first.content
+    stored = WritePlan.objects.get()
+    assert stored.diff == "-DB_PASSWORD=[REDACTED]\n+DB_PASSWORD=[REDACTED]\n"
+    assert stored.patch_ref == ("r" * 192 + " pwd: [REDACTED]")[:200]
+
+
 def test_write_replay_already_applied_marks_succeeded(api: ApiClient) -> None:
     api.start_run()
     first = _write(api, "old", "new")
@@ -264,6 +289,23 @@ def test_malformed_result_is_not_a_success(api: ApiClient) -> None:
     ).json()
     assert done["record_state"] == "unknown" and done["status"] == "uncertain"
     assert "output schema" in done["notes"][0]
+
+
+def test_a_malformed_results_note_names_the_rule_never_the_value(api: ApiClient) -> None:
+    """The note is stored as the record's error: a value out of its field (a secret under a
+    neutral name, say) would be kept with nothing left to say it is one."""
+    schema = {"type": "object", "properties": {"code": {"type": "integer"}}}
+    api.post("/tools", {"name": "get_code", "idempotency": "idempotent", "output_schema": schema})
+    api.start_run()
+    first = api.call("get_code", {"sku": "x"}).json()
+    done = api.post(
+        f"/calls/{first['call_id']}/complete",
+        {"fencing_token": 1, "outcome": "succeeded", "result": {"code": "s3cr3t-value"}},
+    ).json()
+    note = done["notes"][0]
+    assert "$.code" in note and '"integer"' in note and "s3cr3t-value" not in note
+    record = IdempotencyRecord.objects.get(key=first["idempotency_key"])
+    assert record.error["message"] == note
 
 
 def test_stale_fencing_token_is_refused(api: ApiClient) -> None:

@@ -1,13 +1,16 @@
 """API 4xx answers are the caller's: logged at INFO without the query string, not as
-warnings (ledger.log_filters)."""
+warnings; and no request is logged with its query string (ledger.log_filters)."""
 
 from __future__ import annotations
 
 import logging
 
 import pytest
+from django.conf import settings
+from pythonjsonlogger.json import JsonFormatter
 
 from tests.api.conftest import ApiClient
+from tests.console.conftest import make_user, signed_in
 
 
 def _request_log(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int]]:
@@ -50,3 +53,20 @@ def test_every_api_client_error_is_logged_at_info_without_its_query_string(
     assert _request_log(caplog) == [("INFO", 404), ("INFO", 404)]
     logged = " ".join(f"{r.getMessage()} {getattr(r, 'request', '')}" for r in caplog.records)
     assert "secret-business-id" not in logged and "GET /api/v1/records" in logged
+
+
+def test_a_console_refusal_is_logged_without_its_query_string(
+    django_user_model, tenant, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the log writes it: the project's JSON formatter writes a record's extras, the
+    request among them."""
+    operator = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    with caplog.at_level(logging.INFO, logger="django.request"):
+        refused = operator.get("/approvals/?key=agent:acme:user-7:secret-business-id", secure=True)
+    assert refused.status_code == 403
+    formatter = JsonFormatter(
+        **{k: v for k, v in settings.LOGGING["formatters"]["json"].items() if k != "()"}
+    )
+    logged = [formatter.format(r) for r in caplog.records if r.name == "django.request"]
+    assert len(logged) == 1 and "GET /approvals/" in logged[0]
+    assert "secret-business-id" not in logged[0]

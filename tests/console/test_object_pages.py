@@ -145,7 +145,28 @@ def test_an_audit_events_page_links_its_target_and_redacts_what_it_recorded(
     # A fencing token is not a secret.
     assert "&quot;fencing_token&quot;: 41" in html and "&quot;fencing_token&quot;: 42" in html
     assert f'href="/audit/{event.pk}/"' in manager.get("/audit/", secure=True).content.decode()
-    assert AuditEvent.objects.get(pk=event.pk).before == {
-        "api_key": "plain-key-value",
-        "fencing_token": 41,
-    }
+    stored = AuditEvent.objects.get(pk=event.pk)
+    assert stored.before == {"api_key": "[REDACTED]", "fencing_token": 41}
+    assert SECRET not in stored.detail and SECRET not in str(stored.after)
+
+
+def test_an_audit_event_stored_unredacted_is_shown_redacted(django_user_model, tenant, combos):
+    """The log is append-only: an event written under narrower rules keeps what it was
+    written with, and its page redacts it as it shows it."""
+    _good, bad = combos
+    event = AuditEvent.objects.create(
+        tenant=tenant,
+        actor="maria",
+        action="combination.noted",
+        target_type="versioncombination",
+        target_id=str(bad.pk),
+        source="console",
+        before={"pwd": "plain-pwd-value"},
+        after={"url": "https://deploy:plain-url-password@git.example.com/"},
+        detail="saw ?token=plain-query-token",
+    )
+    manager = signed_in(make_user(django_user_model, "ma", tenant, "manager"))
+    html = manager.get(f"/audit/{event.pk}/", secure=True).content.decode()
+    assert "maria" in html
+    assert "plain-pwd-value" not in html and "plain-url-password" not in html
+    assert "plain-query-token" not in html

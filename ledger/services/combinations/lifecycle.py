@@ -11,6 +11,7 @@ from django.utils.translation import gettext_noop
 from ledger.clock import db_now
 from ledger.errors import Conflict, InvalidInput, InvalidTransition
 from ledger.models import Run, Tenant, VersionCombination
+from ledger.redaction import redact_text
 from ledger.services import approvals
 from ledger.services.combinations.activation import make_active
 from ledger.services.combinations.transitions import (
@@ -60,9 +61,10 @@ def halt(
 ) -> HaltResult:
     """Stop new runs and new calls under a combination (fail closed), from whatever state it
     is in, remembering that state and share for ``resume``. Concurrent halts of one
-    combination halt it exactly once."""
+    combination halt it exactly once. The reason is stored redacted."""
     if not reason.strip():
         raise InvalidInput(_HALT_NEEDS_A_REASON())
+    reason = redact_text(reason)
     with transaction.atomic():
         combination = lock_combination(tenant, combination_id)
         if combination.state == State.HALTED:
