@@ -70,4 +70,3 @@ def test_the_memory_keeps_the_newest_keys() -> None:
         for n in (0, 1, RAN_KEYS)
     ]
     assert seen == [False, True, True]
-
