@@ -619,9 +619,9 @@ class LedgerProtocol:
         lease = lease_seconds(call)
         guarded = context.tool not in self.idempotent_tools
         if guarded and self.already_ran(context):
-            done = Executed("uncertain")
-            yield from self._complete(context, done, lease, opts.traceparent)
-            return forgotten(context.tool, context.call_id, context.idempotency_key), done
+            not_run = Executed("uncertain")
+            yield from self._complete(context, not_run, lease, opts.traceparent)
+            return forgotten(context.tool, context.call_id, context.idempotency_key), not_run
         if guarded:
             self._remember(context.idempotency_key, context.fencing_token)
         done = yield Execute(execute, context, self._timeout(context.tool, opts), lease / 3)
