@@ -155,10 +155,13 @@ class Cluster:
             conn.execute(f"ALTER SYSTEM SET {name} = {value}")
             conn.execute("SELECT pg_reload_conf()")
 
-    def standby(self, name: str, *, upstream_port: int | None = None) -> Cluster:
-        """A streaming standby of this cluster, copied with ``pg_basebackup``; it connects to
-        ``upstream_port`` (this cluster's, or a proxy's in front of it) as ``name``."""
-        replica = Cluster(name)
+    def standby(
+        self, name: str, *, upstream_port: int | None = None, replica: Cluster | None = None
+    ) -> Cluster:
+        """A streaming standby of this cluster (``replica``, or a new cluster named ``name``),
+        copied with ``pg_basebackup``; it connects to ``upstream_port`` (this cluster's, or a
+        proxy's in front of it) as ``name``."""
+        replica = replica or Cluster(name)
         replica.create(start=False)
         data = replica.data_dir
         shutil.rmtree(data)
@@ -199,3 +202,14 @@ class Cluster:
         with contextlib.suppress(RuntimeError):
             _run("pg_ctlcluster", VERSION, self.name, "stop", "-m", "immediate")
         _run("pg_dropcluster", VERSION, self.name)
+
+
+def mount_tmpfs(path: Path, megabytes: int) -> None:
+    """A file system of ``megabytes`` at ``path``, owned by postgres: a disk a drill can fill."""
+    path.mkdir(exist_ok=True)
+    _run("mount", "-t", "tmpfs", "-o", f"size={megabytes}m,mode=0700", "tmpfs", str(path))
+    shutil.chown(path, "postgres", "postgres")
+
+
+def unmount(path: Path) -> None:
+    _run("umount", "-l", str(path))
