@@ -127,7 +127,9 @@ class FaultStore:
     ) -> str:
         """A gunicorn serving the private database; with ``skew`` (``+1h``, ``-1h``) its
         clock, and only its clock, is that far off; ``timeout`` is gunicorn's worker timeout,
-        ``env`` more of the environment (another ``DATABASE_URL``, say)."""
+        ``env`` more of the environment (another ``DATABASE_URL``, say). Each request's path,
+        status and time in microseconds, as gunicorn measured it, is logged to
+        ``<name>-access.log`` (``server_times``)."""
         port = free_port()
         extra = dict(env or {})
         if skew:
@@ -144,6 +146,10 @@ class FaultStore:
                 "--timeout",
                 str(timeout),
                 "--no-control-socket",
+                "--access-logfile",
+                str(self.stack.logs / f"{name}-access.log"),
+                "--access-logformat",
+                "%(U)s %(s)s %(D)s",
             ],
             self.stack.logs / f"{name}.log",
             self.env(**extra),
@@ -160,6 +166,15 @@ class FaultStore:
             return httpx.get(self.url_of(name) + "/healthz", timeout=10).status_code == 200
         except httpx.HTTPError:
             return False
+
+    def server_times(self, name: str) -> list[tuple[str, int, float]]:
+        """Every request ``name`` answered: path, status and seconds, as gunicorn timed it."""
+        times = []
+        log = self.stack.logs / f"{name}-access.log"
+        for line in log.read_text().splitlines() if log.exists() else []:
+            path, status, micros = line.rsplit(" ", 2)
+            times.append((path, int(status), int(micros) / 1e6))
+        return times
 
     def url_of(self, name: str) -> str:
         return f"http://127.0.0.1:{self.webs[name]}"
