@@ -155,6 +155,11 @@ class Cluster:
             conn.execute(f"ALTER SYSTEM SET {name} = {value}")
             conn.execute("SELECT pg_reload_conf()")
 
+    def set_role(self, role: str, name: str, value: str) -> None:
+        """``ALTER ROLE ... SET``: what every new session of ``role`` starts with."""
+        with self.admin() as conn:
+            conn.execute(f"ALTER ROLE {role} SET {name} = {value}")
+
     def standby(
         self, name: str, *, upstream_port: int | None = None, replica: Cluster | None = None
     ) -> Cluster:
@@ -164,7 +169,11 @@ class Cluster:
         replica = replica or Cluster(name)
         replica.create(start=False)
         data = replica.data_dir
-        shutil.rmtree(data)
+        for child in data.iterdir():  # emptied, not removed: its parent may be root's
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
         _run(
             "runuser", "-u", "postgres", "--",
             f"/usr/lib/postgresql/{VERSION}/bin/pg_basebackup",

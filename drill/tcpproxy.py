@@ -95,15 +95,18 @@ class TcpProxy:
         try:
             await self._gate().wait()
             server_r, server_w = await asyncio.open_connection(*self.target)
-        except OSError:
+        except (OSError, asyncio.CancelledError):
             client_w.close()
             self._writers.discard(client_w)
             return
         self._writers.add(server_w)
-        await asyncio.gather(
-            self._pipe(client_r, server_w, delayed=False),
-            self._pipe(server_r, client_w, delayed=True),
-        )
+        # Cancelled when the proxy stops: the connection just ends (a cancelled task here
+        # would be reported by asyncio's stream callback as an error).
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(
+                self._pipe(client_r, server_w, delayed=False),
+                self._pipe(server_r, client_w, delayed=True),
+            )
 
     async def _pipe(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, delayed: bool

@@ -9,8 +9,13 @@ counts the create requests each key got.
 
 from __future__ import annotations
 
+import csv
+import io
 import os
+import re
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -24,12 +29,14 @@ from typing import Any
 import httpx
 
 from agent_ledger_client import CallContext, LedgerClient
+from console.csv_export import CHUNK
 from drill.clusters import Cluster, available, mount_tmpfs, unmount
 from drill.context import DrillContext
 from drill.drills import Drill
 from drill.drills.store import Runtime, _create, _create_requests
 from drill.faultstore import FaultStore, wait_until
 from drill.report import DrillResult
+from drill.stack import ROOT, Process, free_port, port_open, wait_for
 from drill.tcpproxy import TcpProxy
 
 GROUP = "database-server"
@@ -588,6 +595,168 @@ def failover_async(ctx: DrillContext, result: DrillResult) -> None:
         _pairs.pop("async", None)
 
 
+# --- behind PgBouncer --------------------------------------------------------------------------
+#: The runbook's settings behind PgBouncer 1.18 in transaction mode: no start-up options
+#: (PgBouncer refuses them) and the timeouts on the role instead; no prepared statements.
+BOUNCER_ENV = {"DATABASE_TIMEOUTS_AT_CONNECT": "false", "DATABASE_PREPARED_STATEMENTS": "false"}
+ROLE_TIMEOUTS = {
+    "lock_timeout": "'2s'",
+    "statement_timeout": "'15s'",
+    "idle_in_transaction_session_timeout": "'30s'",
+    "idle_session_timeout": "'120s'",
+}
+OPERATOR = ("drill-operator", "drill-operator-password-0123")
+_OPERATOR_SETUP = f"""
+from django.contrib.auth import get_user_model
+from ledger.models import Membership, Tenant
+user = get_user_model().objects.create_user({OPERATOR[0]!r}, password={OPERATOR[1]!r})
+Membership.objects.create(user=user, tenant=Tenant.objects.get(slug="faults"), role="operator")
+"""
+
+
+def _start_pgbouncer(ctx: DrillContext, served: Served) -> int:
+    """PgBouncer (Debian's, 1.18) in transaction mode in front of the cluster, with a pool
+    smaller than the web workers' connections, so server connections change hands."""
+    home = Path(f"/var/lib/postgresql/{_name('bouncer')}")
+    home.mkdir(exist_ok=True)
+    port = free_port()
+    (home / "userlist.txt").write_text('"postgres" ""\n')
+    (home / "pgbouncer.ini").write_text(
+        "[databases]\n"
+        f"ledger = host=127.0.0.1 port={served.cluster.port} dbname=ledger\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        f"auth_type = trust\nauth_file = {home / 'userlist.txt'}\n"
+        "pool_mode = transaction\ndefault_pool_size = 3\nmax_client_conn = 200\n"
+    )
+    for path in [home, *home.iterdir()]:
+        shutil.chown(path, "postgres", "postgres")
+    process = Process(
+        "pgbouncer",
+        ["pgbouncer", "-u", "postgres", str(home / "pgbouncer.ini")],
+        ctx.stack.logs / "pgbouncer.log",
+        dict(os.environ),
+    )
+    ctx.stack.processes["pgbouncer"] = process
+    process.start()
+    served.cleanups.insert(0, process.stop)
+    served.cleanups.append(lambda: shutil.rmtree(home, ignore_errors=True))
+    wait_for(lambda: port_open(port), timeout=15, what="pgbouncer")
+    return port
+
+
+def _signed_in(url: str) -> httpx.Client:
+    """An operator's console session."""
+    browser = httpx.Client(base_url=url, timeout=WORKER_TIMEOUT + 15)
+    page = browser.get("/login/")
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    assert token, page.text[:500]
+    done = browser.post(
+        "/login/",
+        data={"username": OPERATOR[0], "password": OPERATOR[1], "csrfmiddlewaretoken": token[1]},
+        headers={"Referer": url + "/login/"},
+    )
+    assert done.status_code == 302, done.text[:500]
+    return browser
+
+
+def _export(browser: httpx.Client) -> tuple[int, int, bool]:
+    """Export the calls list: its status, its data rows, and whether the body arrived whole."""
+    try:
+        with browser.stream("GET", "/ledger/", params={"format": "csv"}) as response:
+            body = b"".join(response.iter_bytes())
+    except httpx.HTTPError:
+        return 0, 0, False
+    rows = list(csv.reader(io.StringIO(body.decode())))
+    whole = body.endswith(b"\n") and bool(rows) and rows[0][:2] == ["when", "tool"]
+    return response.status_code, max(0, len(rows) - 1), whole
+
+
+def behind_pgbouncer(ctx: DrillContext, result: DrillResult) -> None:
+    """PgBouncer 1.18 in transaction mode with the runbook's settings: 12 clients on the hot
+    path (duplicate keys) and 4 exporting the calls list as CSV at once, for 40 s: no error,
+    no key run twice, every export whole, the last one every row."""
+    if not shutil.which("pgbouncer"):
+        result.check("pgbouncer is installed (Debian's package; .ci/run installs it)", False)
+        return
+    cluster = Cluster(_name("bouncer"))
+    served = Served(ctx, cluster, "web-bouncer")
+    try:
+        cluster.create(settings={"fsync": "off"})
+        served.start()
+        for name, value in ROLE_TIMEOUTS.items():
+            cluster.set_role("postgres", name, value)
+        subprocess.run(  # noqa: S603 - our own argv
+            [sys.executable, "manage.py", "shell", "-c", _OPERATOR_SETUP],
+            cwd=ROOT,
+            env=served.store.env(),
+            check=True,
+            capture_output=True,
+        )
+        bouncer = _start_pgbouncer(ctx, served)
+        served.env = {
+            **BOUNCER_ENV,
+            "DATABASE_URL": f"postgres://postgres@127.0.0.1:{bouncer}/ledger",
+        }
+        served.serve()
+        url = served.store.url_of(served.web)
+        phase = ["load"]
+        runtimes = [TimedRuntime(served.store, served.web, lambda: phase[0]) for _ in range(12)]
+        runtimes[0].start_run("bouncer-run")
+        stop = threading.Event()
+        exports: list[tuple[int, int, bool]] = []
+
+        def exporter() -> None:
+            browser = _signed_in(url)
+            time.sleep(10)  # rows enough for more than one batch first
+            while not stop.is_set():
+                exports.append(_export(browser))
+
+        load = threading.Thread(target=_hammer, args=(ctx, runtimes, "bouncer-run", stop))
+        load.start()
+        with ThreadPoolExecutor(4) as pool:
+            exporting = [pool.submit(exporter) for _ in range(4)]
+            time.sleep(40)
+            stop.set()
+            load.join(WORKER_TIMEOUT * 3)
+            for future in exporting:
+                future.result()
+        with cluster.admin("ledger") as conn:
+            counted = conn.execute("SELECT count(*) FROM ledger_ledgerentry").fetchone()
+        entries = int(counted[0]) if counted else 0
+        final = _export(_signed_in(url))
+        timings = [t for r in runtimes for t in r.timings]
+        requests = _create_requests(ctx, _keys(served))
+        twice = {key: n for key, n in requests.items() if n > 1}
+        result.facts.update(
+            hot_path=_summary(timings, "load"),
+            exports=len(exports),
+            exports_whole=sum(1 for status, _n, whole in exports if status == 200 and whole),
+            export_rows_max=max((n for _s, n, _w in exports), default=0),
+            final_export={"status": final[0], "rows": final[1], "whole": final[2]},
+            entries=entries,
+            keys_created_twice=twice,
+        )
+        result.check(
+            "no error on the hot path (no 500, no 503, no caller without an answer)",
+            bool(timings) and all(s in (200, 201, 409) for _p, _t, s, _r in timings),
+            result.facts["hot_path"],
+        )
+        result.check("0 duplicate side effects at the sandbox", not twice, twice)
+        result.check(
+            "every export under load whole",
+            bool(exports) and result.facts["exports_whole"] == len(exports),
+            exports[:20],
+        )
+        result.check(
+            "the last export has every call, in more than one batch",
+            final == (200, entries, True) and entries > CHUNK,
+            result.facts["final_export"],
+        )
+    finally:
+        served.close()
+
+
 def _unavailable(ctx: DrillContext, result: DrillResult) -> str | None:
     why = available()
     if why:
@@ -634,5 +803,11 @@ DRILLS = [
         GROUP,
         "asynchronous replication: primary killed, standby promoted (the known hazard)",
         _needs_clusters(failover_async),
+    ),
+    Drill(
+        "pgbouncer_exports",
+        GROUP,
+        "behind PgBouncer 1.18 in transaction mode: the hot path and CSV exports at once",
+        _needs_clusters(behind_pgbouncer),
     ),
 ]
