@@ -646,9 +646,15 @@ def _start_pgbouncer(ctx: DrillContext, served: Served) -> int:
 
 
 def _signed_in(url: str) -> httpx.Client:
-    """An operator's console session."""
+    """An operator's console session. Its cookies are secure ones (production settings), which
+    a client sends only over HTTPS: over the drill's plain HTTP they are sent by hand."""
     browser = httpx.Client(base_url=url, timeout=WORKER_TIMEOUT + 15)
+
+    def carry_cookies() -> None:
+        browser.headers["Cookie"] = "; ".join(f"{c.name}={c.value}" for c in browser.cookies.jar)
+
     page = browser.get("/login/")
+    carry_cookies()
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
     assert token, page.text[:500]
     done = browser.post(
@@ -657,7 +663,31 @@ def _signed_in(url: str) -> httpx.Client:
         headers={"Referer": url + "/login/"},
     )
     assert done.status_code == 302, done.text[:500]
+    carry_cookies()
     return browser
+
+
+def _seed_entries(cluster: Cluster, at_least: int) -> None:
+    """Copies of the calls made so far (each with a call id of its own) until there are
+    ``at_least``: an export then spans several batches, without minutes of load first."""
+    with cluster.admin("ledger") as conn:
+        columns = [
+            row[0]
+            for row in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = "
+                "'ledger_ledgerentry' AND column_name NOT IN ('id', 'call_id')"
+            )
+        ]
+        names = ", ".join(columns)
+        while True:
+            row = conn.execute("SELECT count(*) FROM ledger_ledgerentry").fetchone()
+            if not row or row[0] >= at_least or not row[0]:
+                return
+            conn.execute(
+                f"INSERT INTO ledger_ledgerentry (call_id, {names}) "  # noqa: S608 - our columns
+                f"SELECT gen_random_uuid(), {names} FROM ledger_ledgerentry LIMIT %s",
+                [at_least - row[0]],
+            )
 
 
 def _export(browser: httpx.Client) -> tuple[int, int, bool]:
@@ -708,12 +738,13 @@ def behind_pgbouncer(ctx: DrillContext, result: DrillResult) -> None:
 
         def exporter() -> None:
             browser = _signed_in(url)
-            time.sleep(10)  # rows enough for more than one batch first
             while not stop.is_set():
                 exports.append(_export(browser))
 
         load = threading.Thread(target=_hammer, args=(ctx, runtimes, "bouncer-run", stop))
         load.start()
+        time.sleep(5)
+        _seed_entries(cluster, 2 * CHUNK + 500)
         with ThreadPoolExecutor(4) as pool:
             exporting = [pool.submit(exporter) for _ in range(4)]
             time.sleep(40)
