@@ -391,9 +391,9 @@ def sync_standby_stopped(ctx: DrillContext, result: DrillResult) -> None:
     phase[0] = "standby_down"
     pair.standby.stop()
     time.sleep(30)
-    pair.standby.start()
-    phase[0] = "standby_back"
+    phase[0] = "standby_back"  # it streams as soon as it starts, before start() returns
     back = time.monotonic()
+    pair.standby.start()
     streaming = wait_until(lambda: served.cluster.streaming_to(pair.standby.name), timeout=30)
     recovered = wait_until(
         lambda: any(
