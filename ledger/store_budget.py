@@ -58,14 +58,19 @@ class _Watchdog:
         self._armed: set[Budget] = set()
         self._wake = threading.Condition()
         self._owner_pid = 0  # the process the thread was started in (gunicorn forks workers)
+        self._sleeps_until = 0.0  # when the thread wakes next by itself
 
     def arm(self, budget: Budget) -> None:
         with self._wake:
             if self._owner_pid != os.getpid():
                 self._owner_pid = os.getpid()
+                self._sleeps_until = 0.0
                 threading.Thread(target=self._watch, name="store-budget", daemon=True).start()
             self._armed.add(budget)
-            self._wake.notify()
+            # Woken only when it would otherwise sleep past this budget: most requests end
+            # long before any budget does, and cost the thread nothing.
+            if budget.next_check < self._sleeps_until:
+                self._wake.notify()
 
     def disarm(self, budget: Budget) -> None:
         with self._wake:
@@ -80,8 +85,8 @@ class _Watchdog:
                     budget.cut = True
                     budget.next_check = now + RECUT_SECONDS
                 if not due:
-                    soonest = min((b.next_check for b in self._armed), default=now + 60)
-                    self._wake.wait(max(0.0, soonest - now))
+                    self._sleeps_until = min((b.next_check for b in self._armed), default=now + 60)
+                    self._wake.wait(max(0.0, self._sleeps_until - now))
                     continue
             for budget in due:
                 _shut_down(budget.database)
