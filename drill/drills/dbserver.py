@@ -259,7 +259,10 @@ def slow_then_stalled(ctx: DrillContext, result: DrillResult) -> None:
         )
         result.check("calls succeed within 10 s of the network's return", recovered is not None)
         requests = _create_requests(ctx, list(_keys(served)))
-        result.check("one order per key", all(n == 1 for n in requests.values()), requests)
+        # A reservation answered 503 database_timeout may have committed without its caller
+        # hearing "execute": its key has a record and no order, never two.
+        twice = {key: n for key, n in requests.items() if n > 1}
+        result.check("no key created twice at the sandbox", bool(requests) and not twice, twice)
     finally:
         served.close()
 
@@ -416,7 +419,10 @@ def sync_standby_stopped(ctx: DrillContext, result: DrillResult) -> None:
     _bounded_checks(result, served, runtimes, stalled="standby_down")
     result.check("writes succeed within 10 s of the standby's return", recovered is not None)
     requests = _create_requests(ctx, _keys(served))
-    result.check("one order per key", all(n == 1 for n in requests.values()), requests)
+    # A reservation answered 503 database_timeout may have committed without its caller
+    # hearing "execute": its key has a record and no order, never two.
+    twice = {key: n for key, n in requests.items() if n > 1}
+    result.check("no key created twice at the sandbox", bool(requests) and not twice, twice)
 
 
 @dataclass
