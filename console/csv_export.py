@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import StreamingHttpResponse
 from django.utils.http import content_disposition_header
 
@@ -30,7 +30,7 @@ QUOTE = "'"
 #: The most rows one export streams: a million rows of a busy tenant would be minutes of a
 #: worker and hundreds of megabytes; a time range narrows a larger list.
 MAX_EXPORT_ROWS = 100_000
-#: Rows read from the database at a time (a server-side cursor).
+#: Rows read from the database at a time, each batch a query of its own.
 CHUNK = 2_000
 
 Columns = list[tuple[str, Callable[[Any], object]]]
@@ -69,9 +69,46 @@ def csv_lines(columns: Columns, rows: Iterable[Any]) -> Iterator[str]:
 
 
 def in_chunks(rows: QuerySet[Any]) -> Iterator[Any]:
-    """The rows an export reads of ``rows`` (one more than it writes, to tell it was cut),
-    fetched in chunks as the response is sent."""
-    return rows[: MAX_EXPORT_ROWS + 1].iterator(chunk_size=CHUNK)
+    """The rows an export reads of ``rows`` (one more than it writes, to tell it was cut), in
+    batches of ``CHUNK`` as the response is sent.
+
+    Each batch is a query of its own that starts after the last row of the one before, by the
+    queryset's ordering (keyset pagination), never a server-side cursor: a cursor lives in the
+    server connection that declared it, and behind a pooler in transaction mode (PgBouncer)
+    the next fetch may go to another (docs/deploy.md). The ordering must name fields only; the
+    primary key is added as the last tie-breaker when it is not there.
+    """
+    ordering = [str(name) for name in rows.query.order_by]
+    if not ordering or ordering[-1].lstrip("-") not in ("pk", "id"):
+        ordering.append("pk")
+    keys = [(name.lstrip("-"), name.startswith("-")) for name in ordering]
+    rows = rows.order_by(*ordering)
+    wanted = MAX_EXPORT_ROWS + 1
+    after: Q | None = None
+    while wanted > 0:
+        batch = list((rows.filter(after) if after is not None else rows)[: min(CHUNK, wanted)])
+        yield from batch
+        wanted -= len(batch)
+        if len(batch) < CHUNK:
+            return
+        after = _after([(name, descending, getattr(batch[-1], name)) for name, descending in keys])
+
+
+def _after(last: list[tuple[str, bool, Any]]) -> Q:
+    """The rows that sort after a row whose ordering fields hold these values, in PostgreSQL's
+    order (NULLs last ascending, first descending)."""
+    name, descending, value = last[0]
+    if value is None:
+        beyond = Q(**{f"{name}__isnull": False}) if descending else Q(pk__in=[])
+        same = Q(**{f"{name}__isnull": True})
+    else:
+        beyond = Q(**{f"{name}__{'lt' if descending else 'gt'}": value})
+        if not descending:
+            beyond |= Q(**{f"{name}__isnull": True})
+        same = Q(**{name: value})
+    if len(last) == 1:
+        return beyond
+    return beyond | (same & _after(last[1:]))
 
 
 def csv_response(filename: str, columns: Columns, rows: Iterable[Any]) -> StreamingHttpResponse:

@@ -1,8 +1,10 @@
 """Readiness: whether this process can serve calls now, for a load balancer to route by.
 
 ``/healthz`` is liveness (the process answers). ``/readyz`` is 200 only when PostgreSQL takes
-writes from this process (reachable, not starting, not read-only, a connection slot free);
-otherwise 503 with what is wrong, so traffic goes elsewhere meanwhile. The broker is checked
+writes from this process (reachable within ``DATABASE_CHECK_SECONDS``, not starting, not
+read-only, a connection slot free, and with ``DATABASE_REQUIRE_SYNCHRONOUS_COMMIT`` its commits
+waiting for a synchronous standby); otherwise 503 with what is wrong, so traffic goes elsewhere
+meanwhile. The broker is checked
 and reported too, but does not make the process unready: without Redis the API still reserves
 and records (DESIGN section 7), and the periodic sweep enqueues what was missed.
 """
@@ -15,27 +17,36 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, JsonResponse
 
-from ledger.store import forget_connection, store_trouble
+from ledger import replication, store_budget
+from ledger.store import NotSynchronous, forget_connection, store_trouble
 
 BROKER_TIMEOUT_SECONDS = 1
+#: A probe's own database time: a load balancer's check waits a few seconds, not a request's.
+DATABASE_CHECK_SECONDS = 2
 
 
 def _database() -> str | None:
     """None when the database takes writes from this process, else what is wrong."""
-    try:
-        with connection.cursor() as cursor:
-            # A new transaction is read-only on a standby or under default_transaction_read_only.
-            cursor.execute(
-                "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'"
-            )
-            row = cursor.fetchone()
-    except DatabaseError as exc:
-        trouble = store_trouble(exc)
-        if trouble is None:
-            return f"error: {type(exc).__name__}"
-        forget_connection(trouble)
-        return trouble.reason
-    if row is None or row[0]:
+    with store_budget.bounded(DATABASE_CHECK_SECONDS):
+        try:
+            with connection.cursor() as cursor:
+                # A new transaction is read-only on a standby or under
+                # default_transaction_read_only.
+                cursor.execute(
+                    "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on',"
+                    + replication.SETTINGS_SQL.removeprefix("SELECT")
+                )
+                read_only, standby_names, synchronous_commit = cursor.fetchone()
+            lacking = replication.lacking(standby_names, synchronous_commit)
+            if settings.DATABASE_REQUIRE_SYNCHRONOUS_COMMIT and lacking:
+                raise NotSynchronous(lacking)
+        except DatabaseError as exc:
+            trouble = store_trouble(exc)
+            if trouble is None:
+                return f"error: {type(exc).__name__}"
+            forget_connection(trouble)
+            return f"{trouble.reason}: {exc}" if isinstance(exc, NotSynchronous) else trouble.reason
+    if read_only:
         connection.close()  # a read-only session is not worth keeping
         return "read_only"
     return None

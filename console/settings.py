@@ -57,6 +57,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost, so the budget covers every middleware that reads the database too.
+    "ledger.middleware.StoreBudgetMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Outside the API's own middleware, so it sees every API answer (console/api_denials.py).
     "console.api_denials.ApiDenialMiddleware",
@@ -154,6 +156,16 @@ DATABASES["default"]["OPTIONS"].update(
     keepalives_idle=10,
     keepalives_interval=5,
     keepalives_count=3,
+)
+# A request's whole time on the database (connecting, every round trip, the commit), enforced
+# by the service itself (ledger/store_budget.py): past it the request gets 503
+# database_timeout with Retry-After. It must stay below the web server's worker timeout
+# (gunicorn's --timeout, 30 s: docs/deploy.md), or the worker is killed before it answers.
+DATABASE_REQUEST_BUDGET_MS = positive_int(env, "DATABASE_REQUEST_BUDGET_MS", default=20_000)
+# Refuse to serve unless every commit waits for a synchronous standby (ledger/replication.py):
+# with asynchronous replication a failover can lose decisions the ledger already answered.
+DATABASE_REQUIRE_SYNCHRONOUS_COMMIT = strict_bool(
+    env, "DATABASE_REQUIRE_SYNCHRONOUS_COMMIT", default=False
 )
 DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="") or None}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,8 +1,9 @@
 """A second, private database for the drills that break the database itself: an embedded
 PostgreSQL under the drill's folder (the same wheel ``make run`` uses), which the drills kill
-with SIGKILL, restart, make read-only and starve of connections, and web processes serving it,
-one of them per clock skew (libfaketime, so only that process's clock moves, not the
-machine's). The shared server the rest of the stack uses is never touched.
+with SIGKILL, restart, make read-only and starve of connections, or any database a drill made
+(a private cluster of ``drill.clusters``, given by its URL), and web processes serving it, one
+of them per clock skew (libfaketime, so only that process's clock moves, not the machine's).
+The shared server the rest of the stack uses is never touched.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class FaultStore:
     token: str = ""
     url: str = ""
     ready: bool = False
+    #: Whether the database is the embedded one ``start_database`` starts (and ``stop`` stops).
+    embedded: bool = True
 
     def __post_init__(self) -> None:
         self.pgdata = self.stack.workdir / "pg-faults"
@@ -92,7 +95,7 @@ class FaultStore:
     # --- the web processes --------------------------------------------------------------------
     def env(self, **extra: str) -> dict[str, str]:
         return self.stack.env(
-            DATABASE_URL=self.url, LEDGER_LEASE_SECONDS=str(LEASE_SECONDS), **extra
+            **{"DATABASE_URL": self.url, "LEDGER_LEASE_SECONDS": str(LEASE_SECONDS), **extra}
         )
 
     def prepare(self) -> None:
@@ -113,17 +116,24 @@ class FaultStore:
         )
         self.token = done.stdout.strip().splitlines()[-1]
 
-    def start_web(self, name: str, *, skew: str = "", workers: int = 3) -> str:
+    def start_web(
+        self,
+        name: str,
+        *,
+        skew: str = "",
+        workers: int = 3,
+        timeout: int = 60,
+        env: dict[str, str] | None = None,
+    ) -> str:
         """A gunicorn serving the private database; with ``skew`` (``+1h``, ``-1h``) its
-        clock, and only its clock, is that far off."""
+        clock, and only its clock, is that far off; ``timeout`` is gunicorn's worker timeout,
+        ``env`` more of the environment (another ``DATABASE_URL``, say). Each request's path,
+        status and time in microseconds, as gunicorn measured it, is logged to
+        ``<name>-access.log`` (``server_times``)."""
         port = free_port()
-        extra = {}
+        extra = dict(env or {})
         if skew:
-            extra = {
-                "LD_PRELOAD": str(_libfaketime()),
-                "FAKETIME": skew,
-                "FAKETIME_NO_CACHE": "1",
-            }
+            extra.update(LD_PRELOAD=str(_libfaketime()), FAKETIME=skew, FAKETIME_NO_CACHE="1")
         process = Process(
             name,
             [
@@ -136,8 +146,12 @@ class FaultStore:
                 "--workers",
                 str(workers),
                 "--timeout",
-                "60",
+                str(timeout),
                 "--no-control-socket",
+                "--access-logfile",
+                str(self.stack.logs / f"{name}-access.log"),
+                "--access-logformat",
+                "%(U)s %(s)s %(D)s",
             ],
             self.stack.logs / f"{name}.log",
             self.env(**extra),
@@ -155,6 +169,15 @@ class FaultStore:
         except httpx.HTTPError:
             return False
 
+    def server_times(self, name: str) -> list[tuple[str, int, float]]:
+        """Every request ``name`` answered: path, status and seconds, as gunicorn timed it."""
+        times = []
+        log = self.stack.logs / f"{name}-access.log"
+        for line in log.read_text().splitlines() if log.exists() else []:
+            path, status, micros = line.rsplit(" ", 2)
+            times.append((path, int(status), int(micros) / 1e6))
+        return times
+
     def url_of(self, name: str) -> str:
         return f"http://127.0.0.1:{self.webs[name]}"
 
@@ -170,8 +193,9 @@ class FaultStore:
 
         for name in list(self.webs):
             self.stack.processes[name].stop()
-        with contextlib.suppress(Exception):
-            embedded.stop(self.pgdata)
+        if self.embedded:
+            with contextlib.suppress(Exception):
+                embedded.stop(self.pgdata)
 
 
 def _children(pid: int) -> list[int]:

@@ -6,7 +6,9 @@ class LedgerConfig(AppConfig):
     verbose_name = "Ledger"
 
     def ready(self) -> None:
-        """Export traces when the ``OTEL_*`` variables ask for it (web and worker processes)."""
-        from ledger import tracing
+        """Export traces when the ``OTEL_*`` variables ask for it, and check each new database
+        connection's replication when it must be synchronous (web and worker processes)."""
+        from ledger import replication, tracing
 
         tracing.configure()
+        replication.watch_connections()

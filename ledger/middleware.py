@@ -2,21 +2,24 @@
 
 Under ``/api/``: oversized bodies (413), control characters or invalid UTF-8 in the path,
 the query or a header (400), a body that is not JSON (415), a chunked body without a length
-(411), a bad ``X-Ledger-Timeout-Ms`` (400); 404 and 405 as problem+json. Everywhere: trouble
-with the database is 503 with ``Retry-After`` (``ledger.store``), never a 500.
+(411), a bad ``X-Ledger-Timeout-Ms`` (400); 404 and 405 as problem+json. Everywhere: a
+request's time on the database is bounded (``ledger.store_budget``), and trouble with the
+database is 503 with ``Retry-After`` (``ledger.store``), never a 500.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import cast
 from urllib.parse import unquote_to_bytes
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import FileResponse, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 
-from ledger import deadline
+from ledger import deadline, store_budget
 from ledger.problems import PROBLEM_CONTENT_TYPE, problem
 from ledger.store import CODE as STORE_CODE
 from ledger.store import forget_connection, store_trouble
@@ -108,6 +111,30 @@ class ApiRequestMiddleware:
                 answer["Allow"] = allowed
                 return answer
             return problem(404, "NOT_FOUND", "No such resource.")
+        return response
+
+
+class StoreBudgetMiddleware:
+    """Runs each request within ``DATABASE_REQUEST_BUDGET_MS`` of database time, and each
+    piece of a streamed response within a budget as long (``ledger.store_budget``)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        seconds = settings.DATABASE_REQUEST_BUDGET_MS / 1000
+        with store_budget.bounded(seconds):
+            response: HttpResponseBase = self.get_response(request)
+        # A file (a static one) is read from disk, not from the database: left to the server's
+        # file wrapper.
+        if (
+            isinstance(response, StreamingHttpResponse)
+            and not response.is_async
+            and not isinstance(response, FileResponse)
+        ):
+            response.streaming_content = store_budget.each_bounded(
+                iter(cast(Iterator[bytes], response.streaming_content)), seconds
+            )
         return response
 
 

@@ -1,8 +1,10 @@
 """Trouble with the store (PostgreSQL) as the API answers it: ``503`` with ``Retry-After``.
 
-Down, starting, restarting, read-only, out of connection slots, a lock or statement timeout,
-a serialization failure: the request changed nothing (its transaction rolled back) and can be
-sent again. A client backs off and, for a tool that is not idempotent, fails closed (DESIGN
+Down, starting, restarting, read-only, out of disk, memory or connection slots (SQLSTATE class
+53), a lock or statement timeout, a serialization failure, a request whose time on the
+database ran out (``ledger.store_budget``), replication that is required to be synchronous and
+is not (``ledger.replication``): the request changed nothing (its transaction rolled back) and
+can be sent again. A client backs off and, for a tool that is not idempotent, fails closed (DESIGN
 section 13). A connection that saw a fatal or read-only error is closed at once, so the next
 request connects afresh instead of failing on it until it ages out.
 """
@@ -12,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, OperationalError, connections
+
+from ledger import store_budget
 
 # SQLSTATEs after which the connection is not worth keeping (class 08: connection exceptions;
 # 57P0x: the server is shutting down or restarting; 25006: read-only; 53300: no slots).
@@ -28,9 +32,22 @@ _UNAVAILABLE = {
     "57P03": "starting",
     "25P03": "idle_in_transaction_timeout",
     "57P05": "idle_session_timeout",
+    "53100": "disk_full",
+    "53200": "out_of_memory",
+    "53400": "configuration_limit_exceeded",
 }
+# Class 53, insufficient resources: any other of its codes is the server short of something.
+_INSUFFICIENT_RESOURCES = "53"
 
 CODE = "LEDGER_STORE_UNAVAILABLE"
+
+
+class NotSynchronous(DatabaseError):
+    """The ledger is configured to require synchronous replication
+    (``DATABASE_REQUIRE_SYNCHRONOUS_COMMIT``) and the database's commits are not (what it
+    lacks is the message): an answer it gave could be lost by a failover."""
+
+    reason = "replication_not_synchronous"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +75,20 @@ def store_trouble(exc: BaseException) -> StoreTrouble | None:
     """The store trouble ``exc`` is, or None for any other error (a bug, bad input)."""
     if not isinstance(exc, DatabaseError):
         return None
+    if isinstance(exc, NotSynchronous):
+        return StoreTrouble(NotSynchronous.reason, 5, drop_connection=False)
     sqlstate = getattr(exc.__cause__, "sqlstate", None) or getattr(exc, "sqlstate", None)
+    if sqlstate is None and store_budget.spent():
+        # The watchdog cut the connection: whatever the driver said about it, the request's
+        # time on the database ran out.
+        return StoreTrouble("database_timeout", 2, drop_connection=True)
     if sqlstate in _BUSY:
         return StoreTrouble(_BUSY[sqlstate], 1, drop_connection=False)
     if sqlstate in _UNAVAILABLE:
         drop = sqlstate.startswith(_DROP_CONNECTION)
         return StoreTrouble(_UNAVAILABLE[sqlstate], 2, drop_connection=drop)
+    if sqlstate is not None and sqlstate.startswith(_INSUFFICIENT_RESOURCES):
+        return StoreTrouble("insufficient_resources", 2, drop_connection=False)
     if isinstance(exc, InterfaceError | OperationalError) and (
         (sqlstate is not None and sqlstate.startswith("08"))
         or (sqlstate is None and _connection_lost())

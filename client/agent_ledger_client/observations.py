@@ -61,6 +61,26 @@ def unreported(tool: str, outcome: str, call_id: str, idempotency_key: str) -> d
     }
 
 
+def forgotten(tool: str, call_id: str, idempotency_key: str) -> dict[str, Any]:
+    """The ledger answered as if this runtime had never run the action, though it had: the
+    ledger lost its record (a failover to a standby that lacked it). Not run again."""
+    return {
+        "ok": False,
+        "code": "SIDE_EFFECT_UNCERTAIN",
+        "content": f"{tool} was already run by this runtime under this idempotency key, and the "
+        "ledger has lost its record of it, so it was NOT run again. It may have taken effect; "
+        "do not retry it. Look it up by idempotency key or ask the user.",
+        "metadata": {
+            "call_id": call_id,
+            "idempotency_key": idempotency_key,
+            "recorded": False,
+            "replayed": False,
+            "retryable": False,
+            "next_action": "lookup",
+        },
+    }
+
+
 def run_ended(problem: dict[str, Any]) -> dict[str, Any]:
     """The ledger refused a call because its run has ended (``RUN_FINISHED``, ``RUN_HALTED``):
     the model hears the ledger's reason, and that nothing ran."""

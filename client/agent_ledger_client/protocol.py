@@ -12,20 +12,33 @@ retried with jittered backoff within the client's time budget, then a call fails
 heartbeat runs every ``lease.seconds / 3`` on the client's own monotonic clock; ``complete`` is
 retried with the same fencing token for at least the lease length; a refused ``complete``
 returns the server's observation instead of raising.
+
+Defence in depth against a ledger that lost data (a failover to a standby that lacked its last
+commits, docs/deploy.md): the protocol remembers, in memory, the keys it ran and the highest
+fencing token it ran each under (the newest ``RAN_KEYS``). A ``complete`` answered 404 for a
+call it ran means the ledger forgot it: that key is never run again by this protocol object.
+And an ``execute`` for a key it already ran, with a fencing token no higher than the one it ran
+under (a record's tokens only grow, so this is a record made anew), is not run either: it is
+reported uncertain, so the ledger looks it up downstream, and the model is told
+``SIDE_EFFECT_UNCERTAIN``. Read-only tools (``idempotent_tools``) are exempt: running one
+again is harmless. The memory is the process's: share one client between a runtime's tasks.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from agent_ledger_client.errors import LedgerRequestError, LedgerUnavailableError, ToolError
-from agent_ledger_client.observations import normalised, unavailable, unreported
+from agent_ledger_client.observations import forgotten, normalised, unavailable, unreported
 
 DEFAULT_TOOL_TIMEOUT = 30.0  # seconds; seed 001's timeout_seconds
 DEFAULT_WAIT_DEADLINE = 60.0
@@ -35,6 +48,8 @@ DEFAULT_LEASE_SECONDS = 60
 #: How long a cancelled call may spend reporting itself uncertain before the cancel goes on.
 CANCEL_REPORT_SECONDS = 2.0
 TIMEOUT_HEADER = "X-Ledger-Timeout-Ms"
+#: How many keys a protocol object remembers having run (the newest), with their tokens.
+RAN_KEYS = 10_000
 
 #: Tools the client may run without the ledger (read-only by nature). Everything else fails
 #: closed: if the ledger cannot be reached, it is not executed.
@@ -306,6 +321,24 @@ class LedgerProtocol:
         self.tool_timeouts = dict(tool_timeouts or {})
         self.idempotent_tools = set(KNOWN_IDEMPOTENT_TOOLS)
         self.clock = clock
+        #: Keys this object ran, with the highest fencing token each ran under (``inf``: the
+        #: ledger forgot a call of it); the newest ``RAN_KEYS``.
+        self._ran: OrderedDict[str, float] = OrderedDict()
+        self._ran_lock = threading.Lock()  # one client may serve a runtime's threads
+
+    # --- what this runtime ran -------------------------------------------------------------
+    def _remember(self, key: str, token: float) -> None:
+        with self._ran_lock:
+            self._ran[key] = max(token, self._ran.pop(key, 0))
+            while len(self._ran) > RAN_KEYS:
+                self._ran.popitem(last=False)
+
+    def already_ran(self, context: CallContext) -> bool:
+        """Whether this object ran ``context``'s key under a token at least as high, or the
+        ledger forgot a call of it: an ``execute`` for it means the ledger lost its record."""
+        with self._ran_lock:
+            ran = self._ran.get(context.idempotency_key)
+        return ran is not None and context.fencing_token <= ran
 
     # --- plumbing ---------------------------------------------------------------------------
     def exchange(
@@ -592,6 +625,13 @@ class LedgerProtocol:
     ) -> Flow[tuple[dict[str, Any], Executed]]:
         context = context_from(call, tool_input)
         lease = lease_seconds(call)
+        guarded = context.tool not in self.idempotent_tools
+        if guarded and self.already_ran(context):
+            not_run = Executed("uncertain")
+            yield from self._complete(context, not_run, lease, opts.traceparent)
+            return forgotten(context.tool, context.call_id, context.idempotency_key), not_run
+        if guarded:
+            self._remember(context.idempotency_key, context.fencing_token)
         done = yield Execute(execute, context, self._timeout(context.tool, opts), lease / 3)
         assert isinstance(done, Executed)
         return (yield from self._complete(context, done, lease, opts.traceparent)), done
@@ -610,7 +650,10 @@ class LedgerProtocol:
             budget=budget,
             traceparent=traceparent,
         )
-        if isinstance(reply, Response) and isinstance(reply.body, dict):
+        if isinstance(reply, Response) and reply.status == 404:
+            # No such call: the ledger lost the record of one this runtime ran.
+            self._remember(context.idempotency_key, math.inf)
+        elif isinstance(reply, Response) and isinstance(reply.body, dict):
             observation = reply.body.get("observation")
             if isinstance(observation, dict) and reply.status < 500:
                 return normalised(observation)

@@ -23,6 +23,7 @@ def all_drills() -> list[Drill]:
     change which combination is active)."""
     from drill.drills import (
         acceptance,
+        dbserver,
         downstream,
         infrastructure,
         regression,
@@ -40,6 +41,7 @@ def all_drills() -> list[Drill]:
         *safety.DRILLS,
         *infrastructure.DRILLS,
         *store.DRILLS,
+        *dbserver.DRILLS,
         *downstream.DRILLS,
         *rollback.DRILLS,
         *rollout.DRILLS,
