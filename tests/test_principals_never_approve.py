@@ -13,6 +13,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from ledger.models import ApiToken, ApprovalRequest, AuditEvent, IdempotencyRecord, Tenant
+from ledger.services import approval_policies
 from ledger.services.approvals import DeciderRefused, decide
 from reconcile.models import CompensationAdapter, WorkspaceRoot
 from reconcile.services import reconcile_record
@@ -191,3 +192,26 @@ def test_an_approver_of_another_tenant_cannot_decide(tenant: Tenant, other_tenan
     outsider = make_user(get_user_model(), "otto", other_tenant, "approver")
     with pytest.raises(DeciderRefused, match="approver role"):
         decide(approval=_approval_of(first), user=outsider, approve=True, reason="")
+
+
+def test_the_caller_cannot_approve_what_a_policy_asks_before_the_first_run(
+    tenant: Tenant, alice: Any, bob: Any
+) -> None:
+    approval_policies.add_policy(
+        tenant=tenant,
+        actor="mia",
+        source="api",
+        name="large orders",
+        reason="a second look",
+        tool="create_order",
+        path="amount",
+        operator="gt",
+        value=100,
+    )
+    runtime = _token_of(alice, tenant)
+    runtime.start_run()
+    asked = runtime.call("create_order", {"amount": 500}).json()
+    assert asked["decision"] == "approval_required", asked
+    approval = ApprovalRequest.objects.get(pk=asked["approval_id"])
+    assert approval.policy is not None and approval.requested_by_user == alice
+    _refused_then_approved_by_another(approval, alice, bob)

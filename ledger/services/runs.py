@@ -123,6 +123,11 @@ def start_run(
     """
     run_id = run_id or str(uuid.uuid4())
     live = _live_run(tenant, shadow_of) if shadow_of is not None else None
+    # A run that exists is resumed as it is: its combination never changes, and whether that
+    # combination was halted since is its calls' answer (RUN_HALTED), not its start's.
+    existing = Run.objects.filter(tenant=tenant, run_id=run_id).first()
+    if existing is not None:
+        return _same_run(existing, user_id, live), False
     if uncombined:
         combination = None
     elif combination_id is not None:
@@ -138,9 +143,6 @@ def start_run(
     if live is None and combination is not None and combination.state == _SHADOW:
         # A live run under it would run the candidate's side effects for real.
         raise Conflict(f"version combination {combination.label!r} is in shadow: shadow runs only")
-    existing = Run.objects.filter(tenant=tenant, run_id=run_id).first()
-    if existing is not None:
-        return _same_run(existing, user_id, live), False
     try:
         with transaction.atomic():
             run = Run.objects.create(

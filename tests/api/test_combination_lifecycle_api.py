@@ -228,3 +228,19 @@ def test_the_openapi_document_describes_the_lifecycle_endpoints() -> None:
     schemas = document["components"]["schemas"]
     assert set(schemas["RollbackStepOut"]["properties"]) == {"kind", "args"}
     assert "no_lookup" in str(schemas["NeedsHumanOut"])
+
+
+@pytest.mark.django_db
+def test_a_run_that_exists_is_resumed_after_its_combination_halted(api: ApiClient) -> None:
+    """A restarted runtime (an MCP proxy) starting its run again gets the run; its next call
+    hears RUN_HALTED as a call's answer, not as a failed start."""
+    active = _combo(api, "active")
+    api.post(f"/combinations/{active['id']}/activate")
+    api.start_run("run-1")
+    api.post(f"/combinations/{active['id']}/halt", {"reason": "spike"})
+    again = api.post("/runs", {"run_id": "run-1", "user_id": "u1"})
+    assert again.status_code == 200, again.content
+    refused = api.call("create_order", {"cart": 1})
+    assert refused.json()["observation"]["code"] == "RUN_HALTED"
+    new = api.post("/runs", {"run_id": "run-2", "user_id": "u1"})
+    assert new.status_code == 409 and new.json()["code"] == "RUN_HALTED"
