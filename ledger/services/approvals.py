@@ -10,6 +10,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.db.models import BigIntegerField, F, Func, QuerySet, Value
 from django.db.models.functions import Now
+from django.utils.translation import gettext_noop
 
 from ledger.approval_policies import PolicySpec
 from ledger.clock import db_now
@@ -28,6 +29,7 @@ from ledger.models import (
 from ledger.permissions import Role
 from ledger.redaction import redact_text
 from ledger.services.audit import audit
+from ledger.stored_text import StoredText
 
 Approval = ApprovalRequest.State
 
@@ -113,11 +115,14 @@ def request_approval(
     return approval
 
 
+_ASKED_BY = StoredText(
+    gettext_noop("The approval policy “%(name)s” asks a human first (%(asks_for)s): %(reason)s")
+)
+
+
 def asked_by(policy: PolicySpec) -> str:
     """Why a policy's request waits for a human, as the approver and the model read it."""
-    return f"The approval policy {policy.name!r} asks a human first ({policy.describe()}): " + (
-        policy.reason
-    )
+    return _ASKED_BY(name=policy.name, asks_for=policy.describe(), reason=policy.reason)
 
 
 def _join(approval: ApprovalRequest, requester_id: int | None, requested_by: str) -> None:
