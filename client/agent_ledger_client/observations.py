@@ -100,6 +100,22 @@ def start_refused(tool: str, problem: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def rejected_in_runtime(tool: str, reason: str) -> dict[str, Any]:
+    """A person rejected the call in the agent framework's own approval UI: it was not run."""
+    return {
+        "ok": False,
+        "code": "APPROVAL_REJECTED",
+        "content": f"A human rejected running {tool}. It was NOT executed. Reason given: "
+        f"{reason or 'no reason given'}",
+        "metadata": {
+            "recorded": False,
+            "replayed": False,
+            "retryable": False,
+            "next_action": "stop",
+        },
+    }
+
+
 def run_ended(problem: dict[str, Any]) -> dict[str, Any]:
     """The ledger refused a call because its run has ended (``RUN_FINISHED``, ``RUN_HALTED``):
     the model hears the ledger's reason, and that nothing ran."""
