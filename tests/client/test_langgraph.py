@@ -333,11 +333,12 @@ def test_a_paused_order_runs_once_a_person_approved_it_in_the_ledger(
     """Without an approver client, a person approves through the approvals API and the graph
     is resumed with no decision of its own."""
     graph, calls, ledger, _ = _orders_graph(live_server, ledger_token, sandbox)
+    person = approver_token()  # out of the event loop: its context would open a connection
     config = {"configurable": {"thread_id": "thread-4"}}
 
     async def scenario() -> dict[str, Any]:
         await graph.ainvoke({"messages": [HumanMessage("order")]}, config)
-        approver = Approver(live_server.url, approver_token(), approve=True)
+        approver = Approver(live_server.url, person, approve=True)
         approver.start()
         resumed = await graph.ainvoke(Command(resume="decided in the console"), config)
         await asyncio.to_thread(approver.join, 20)

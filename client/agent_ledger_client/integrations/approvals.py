@@ -70,30 +70,41 @@ async def forward(approver: Approver | None, held: dict[str, Any], decision: Dec
             raise
 
 
-async def after_decision(
+async def approved(
     ledger: AsyncLedgerClient,
     held: dict[str, Any],
-    decision: Decision | None,
     *,
-    tool: str,
     tool_input: dict[str, Any],
     execute: Any,
     approver: Approver | None,
     wait: float,
     **options: Any,
 ) -> dict[str, Any]:
-    """The model's observation for a held call once the framework resumes it: rejected in the
-    framework, it never runs (the ledger's rejection, when the approver client made one, says
-    the reason); approved there, or with no decision of the framework's own, it runs when the
-    ledger shows it approved (waiting up to ``wait`` seconds), with ``tool_input``."""
+    """The observation for a held call the framework resumes as approved (``approver``: the
+    client its approval is forwarded through; None leaves the decision to the ledger's
+    approvers): it runs when the ledger shows it approved, waiting up to ``wait`` seconds,
+    started with ``tool_input`` (refused, and not run, when it is not the approved action's)."""
+    await forward(approver, held, Decision(True))
     call_id = str(held["metadata"]["call_id"])
-    if decision is not None:
-        await forward(approver, held, decision)
-    if decision is not None and not decision.approve:
-        latest = await ledger.get_call(call_id)
-        if latest.get("approval_state") == "rejected":
-            return normalised(latest["observation"])
-        return rejected_in_runtime(tool, decision.reason)
     return await ledger.resume(
         call_id, tool_input, execute=execute, **{**options, "approval_deadline": wait}
     )
+
+
+async def rejected(
+    ledger: AsyncLedgerClient,
+    held: dict[str, Any] | None,
+    *,
+    tool: str,
+    reason: str,
+    approver: Approver | None,
+) -> dict[str, Any]:
+    """The observation for a call rejected in the framework's UI, which never runs: the
+    ledger's rejection (with ``reason``) once the approver client has made it, else one that
+    says the framework's approver rejected it."""
+    if held is not None:
+        await forward(approver, held, Decision(False, reason))
+        latest = await ledger.get_call(str(held["metadata"]["call_id"]))
+        if latest.get("approval_state") == "rejected":
+            return normalised(latest["observation"])
+    return rejected_in_runtime(tool, reason)

@@ -69,9 +69,10 @@ from agent_ledger_client.errors import (
 from agent_ledger_client.integrations.approvals import (
     Approver,
     Decision,
-    after_decision,
     approval_id,
+    approved,
     is_held,
+    rejected,
 )
 from agent_ledger_client.mirroring import Mirror, pinning
 from agent_ledger_client.observations import model_text, start_refused
@@ -294,14 +295,17 @@ class LedgerToolCalls:
         if named is not None and named != approval_id(held):
             detail = f"the decision was given for approval {named}, not this call's"
             return start_refused(tool, {"code": "IDEMPOTENCY_KEY_CONFLICT", "detail": detail})
-        return await after_decision(
+        decision = _decision(resumed)
+        if decision is not None and not decision.approve:
+            return await rejected(
+                self.ledger, held, tool=tool, reason=decision.reason, approver=self.approver
+            )
+        return await approved(
             self.ledger,
             held,
-            _decision(resumed),
-            tool=tool,
             tool_input=arguments,
             execute=run_tool,
-            approver=self.approver,
+            approver=self.approver if decision is not None else None,
             wait=self.approval_wait,
             **self.call_options,
         )
