@@ -81,6 +81,41 @@ def forgotten(tool: str, call_id: str, idempotency_key: str) -> dict[str, Any]:
     }
 
 
+def start_refused(tool: str, problem: dict[str, Any]) -> dict[str, Any]:
+    """The ledger refused to start an approved call: its input is not the approved action's
+    (``IDEMPOTENCY_KEY_CONFLICT``), or the approval cannot be used. Nothing ran."""
+    code = str(problem.get("code") or "HTTP_ERROR")
+    return {
+        "ok": False,
+        "code": code,
+        "content": f"{tool} was NOT executed: {problem.get('detail') or code}. An approval "
+        "holds for the exact action it was given for; do not retry with other arguments, "
+        "ask the user.",
+        "metadata": {
+            "recorded": False,
+            "replayed": False,
+            "retryable": False,
+            "next_action": "stop",
+        },
+    }
+
+
+def rejected_in_runtime(tool: str, reason: str) -> dict[str, Any]:
+    """A person rejected the call in the agent framework's own approval UI: it was not run."""
+    return {
+        "ok": False,
+        "code": "APPROVAL_REJECTED",
+        "content": f"A human rejected running {tool}. It was NOT executed. Reason given: "
+        f"{reason or 'no reason given'}",
+        "metadata": {
+            "recorded": False,
+            "replayed": False,
+            "retryable": False,
+            "next_action": "stop",
+        },
+    }
+
+
 def run_ended(problem: dict[str, Any]) -> dict[str, Any]:
     """The ledger refused a call because its run has ended (``RUN_FINISHED``, ``RUN_HALTED``):
     the model hears the ledger's reason, and that nothing ran."""

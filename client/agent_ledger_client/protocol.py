@@ -38,7 +38,13 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from agent_ledger_client.errors import LedgerRequestError, LedgerUnavailableError, ToolError
-from agent_ledger_client.observations import forgotten, normalised, unavailable, unreported
+from agent_ledger_client.observations import (
+    forgotten,
+    normalised,
+    start_refused,
+    unavailable,
+    unreported,
+)
 
 DEFAULT_TOOL_TIMEOUT = 30.0  # seconds; seed 001's timeout_seconds
 DEFAULT_WAIT_DEADLINE = 60.0
@@ -659,6 +665,23 @@ class LedgerProtocol:
                 return normalised(observation)
         return unreported(context.tool, done.outcome, context.call_id, context.idempotency_key)
 
+    def resume(
+        self,
+        call_id: str,
+        tool_input: dict[str, Any],
+        *,
+        execute: Callable[[CallContext], Any],
+        **options: Any,
+    ) -> Flow[dict[str, Any]]:
+        """Follow a call the ledger holds for a human (``call_id``: the ``APPROVAL_REQUIRED``
+        observation's ``metadata.call_id``) until the approval is decided or
+        ``approval_deadline`` passes: once approved it is started with ``tool_input``, which
+        must be the approved action's own (another input is refused and nothing runs);
+        rejected, the model gets the reason. For a runtime that paused for the approval."""
+        opts = CallOptions(**options)
+        latest = yield from self.get_call(call_id)
+        return (yield from self._await_approval(latest, tool_input, execute, opts))
+
     def _await_approval(
         self,
         call: dict[str, Any],
@@ -666,7 +689,9 @@ class LedgerProtocol:
         execute: Callable[[CallContext], Any],
         opts: CallOptions,
     ) -> Flow[dict[str, Any]]:
-        """Poll the call until a human decides or the approval deadline passes."""
+        """Poll the call until a human decides or the approval deadline passes. The approval
+        decides: a record already settled ``failed_final`` (a call that failed without effect,
+        whose replay is put to a human) waits for it like any other."""
         deadline = self.clock() + opts.approval_deadline
         attempt = 0
         latest = call
@@ -674,23 +699,36 @@ class LedgerProtocol:
             reply = yield from self.exchange("GET", f"/calls/{call['call_id']}")
             if isinstance(reply, Response) and reply.status < 400:
                 latest = reply.body
-                if latest.get("approval_state") == "approved":
-                    started = yield from self.request(
-                        "POST", f"/calls/{call['call_id']}/start", json={"input": tool_input}
-                    )
-                    if started["decision"] != "execute":
-                        return normalised(started["observation"])
-                    observation, _done = yield from self._execute(
-                        started, tool_input, execute, opts
-                    )
-                    return observation
-                if latest.get("approval_state") in (
-                    "rejected",
-                    "invalidated",
-                    "expired",
-                ) or latest.get("record_state") in ("succeeded", "failed_final"):
+                approval = latest.get("approval_state")
+                if approval == "approved":
+                    return (yield from self._start(latest, tool_input, execute, opts))
+                if approval in ("rejected", "invalidated", "expired"):
+                    return normalised(latest["observation"])
+                settled = latest.get("record_state")
+                if settled == "succeeded" or (settled == "failed_final" and approval != "pending"):
                     return normalised(latest["observation"])
             remaining = max(0.0, deadline - self.clock())
             yield Sleep(min(backoff(attempt, None, cap=2.0), remaining))
             attempt += 1
         return normalised(latest["observation"])
+
+    def _start(
+        self,
+        call: dict[str, Any],
+        tool_input: dict[str, Any],
+        execute: Callable[[CallContext], Any],
+        opts: CallOptions,
+    ) -> Flow[dict[str, Any]]:
+        """Start an approved call with ``tool_input`` and run it. The ledger refuses an input
+        other than the approved action's (422) or an approval it cannot use (409): nothing
+        runs, and the model is told why."""
+        reply = yield from self.exchange(
+            "POST", f"/calls/{call['call_id']}/start", json={"input": tool_input}
+        )
+        if isinstance(reply, Response) and reply.status in (409, 422):
+            return start_refused(str(call.get("tool") or "the tool"), problem(reply))
+        started = parsed(reply)
+        if started["decision"] != "execute":
+            return normalised(started["observation"])
+        observation, _done = yield from self._execute(started, tool_input, execute, opts)
+        return observation

@@ -104,6 +104,7 @@ class Surface:
     ask = Operation(LedgerProtocol.ask)
     call = Operation(LedgerProtocol.call)
     replay = Operation(LedgerProtocol.replay)
+    resume = Operation(LedgerProtocol.resume)
     finish_run = Operation(LedgerProtocol.finish_run)
     approvals = Operation(LedgerProtocol.approvals)
     approval = Operation(LedgerProtocol.approval)

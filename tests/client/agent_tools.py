@@ -11,15 +11,15 @@ import httpx
 from sandbox.server import SandboxServer
 
 
-def order_tool(sandbox: SandboxServer) -> Callable[[str], Awaitable[str]]:
-    """``create_order`` against the sandbox's orders service (a short timeout, so a
+def order_tool(sandbox: SandboxServer, timeout: float = 0.5) -> Callable[[str], Awaitable[str]]:
+    """``create_order`` against the sandbox's orders service (a short timeout by default, so a
     ``timeout_after_commit`` fault loses the response after the order was made)."""
 
     async def create_order(cart: str) -> str:
         """Create an order for a cart."""
         async with httpx.AsyncClient() as http:
             response = await http.post(
-                f"{sandbox.url}/orders/objects", json={"reference": cart}, timeout=0.5
+                f"{sandbox.url}/orders/objects", json={"reference": cart}, timeout=timeout
             )
         response.raise_for_status()
         return response.text
@@ -54,3 +54,18 @@ def status_tool(reads: list[str]) -> Callable[[str], Awaitable[str]]:
         return f"{order} is pending"
 
     return get_order_status
+
+
+def amount_order_tool(sandbox: SandboxServer) -> Callable[[int], Awaitable[str]]:
+    """``create_order`` of an amount, counted at the sandbox by its reference ``amount-N``."""
+
+    async def create_order(amount: int) -> str:
+        """Create an order of an amount."""
+        async with httpx.AsyncClient() as http:
+            response = await http.post(
+                f"{sandbox.url}/orders/objects", json={"reference": f"amount-{amount}"}, timeout=5
+            )
+        response.raise_for_status()
+        return response.text
+
+    return create_order

@@ -5,20 +5,15 @@ order rejected never runs. Side effects are counted at the sandbox."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
-from django.contrib.auth import get_user_model
-from django.db import connections
 
-from agent_ledger_client import CallContext, LedgerClient
-from ledger.models import ApiToken, Tenant
+from agent_ledger_client import CallContext
 from sandbox.server import SandboxServer
-from tests.console.conftest import make_user
+from tests.client.approving import LARGE_ORDERS, Approver, approver_token, orders
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,68 +32,22 @@ def _order(sandbox: SandboxServer) -> Callable[[CallContext], dict[str, Any]]:
     return execute
 
 
-def _orders(sandbox: SandboxServer) -> dict[str, int]:
-    return httpx.get(f"{sandbox.url}/orders/stats").json()["per_reference"]
-
-
-def _approver_token(name: str = "bob") -> str:
-    tenant = Tenant.objects.get()
-    user = make_user(get_user_model(), name, tenant, "approver")
-    return ApiToken.issue(tenant=tenant, name=f"{name}-laptop", user=user)[1]
-
-
-class Approver(threading.Thread):
-    """A person with the approver role, deciding the first open request through the API
-    after reading it; ``seen`` keeps what the request showed."""
-
-    def __init__(self, url: str, token: str, *, approve: bool, reason: str = "") -> None:
-        super().__init__(daemon=True)
-        self.url, self.token, self.approve, self.reason = url, token, approve, reason
-        self.seen: dict[str, Any] = {}
-
-    def run(self) -> None:
-        try:
-            with LedgerClient(self.url, self.token) as ledger:
-                deadline = time.monotonic() + 20
-                while time.monotonic() < deadline and not self.seen:
-                    waiting = ledger.approvals()
-                    if waiting:
-                        self.seen = ledger.approval(waiting[0]["id"])
-                        ledger.decide_approval(
-                            self.seen["id"], approve=self.approve, reason=self.reason
-                        )
-                    time.sleep(0.1)
-        finally:
-            connections.close_all()
-
-
 @pytest.fixture
 def policy(client: Any) -> dict[str, Any]:
-    return client.request(
-        "POST",
-        "/approval-policies",
-        json={
-            "name": "large orders",
-            "reason": "orders over 100 need a second look",
-            "tool": "create_order",
-            "path": "amount",
-            "operator": "gt",
-            "value": 100,
-        },
-    )
+    return client.request("POST", "/approval-policies", json=LARGE_ORDERS)
 
 
 def test_a_small_order_runs_at_once(client: Any, policy: Any, sandbox: SandboxServer) -> None:
     with client.run(user_id="u1") as run:
         observation = run.call("create_order", {"amount": 50}, execute=_order(sandbox))
     assert observation["ok"] is True, observation
-    assert _orders(sandbox) == {"amount-50": 1}
+    assert orders(sandbox) == {"amount-50": 1}
 
 
 def test_a_large_order_waits_shows_the_exact_call_and_runs_once_approved(
     client: Any, policy: Any, sandbox: SandboxServer, live_server: Any
 ) -> None:
-    approver = Approver(live_server.url, _approver_token(), approve=True)
+    approver = Approver(live_server.url, approver_token(), approve=True)
     approver.start()
     with client.run(user_id="u1") as run:
         observation = run.call(
@@ -109,14 +58,14 @@ def test_a_large_order_waits_shows_the_exact_call_and_runs_once_approved(
     assert observation["ok"] is True, observation
     assert again["ok"] is True and again["metadata"]["replayed"] is True
     assert (approver.seen["tool"], approver.seen["input"]) == ("create_order", {"amount": 500})
-    assert _orders(sandbox) == {"amount-500": 1}
+    assert orders(sandbox) == {"amount-500": 1}
 
 
 def test_a_rejected_order_never_runs_and_the_model_is_told_why(
     client: Any, policy: Any, sandbox: SandboxServer, live_server: Any
 ) -> None:
     approver = Approver(
-        live_server.url, _approver_token(), approve=False, reason="customer asked to wait"
+        live_server.url, approver_token(), approve=False, reason="customer asked to wait"
     )
     approver.start()
     with client.run(user_id="u1") as run:
@@ -128,7 +77,7 @@ def test_a_rejected_order_never_runs_and_the_model_is_told_why(
     assert observation["code"] == "APPROVAL_REJECTED", observation
     assert "customer asked to wait" in observation["content"]
     assert again["code"] == "APPROVAL_REJECTED"
-    assert _orders(sandbox) == {}
+    assert orders(sandbox) == {}
 
 
 def test_the_model_is_told_the_policy_when_it_does_not_wait(
@@ -141,4 +90,4 @@ def test_the_model_is_told_the_policy_when_it_does_not_wait(
     assert observation["code"] == "APPROVAL_REQUIRED"
     assert observation["metadata"]["approval_id"]
     assert "orders over 100 need a second look" in observation["content"]
-    assert _orders(sandbox) == {}
+    assert orders(sandbox) == {}

@@ -21,6 +21,7 @@ import pytest
 
 from ledger.models import Run
 from sandbox.server import SandboxServer
+from tests.client.approving import approver_token, large_orders_policy, orders
 from tests.client.shadowing import candidate_in_shadow
 from tests.sandbox_fixtures import arm
 
@@ -187,6 +188,26 @@ def _mirroring(name: str, printed: list[str]) -> Check:
     return check
 
 
+def _approving(name: str, printed: list[str], ordered: dict[str, int]) -> Check:
+    """An example that orders 500 under a manager's policy "approve create_order when amount >
+    100", decided by a person whose token is ``APPROVER_TOKEN``: it prints ``printed``, and
+    the sandbox has ``ordered``."""
+
+    def check(venv: Python, server: str, token: str, sandbox: SandboxServer) -> None:
+        large_orders_policy(server, token)
+        out = venv.run(
+            _examples()[name],
+            LEDGER_URL=server,
+            LEDGER_TOKEN=token,
+            APPROVER_TOKEN=approver_token(),
+            SANDBOX_URL=sandbox.url,
+        )
+        assert out.split() == printed
+        assert orders(sandbox) == ordered
+
+    return check
+
+
 CHECKS: dict[str, Check] = {
     "client": _ordering("client", "True True"),
     "mcp": _mcp_example,
@@ -195,6 +216,13 @@ CHECKS: dict[str, Check] = {
     "langgraph": _ordering("langgraph", "[False, True]"),
     "pydantic-ai": _ordering("pydantic-ai", "done"),
     "openai-agents": _ordering("openai-agents", "done True"),
+    "langgraph-approval": _approving(
+        "langgraph-approval", ["APPROVAL_REQUIRED", "['success']"], {"amount-500": 1}
+    ),
+    "pydantic-ai-approval": _approving("pydantic-ai-approval", ["APPROVAL_REQUIRED", "True"], {}),
+    "openai-agents-approval": _approving(
+        "openai-agents-approval", ["APPROVAL_REQUIRED", "done"], {"amount-500": 1}
+    ),
     "mirror": _mirroring(
         "mirror", ["None", "SHADOW_DRY_RUN", "conversation-1.shadow", "conversation-1"]
     ),

@@ -20,11 +20,12 @@ from agents import (
 )
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from agent_ledger_client import AsyncLedgerClient
+from agent_ledger_client import AsyncLedgerClient, LedgerClient
 from agent_ledger_client.integrations.openai_agents import LedgerFunctionTools
-from ledger.models import IdempotencyRecord, Run
+from ledger.models import ApprovalRequest, IdempotencyRecord, Run
 from sandbox.server import SandboxServer
-from tests.client.agent_tools import flaky_write_tool, order_tool, status_tool
+from tests.client.agent_tools import amount_order_tool, flaky_write_tool, order_tool, status_tool
+from tests.client.approving import Approver, approver_token, large_orders_policy, orders
 from tests.client.shadowing import candidate_in_shadow
 from tests.client.test_seed_eval_cases import _approve_when_asked
 from tests.sandbox_fixtures import arm
@@ -72,10 +73,26 @@ def _agent_run(
     return asyncio.run(scenario())
 
 
-def test_a_lost_order_retried_by_the_model_runs_once(
-    live_server, ledger_token: str, sandbox: SandboxServer
+def _fix_your_input(ctx: Any, error: Exception) -> str:
+    return f"Please fix your input and try again ({error})."
+
+
+@pytest.mark.parametrize(
+    "handling",
+    ["default", "failure_error_function", "timeout_seconds"],
+)
+def test_a_lost_order_re_planned_by_the_model_runs_once_and_is_uncertain(
+    handling: str, live_server, ledger_token: str, sandbox: SandboxServer
 ) -> None:
-    create_order = function_tool(order_tool(sandbox))
+    """The SDK's error handling (a ``failure_error_function`` that tells the model to fix its
+    input, a tool's ``timeout_seconds``) does not make a lost response anything but uncertain.
+    No key fields: the re-planned call is the same action by the ledger's own keying."""
+    if handling == "timeout_seconds":  # the SDK's timeout strikes before the tool's own
+        create_order = function_tool(order_tool(sandbox, timeout=10), timeout=1)
+    elif handling == "failure_error_function":
+        create_order = function_tool(order_tool(sandbox), failure_error_function=_fix_your_input)
+    else:
+        create_order = function_tool(order_tool(sandbox))
     order = {"cart": "cart-9"}
     model = ScriptedModel(
         [
@@ -84,23 +101,35 @@ def test_a_lost_order_retried_by_the_model_runs_once(
             [assistant_message("I will ask the user.")],
         ]
     )
-    arm(sandbox, service="orders", mode="timeout_after_commit", hang_seconds=2)
-    result = _agent_run(
-        live_server,
-        ledger_token,
-        model,
-        [create_order],
-        run_id="conv-1",
-        key_fields={"create_order": ["cart"]},
-    )
-    first, retry = (json.loads(output) for output in _tool_outputs(result))
+    arm(sandbox, service="orders", mode="timeout_after_commit", hang_seconds=3)
+    result = _agent_run(live_server, ledger_token, model, [create_order], run_id="conv-1")
+    outputs = _tool_outputs(result)
+    first, retry = (json.loads(output) for output in outputs)
     assert first["code"] == retry["code"] == "SIDE_EFFECT_UNCERTAIN"
+    assert not any("fix" in output.lower() for output in outputs)
     assert result.final_output == "I will ask the user."
     assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
     assert Run.objects.get(run_id="conv-1").status == "finished"
     record = IdempotencyRecord.objects.get()
-    assert (record.executions, record.duplicate_hits) == (1, 1)
-    assert record.key.endswith(":create_order:cart=cart-9")
+    assert (record.state, record.executions, record.duplicate_hits) == ("unknown", 1, 1)
+
+
+def test_a_re_planned_order_gets_the_recorded_result(
+    live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    order = {"cart": "cart-9"}
+    model = ScriptedModel(
+        [
+            [function_call("create_order", order, call_id="call-1")],
+            [function_call("create_order", order, call_id="call-2")],
+            [assistant_message("Ordered.")],
+        ]
+    )
+    tools = [function_tool(order_tool(sandbox))]
+    result = _agent_run(live_server, ledger_token, model, tools, run_id="conv-1")
+    first, again = _tool_outputs(result)
+    assert first == again and json.loads(first)["reference"] == "cart-9"
+    assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
 
 
 async def _resume_approving(agent: Agent[Any], paused: Any) -> Any:
@@ -289,3 +318,212 @@ def test_a_mirrored_run_reads_and_shows_the_model_the_dry_run(
     shadow = Run.objects.get(run_id="conv-live.shadow")
     assert shadow.shadow_of is not None and shadow.shadow_of.run_id == "conv-live"
     assert shadow.status == "finished"
+
+
+def _orders_agent(
+    live_server: Any,
+    token: str,
+    sandbox: SandboxServer,
+    amount: int,
+    *,
+    approver: str | None = None,
+    needs_approval: bool = False,
+    key_fields: list[str] | None = None,
+) -> tuple[Agent[Any], LedgerFunctionTools, AsyncLedgerClient, LedgerClient | None]:
+    """An agent whose model orders ``amount``, then says "Done.", under the policy "approve
+    create_order when amount > 100"; ``approver``: a person's token for the adapter;
+    ``needs_approval``: the tool's own approval gate."""
+    large_orders_policy(live_server.url, token)
+    ledger = AsyncLedgerClient(live_server.url, token)
+    if key_fields:
+        with LedgerClient(live_server.url, token) as registry:
+            registry.register_tool("create_order", key_fields=key_fields)
+    person = LedgerClient(live_server.url, approver) if approver else None
+    tools = LedgerFunctionTools(
+        ledger, user_id="u1", run_id="conv-9", approver=person, approval_wait=15
+    )
+    order = function_tool(amount_order_tool(sandbox), needs_approval=needs_approval)
+    model = ScriptedModel(
+        [
+            [function_call("create_order", {"amount": amount}, call_id="call-1")],
+            [assistant_message("Done.")],
+        ]
+    )
+    agent = Agent(name="shop", model=model, tools=tools.wrap([order]))
+    return agent, tools, ledger, person
+
+
+def test_a_small_order_runs_at_once(live_server, ledger_token: str, sandbox: SandboxServer) -> None:
+    agent, tools, ledger, _ = _orders_agent(live_server, ledger_token, sandbox, 50)
+
+    async def scenario() -> Any:
+        result = await Runner.run(agent, "order")
+        await tools.finish()
+        await ledger.aclose()
+        return result
+
+    result = asyncio.run(scenario())
+    assert result.interruptions == [] and result.final_output == "Done."
+    assert orders(sandbox) == {"amount-50": 1}
+
+
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "rejected"])
+def test_a_policy_pauses_a_large_order_as_the_sdks_interruption(
+    approve: bool, live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    """A large order interrupts the run; the interruption carries the ledger's approval id
+    (``approval_of``); the decision made in the SDK reaches the ledger through the approver's
+    client: approved (``state.approve``), the order runs once; rejected (``reject``), never,
+    and the model is told the reason."""
+    agent, tools, ledger, person = _orders_agent(
+        live_server, ledger_token, sandbox, 500, approver=approver_token()
+    )
+
+    async def scenario() -> tuple[Any, dict[str, Any] | None, Any]:
+        paused = await Runner.run(agent, "order")
+        (item,) = paused.interruptions
+        held = tools.approval_of(item)
+        state = paused.to_state()
+        if approve:
+            state.approve(item)
+        else:
+            await tools.reject(state, item, "customer asked to wait")
+        resumed = await Runner.run(agent, state)
+        await tools.finish()
+        await ledger.aclose()
+        return paused, held, resumed
+
+    paused, held, resumed = asyncio.run(scenario())
+    assert person is not None
+    person.close()
+    request = ApprovalRequest.objects.get()
+    assert [item.call_id for item in paused.interruptions] == ["call-1"]
+    assert held is not None and held["metadata"]["approval_id"] == request.pk
+    assert "second look" in held["content"]
+    (output,) = _tool_outputs(resumed)
+    assert resumed.final_output == "Done."
+    if approve:
+        assert json.loads(output)["reference"] == "amount-500" and request.state == "consumed"
+        assert orders(sandbox) == {"amount-500": 1}
+    else:
+        assert json.loads(output)["code"] == "APPROVAL_REJECTED"
+        assert "customer asked to wait" in output
+        assert request.state == "rejected" and request.decision_reason == "customer asked to wait"
+        assert orders(sandbox) == {}
+
+
+def test_a_paused_order_runs_once_a_person_approved_it_in_the_ledger(
+    live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    agent, tools, ledger, _ = _orders_agent(live_server, ledger_token, sandbox, 500)
+    person = approver_token()
+
+    async def scenario() -> Any:
+        paused = await Runner.run(agent, "order")
+        approver = Approver(live_server.url, person, approve=True)
+        approver.start()
+        resumed = await _resume_approving(agent, paused)
+        await asyncio.to_thread(approver.join, 20)
+        await tools.finish()
+        await ledger.aclose()
+        return resumed
+
+    (output,) = _tool_outputs(asyncio.run(scenario()))
+    assert json.loads(output)["reference"] == "amount-500"
+    assert orders(sandbox) == {"amount-500": 1}
+
+
+@pytest.mark.parametrize("amount", [50, 500])
+def test_a_tool_that_needs_approval_pauses_and_both_approvals_pass(
+    amount: int, live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    """The tool's own ``needs_approval=True`` is kept: the run pauses once, before the ledger
+    is asked. Approved in the SDK, a small order runs; a large one is held by the policy too,
+    and the SDK's approval is forwarded to the ledger: it runs once."""
+    agent, tools, ledger, person = _orders_agent(
+        live_server, ledger_token, sandbox, amount, approver=approver_token(), needs_approval=True
+    )
+
+    async def scenario() -> tuple[Any, Any]:
+        paused = await Runner.run(agent, "order")
+        resumed = await _resume_approving(agent, paused)
+        await tools.finish()
+        await ledger.aclose()
+        return paused, resumed
+
+    paused, resumed = asyncio.run(scenario())
+    assert person is not None
+    person.close()
+    (item,) = paused.interruptions
+    assert tools.approval_of(item) is None  # the SDK's own pause: the ledger was not asked
+    assert resumed.interruptions == [] and resumed.final_output == "Done."
+    assert orders(sandbox) == {f"amount-{amount}": 1}
+    if amount > 100:
+        request = ApprovalRequest.objects.get()
+        assert request.state == "consumed" and request.decided_by is not None
+    else:
+        assert not ApprovalRequest.objects.exists()
+
+
+def test_a_rejection_in_the_sdk_of_its_own_pause_runs_nothing(
+    live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    agent, tools, ledger, _ = _orders_agent(
+        live_server, ledger_token, sandbox, 50, needs_approval=True
+    )
+
+    async def scenario() -> Any:
+        paused = await Runner.run(agent, "order")
+        state = paused.to_state()
+        (item,) = paused.interruptions
+        await tools.reject(state, item, "not today")
+        resumed = await Runner.run(agent, state)
+        await tools.finish()
+        await ledger.aclose()
+        return resumed
+
+    (output,) = _tool_outputs(asyncio.run(scenario()))
+    assert json.loads(output)["code"] == "APPROVAL_REJECTED" and "not today" in output
+    assert orders(sandbox) == {}
+
+
+def test_an_order_of_the_same_cart_with_another_amount_runs_nothing(
+    live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    """With key fields, the same cart is the same business action: a call of it with another
+    amount than the one held for approval is refused by the ledger (422) as the model's
+    observation, not an exception, and nothing of that amount is ordered."""
+    large_orders_policy(live_server.url, ledger_token)
+    sent: list[dict[str, Any]] = []
+
+    @function_tool
+    async def create_order(cart: str, amount: int) -> str:
+        """Create an order of an amount for a cart."""
+        sent.append({"cart": cart, "amount": amount})
+        return await amount_order_tool(sandbox)(amount)
+
+    model = ScriptedModel(
+        [
+            [function_call("create_order", {"cart": "c-1", "amount": 500}, call_id="call-1")],
+            [function_call("create_order", {"cart": "c-1", "amount": 5000}, call_id="call-2")],
+            [assistant_message("Done.")],
+        ]
+    )
+
+    async def scenario() -> tuple[Any, Any]:
+        async with AsyncLedgerClient(live_server.url, ledger_token) as ledger:
+            await ledger.register_tool("create_order", key_fields=["cart"])
+            tools = LedgerFunctionTools(ledger, user_id="u1", run_id="conv-8", approval_wait=1)
+            agent = Agent(name="shop", model=model, tools=tools.wrap([create_order]))
+            paused = await Runner.run(agent, "order")
+            state = paused.to_state()
+            await tools.reject(state, paused.interruptions[0], "too large")
+            resumed = await Runner.run(agent, state)
+            await tools.finish()
+            return paused, resumed
+
+    paused, resumed = asyncio.run(scenario())
+    assert [item.call_id for item in paused.interruptions] == ["call-1"]
+    _rejected, refused = (json.loads(output) for output in _tool_outputs(resumed))
+    assert refused["code"] == "IDEMPOTENCY_KEY_CONFLICT" and sent == []
+    assert orders(sandbox) == {}

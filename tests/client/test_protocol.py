@@ -285,3 +285,58 @@ def test_a_call_continues_from_the_answer_it_is_given() -> None:
     assert [request.path for request in script.sent] == ["/calls/c-1/complete"]
     assert len(script.executed) == 1 and script.executed[0].context.fencing_token == 7
     assert observation["content"] == {"order": "o-1"}
+
+
+def test_a_replay_waits_for_the_approval_it_asked_for_on_a_failed_record() -> None:
+    """A replay of a call that failed without effect is put to a human: its record stays
+    ``failed_final`` while the approval is pending, and the replay waits for the decision."""
+    protocol, script = _protocol()
+    asked = {
+        "decision": "approval_required",
+        "call_id": "c-1",
+        "approval_state": "pending",
+        "record_state": "failed_final",
+        "observation": {"ok": False, "code": "APPROVAL_REQUIRED", "metadata": {}},
+    }
+    approved = {**asked, "approval_state": "approved"}
+    complete = Response(200, {"observation": {"ok": True, "content": {"order": "o-1"}}})
+    flow = protocol.replay("c-1", {"cart": "cart-9"}, execute=lambda ctx: None)
+    observation = script.run(
+        flow,
+        [
+            Response(200, asked),
+            Response(200, asked),  # the approver has not decided yet
+            Response(200, approved),
+            _execute_answer(),  # the start
+            complete,
+        ],
+    )
+    assert observation["ok"] is True, observation
+    assert [r.path for r in script.sent] == [
+        "/calls/c-1/replay",
+        "/calls/c-1",
+        "/calls/c-1",
+        "/calls/c-1/start",
+        "/calls/c-1/complete",
+    ]
+    assert script.sent[3].json == {"input": {"cart": "cart-9"}} and len(script.executed) == 1
+
+
+def test_a_held_call_resumed_with_other_input_runs_nothing() -> None:
+    """A runtime that paused for an approval resumes the held call by its id; an input other
+    than the approved action's is refused by the ledger (422), and nothing runs."""
+    protocol, script = _protocol()
+    approved = {
+        "call_id": "c-1",
+        "tool": "create_order",
+        "approval_state": "approved",
+        "record_state": "reserved",
+        "observation": {"ok": False, "code": "APPROVAL_REQUIRED", "metadata": {}},
+    }
+    conflict = Response(422, {"code": "IDEMPOTENCY_KEY_CONFLICT", "detail": "another input"})
+    flow = protocol.resume("c-1", {"amount": 5000}, execute=lambda ctx: None)
+    observation = script.run(flow, [Response(200, approved), Response(200, approved), conflict])
+    assert observation["code"] == "IDEMPOTENCY_KEY_CONFLICT" and observation["ok"] is False
+    assert "NOT executed" in observation["content"] and script.executed == []
+    assert script.sent[-1].path == "/calls/c-1/start"
+    assert script.sent[-1].json == {"input": {"amount": 5000}}
