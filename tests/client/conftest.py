@@ -1,12 +1,16 @@
 """A live ledger server (Django's threaded live server) and a client for one tenant, once per
-driver: the same tests run against ``LedgerClient`` and ``AsyncLedgerClient``."""
+driver: the same tests run against ``LedgerClient`` and ``AsyncLedgerClient``; and
+mcp-server-sqlite, for the tests that put the MCP proxy in front of it."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -104,3 +108,23 @@ def client(request, live_server, ledger_token: str) -> Iterator[Any]:
         yield ledger
     finally:
         ledger.close()
+
+
+@pytest.fixture(scope="session")
+def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """mcp-server-sqlite in a virtual environment of its own, with the 1.x MCP SDK it is
+    written for (it cannot import under the client's 2.x); made once a worker, about 15 s."""
+    venv = tmp_path_factory.getbasetemp() / "mcp-server-sqlite"
+    server = venv / "bin" / "mcp-server-sqlite"
+    if not server.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [
+                *(str(venv / "bin" / "pip"), "install", "--quiet", "--no-compile"),
+                *("--disable-pip-version-check", "mcp-server-sqlite", "mcp<2"),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+    return server

@@ -3,7 +3,9 @@
     python mcp_shim.py --faults FAULTS.json --log CALLS.jsonl -- npx -y @modelcontextprotocol/...
 
 It relays newline-delimited JSON-RPC both ways and logs every ``tools/call`` request it
-forwards (so a test counts executions and reads the request's ``_meta``). Before each
+forwards (so a test counts executions and reads the request's ``_meta``), and every
+notification the server sends (``notifications/resources/updated``: a server announcing a
+change to state it keeps in memory) to the log's ``.notifications`` sibling. Before each
 ``tools/call`` it reads FAULTS.json, ``{"tool": "write_file", "mode": "drop_response"}``:
 
 - ``drop_response``: the server gets the call and acts; its response is thrown away;
@@ -36,18 +38,28 @@ def _take_fault(faults: Path, tool: str) -> str | None:
     return str(fault.get("mode"))
 
 
-def _relay_responses(upstream: IO[bytes], dropped: set[Any], lock: threading.Lock) -> None:
+def _relay_responses(
+    upstream: IO[bytes], dropped: set[Any], lock: threading.Lock, notifications: Path
+) -> None:
     for line in upstream:
         try:
             message = json.loads(line)
         except ValueError:
             message = {}
+        if isinstance(message, dict) and "method" in message and "id" not in message:
+            with notifications.open("a") as log:
+                log.write(json.dumps(message) + "\n")
         with lock:
             if isinstance(message, dict) and message.get("id") in dropped:
                 dropped.discard(message.get("id"))
                 continue
         sys.stdout.buffer.write(line)
         sys.stdout.buffer.flush()
+
+
+def notifications_log(log: Path) -> Path:
+    """Where the server's notifications go, beside the calls' log."""
+    return log.with_suffix(".notifications")
 
 
 def main() -> int:
@@ -62,7 +74,9 @@ def main() -> int:
     dropped: set[Any] = set()
     lock = threading.Lock()
     threading.Thread(
-        target=_relay_responses, args=(server.stdout, dropped, lock), daemon=True
+        target=_relay_responses,
+        args=(server.stdout, dropped, lock, notifications_log(args.log)),
+        daemon=True,
     ).start()
     for line in sys.stdin.buffer:
         try:

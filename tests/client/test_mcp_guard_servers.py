@@ -22,6 +22,7 @@ from agent_ledger_client import AsyncLedgerClient
 from agent_ledger_client.mcp_guard import KEY_META_KEY, LEDGER_META_KEY, LedgerGuard
 from ledger.models import ApprovalRequest, IdempotencyRecord, PolicyRule, Tenant, WritePlan
 from reconcile.models import WorkspaceRoot
+from tests.client.mcp_shim import notifications_log
 from tests.client.test_seed_eval_cases import _approve_when_asked
 
 pytestmark = [
@@ -46,6 +47,7 @@ class Shim:
         self.log = folder / "calls.jsonl"
         self.faults.write_text("{}")
         self.log.write_text("")
+        notifications_log(self.log).write_text("")
 
     def arm(self, tool: str, mode: str) -> None:
         self.faults.write_text(json.dumps({"tool": tool, "mode": mode}))
@@ -53,6 +55,12 @@ class Shim:
     def calls(self, tool: str) -> list[dict[str, Any]]:
         lines = [json.loads(line) for line in self.log.read_text().splitlines() if line]
         return [call for call in lines if call.get("name") == tool]
+
+    def notifications(self, method: str) -> list[dict[str, Any]]:
+        """The notifications the server sent, of ``method``, in order."""
+        text = notifications_log(self.log).read_text()
+        lines = [json.loads(line) for line in text.splitlines() if line]
+        return [note for note in lines if note.get("method") == method]
 
     def command(self, upstream: list[str]) -> list[str]:
         """The shim's command line, in front of the upstream server's."""

@@ -126,26 +126,6 @@ def test_a_command_that_cannot_run_is_reported(live_server, ledger_token: str) -
     assert "could not start agent-ledger-no-such-server" in result.stderr
 
 
-@pytest.fixture(scope="session")
-def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """mcp-server-sqlite in a virtual environment of its own, with the 1.x MCP SDK it is
-    written for (it cannot import under the client's 2.x); made once a worker, about 15 s."""
-    venv = tmp_path_factory.getbasetemp() / "mcp-server-sqlite"
-    server = venv / "bin" / "mcp-server-sqlite"
-    if not server.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run(
-            [
-                *(str(venv / "bin" / "pip"), "install", "--quiet", "--no-compile"),
-                *("--disable-pip-version-check", "mcp-server-sqlite", "mcp<2"),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=300,
-        )
-    return server
-
-
 def test_the_proxy_fronts_mcp_server_sqlite_and_a_lost_insert_runs_once(
     live_server, ledger_token: str, shim: Shim, tmp_path: Path, sqlite_server: Path
 ) -> None:
