@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from agent_ledger_client import CallContext, LedgerClient
 from console.celery import app as celery_app
-from ledger.domain import RecordState
+from ledger.domain import TERMINAL_RECORD_STATES, RecordState
 from ledger.models import ApiToken, AuditEvent, IdempotencyRecord, Tenant
 from ledger.records import Outcome, complete_execution
 from ledger.services.cleanup import cleanup_expired_records
@@ -327,10 +327,12 @@ def test_seed_001_concurrency_drill(
     settings,
 ) -> None:
     """Ten requests share a key; the downstream commits and the connection is cut before the
-    response. One business object, an explainable answer for everyone, and a cleanup during
-    the drill deletes nothing in flight."""
-    # Finished records expire after 2 s: the janitor below could delete the record the moment
-    # it is terminal, so "deleted nothing" means it never touched it while in flight.
+    response. One business object, an explainable answer for everyone, and a cleanup running
+    until the record is settled deletes nothing in flight."""
+    # Finished records expire after 2 s, so a record the janitor found terminal and expired
+    # would be deleted at once: "deleted nothing" means it never touched the record in flight.
+    # The janitor stops once the record is terminal: a settled record may be deleted after its
+    # TTL, and a TTL shorter than the callers' wait is outside what the runbook allows.
     settings.LEDGER_DEFAULT_TTL_SECONDS = 2
     client = _client_for_new_tenant(live_server, sandbox)
     run = client.start_run(user_id="u1")
@@ -353,9 +355,12 @@ def test_seed_001_concurrency_drill(
         finally:
             connections.close_all()
 
+    def settled() -> bool:
+        return IdempotencyRecord.objects.filter(state__in=TERMINAL_RECORD_STATES).exists()
+
     def janitor() -> None:
         try:
-            while not stop.is_set():
+            while not stop.is_set() and not settled():
                 deleted.append(cleanup_expired_records())
                 time.sleep(0.05)
         finally:
