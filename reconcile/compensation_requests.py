@@ -157,10 +157,12 @@ def _move_on(
     if record is None:
         return
     state = RecordState(record.state)
+    approval = approvals.open_approval(record)
+    if approval is not None:  # whoever asks again is one more principal: never its approver
+        approvals.join(approval, requester_id, actor, source=source)
     if state is RecordState.UNKNOWN:
         request_lookup(record=record, actor=actor)
     elif state is RecordState.RESERVED:
-        approval = approvals.open_approval(record)
         if approval is None:  # its request expired, was rejected or voided: ask a human again
             entry = LedgerEntry.objects.select_related("tool").filter(record=record).latest("pk")
             approvals.request_approval(
@@ -172,7 +174,7 @@ def _move_on(
             )
         elif approval.state == ApprovalRequest.State.APPROVED and send:
             send_compensations([compensation.pk])
-    elif record.failed_retryably and approvals.open_approval(record) is None:
+    elif record.failed_retryably and approval is None:
         latest = (
             LedgerEntry.objects.select_related("tenant", "tool", "run", "combination")
             .filter(record=record)

@@ -108,7 +108,27 @@ def test_the_person_a_service_accounts_run_is_for_cannot_approve(
 def test_whoever_asked_for_the_replay_cannot_approve(tenant: Tenant, alice: Any, bob: Any) -> None:
     first = _lost_write(client_for(tenant))
     _token_of(alice, tenant).post(f"/calls/{first['call_id']}/replay", {"input": WRITE})
-    _refused_then_approved_by_another(_approval_of(first), alice, bob)
+    approval = _approval_of(first)
+    assert approval.requested_by_user == alice and approval.principal_ids == [alice.pk]
+    _refused_then_approved_by_another(approval, alice, bob)
+
+
+def test_whoever_asks_for_a_replay_a_worker_already_asked_for_joins_its_principals(
+    tenant: Tenant, alice: Any, bob: Any, workspace: Path
+) -> None:
+    """The worker's file check opened the approval in no one's name; Alice's replay reporting
+    no file hash joins it: she is one of its principals (kept on the approval and audited),
+    not only found through her token's call."""
+    first = _lost_write(client_for(tenant))
+    record = IdempotencyRecord.objects.get(key=first["idempotency_key"])
+    assert reconcile_record(record.pk, worker="w1") == "escalated"
+    replay = _token_of(alice, tenant).post(f"/calls/{first['call_id']}/replay", {"input": WRITE})
+    assert replay.json()["decision"] == "approval_required", replay.content
+    approval = _approval_of(first)
+    assert approval.requested_by_user is None and approval.principal_ids == [alice.pk]
+    joined = AuditEvent.objects.get(action="approval.asked_again", target_id=str(approval.pk))
+    assert joined.after == {"principal": alice.pk}
+    _refused_then_approved_by_another(approval, alice, bob)
 
 
 @pytest.fixture
@@ -143,10 +163,8 @@ def test_the_caller_cannot_approve_what_an_operators_bulk_look_up_asks(
     _refused_then_approved_by_another(_approval_of(first), alice, bob)
 
 
-def test_whoever_asked_for_a_compensation_cannot_approve_it(
-    tenant: Tenant, alice: Any, bob: Any, sandbox: Any, settings: Any
-) -> None:
-    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
+def _succeeded_order_with_a_compensation(tenant: Tenant, sandbox: Any) -> dict[str, Any]:
+    """A succeeded create_order whose compensation (cancel_order at the sandbox) is declared."""
     make_tool(tenant, "create_order")
     cancel = make_tool(tenant, "cancel_order")
     CompensationAdapter.objects.create(
@@ -171,6 +189,14 @@ def test_whoever_asked_for_a_compensation_cannot_approve_it(
         f"/calls/{order['call_id']}/complete",
         {"fencing_token": 1, "outcome": "succeeded", "result": {"id": "ord_1"}},
     )
+    return order
+
+
+def test_whoever_asked_for_a_compensation_cannot_approve_it(
+    tenant: Tenant, alice: Any, bob: Any, sandbox: Any, settings: Any
+) -> None:
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
+    order = _succeeded_order_with_a_compensation(tenant, sandbox)
     asked = _token_of(alice, tenant).post("/compensations", {"key": order["idempotency_key"]})
     assert asked.status_code == 201, asked.content
     approval = ApprovalRequest.objects.get(state="pending")
@@ -215,3 +241,24 @@ def test_the_caller_cannot_approve_what_a_policy_asks_before_the_first_run(
     approval = ApprovalRequest.objects.get(pk=asked["approval_id"])
     assert approval.policy is not None and approval.requested_by_user == alice
     _refused_then_approved_by_another(approval, alice, bob)
+
+
+def test_whoever_asks_again_for_a_pending_compensation_cannot_approve_it(
+    tenant: Tenant, alice: Any, bob: Any, sandbox: Any, settings: Any
+) -> None:
+    """Alice asks for a compensation on the console; Bob, an approver, asks for it again while
+    it waits: he is one of its principals now, so neither may approve it; Carol can."""
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
+    order = _succeeded_order_with_a_compensation(tenant, sandbox)
+    record = IdempotencyRecord.objects.get(key=order["idempotency_key"])
+    for asker in (alice, bob):
+        asked = signed_in(asker).post(f"/compensations/records/{record.pk}/request")
+        assert asked.status_code in (200, 302), asked.content
+    approval = ApprovalRequest.objects.get(state="pending")
+    assert approval.principal_ids == [alice.pk, bob.pk]
+    joined = AuditEvent.objects.get(action="approval.asked_again", target_id=str(approval.pk))
+    assert joined.actor == "bob" and joined.source == "console"
+    with pytest.raises(DeciderRefused, match="their own request"):
+        decide(approval=approval, user=bob, approve=True, reason="it is right")
+    carol = make_user(get_user_model(), "carol", tenant, "approver")
+    _refused_then_approved_by_another(approval, alice, carol)

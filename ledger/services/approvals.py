@@ -78,7 +78,7 @@ def request_approval(
         detail = asked_by(policy)
     existing = open_approval(record)
     if existing is not None:
-        _join(existing, requester_id, requested_by)
+        join(existing, requester_id, requested_by)
         return existing
     try:
         with transaction.atomic():
@@ -110,7 +110,7 @@ def request_approval(
         winner = open_approval(record)
         if winner is None:
             raise
-        _join(winner, requester_id, requested_by)
+        join(winner, requester_id, requested_by)
         return winner
     return approval
 
@@ -125,8 +125,15 @@ def asked_by(policy: PolicySpec) -> str:
     return _ASKED_BY(name=policy.name, asks_for=policy.describe(), reason=policy.reason)
 
 
-def _join(approval: ApprovalRequest, requester_id: int | None, requested_by: str) -> None:
-    """Add the user asking for an open request's action to its principals (once), audited."""
+def join(
+    approval: ApprovalRequest,
+    requester_id: int | None,
+    requested_by: str,
+    *,
+    source: str = AuditEvent.Source.API,
+) -> None:
+    """Add the user asking for an open request's action to its principals (once), audited:
+    whoever asks for an action may not decide it, however many ask."""
     if requester_id is None or requester_id in approval.principal_ids:
         return
     with transaction.atomic():
@@ -148,7 +155,7 @@ def _join(approval: ApprovalRequest, requester_id: int | None, requested_by: str
                 actor=requested_by,
                 action="approval.asked_again",
                 target=approval,
-                source=AuditEvent.Source.API,
+                source=source,
                 after={"principal": requester_id},
             )
 

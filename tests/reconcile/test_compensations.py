@@ -270,6 +270,32 @@ def test_a_run_compensated_as_a_whole_undoes_its_orders_newest_first_once_each(
     assert AuditEvent.objects.filter(action="approval.approved", actor="alice").count() == 3
 
 
+def test_no_one_who_asked_for_a_runs_saga_approves_it(
+    tenant, api, sandbox, django_user_model, create_order
+):
+    """Alice asks for the run's saga, Bob asks again while it waits: neither may approve any of
+    its compensations (each refusal audited, nothing decided, nothing sent); Carol can."""
+    _declare_cancel(tenant, sandbox, create_order)
+    run, orders = _three_orders(api, sandbox)
+    askers = [make_user(django_user_model, name, tenant, "approver") for name in ("alice", "bob")]
+    for asker in askers:
+        assert signed_in(asker).post(f"/compensations/runs/{run.pk}/request").status_code == 302
+    for asker in askers:
+        refused = signed_in(asker).post(
+            f"/compensations/runs/{run.pk}/decide", {"decision": "approve", "reason": "mine"}
+        )
+        assert refused.status_code == 403
+        assert AuditEvent.objects.filter(
+            action="approval.decide_refused", actor=asker.username
+        ).exists()
+    assert not AuditEvent.objects.filter(action="approval.approved").exists()
+    assert compensate_run(run.pk)["done"] == []
+    carol = signed_in(make_user(django_user_model, "carol", tenant, "approver"))
+    carol.post(f"/compensations/runs/{run.pk}/decide", {"decision": "approve", "reason": "ok"})
+    assert len(compensate_run(run.pk)["done"]) == len(orders)
+    assert set(_stats(sandbox)["cancel_requests_per_key"].values()) == {1}
+
+
 def test_a_saga_stops_at_the_first_failure_and_lists_the_rest(
     tenant, api, sandbox, django_user_model, create_order
 ):
