@@ -1,6 +1,10 @@
 """The API's role-by-operation matrix, generated from the routes: every operation names the scope
 it needs, and every kind of token is refused (403) exactly where it lacks that scope. A new
-operation is covered by default, and one that names no scope fails here."""
+operation is covered by default, and one that names no scope fails here.
+
+``WHO_MAY`` says independently of the scopes which roles may use each operation, as the console
+allows the same action: a route given a wider scope than its action allows fails here too, and
+a new route fails until it is written there."""
 
 from __future__ import annotations
 
@@ -50,6 +54,7 @@ class Operation:
     method: str
     path: str
     scope: Scope | None
+    route: str
 
     def __str__(self) -> str:
         return f"{self.method} {self.path}"
@@ -61,6 +66,7 @@ def _operations() -> Iterator[Operation]:
     get_resolver().url_patterns  # noqa: B018 - the URLconf binds the routers
     for router in api._get_bound_routers():
         for path, view in router.path_operations.items():
+            route = f"{router.prefix}{_PARAMETER.sub(lambda m: '{' + m['name'] + '}', path)}"
             url = _filled(f"/api/v1{router.prefix}{path}")
             for operation in view.operations:
                 scopes = [
@@ -69,7 +75,8 @@ def _operations() -> Iterator[Operation]:
                     if isinstance(callback, TokenAuth)
                 ]
                 for method in operation.methods:
-                    yield Operation(method, url, scopes[0] if len(scopes) == 1 else None)
+                    scope = scopes[0] if len(scopes) == 1 else None
+                    yield Operation(method, url, scope, f"{method} {route}")
 
 
 OPERATIONS = sorted(_operations(), key=str)
@@ -139,21 +146,97 @@ def test_a_service_token_is_refused_what_its_scopes_leave_out(
     assert not refused, refused
 
 
-def test_manager_only_operations_are_refused_to_operators_approvers_and_runtimes(
-    tenant: Tenant,
-) -> None:
-    manager_only = [op for op in OPERATIONS if op.scope in (Scope.LIFECYCLE, Scope.POLICIES)]
-    assert manager_only
-    tokens = {
-        "operator": _person(tenant, Role.OPERATOR),
-        "approver": _person(tenant, Role.APPROVER),
-        "runtime": _service(tenant, "runtime", RUNTIME_SCOPES),
+ANY_MEMBER = frozenset({None, *Role})
+MANAGERS = frozenset({Role.MANAGER, Role.ADMIN})
+STAFF = frozenset({Role.OPERATOR, Role.APPROVER, Role.MANAGER, Role.ADMIN})
+ON_CALL = frozenset({Role.OPERATOR, Role.APPROVER, Role.ADMIN})
+APPROVERS = frozenset({Role.APPROVER, Role.ADMIN})
+
+#: Who may use each operation (None: a member without a role), as the console allows the same
+#: action: running agents is any member's; approving an approver's; asking for and reading
+#: compensations the on-call roles'; changing combinations, their thresholds, rollouts and
+#: metrics, and approval policies, a manager's.
+WHO_MAY: dict[str, frozenset[Role | None]] = {
+    "GET /approval-policies": MANAGERS,
+    "POST /approval-policies": MANAGERS,
+    "DELETE /approval-policies/{policy_id}": MANAGERS,
+    "GET /approvals": STAFF,
+    "GET /approvals/{approval_id}": STAFF,
+    "POST /approvals/{approval_id}/decide": APPROVERS,
+    "POST /calls": ANY_MEMBER,
+    "GET /calls/{call_id}": ANY_MEMBER,
+    "POST /calls/{call_id}/complete": ANY_MEMBER,
+    "POST /calls/{call_id}/heartbeat": ANY_MEMBER,
+    "POST /calls/{call_id}/replay": ANY_MEMBER,
+    "POST /calls/{call_id}/start": ANY_MEMBER,
+    "GET /combinations": ANY_MEMBER,
+    "POST /combinations": MANAGERS,
+    "GET /combinations/{combination_id}": ANY_MEMBER,
+    "POST /combinations/{combination_id}/activate": MANAGERS,
+    "POST /combinations/{combination_id}/canary": MANAGERS,
+    "POST /combinations/{combination_id}/halt": MANAGERS,
+    "POST /combinations/{combination_id}/resume": MANAGERS,
+    "POST /combinations/{combination_id}/retire": MANAGERS,
+    "POST /combinations/{combination_id}/rollback": MANAGERS,
+    "POST /combinations/{combination_id}/shadow": MANAGERS,
+    "POST /combinations/{combination_id}/unshadow": MANAGERS,
+    "GET /compensations": ON_CALL,
+    "POST /compensations": ON_CALL,
+    "POST /compensations/declarations": ANY_MEMBER,
+    "GET /compensations/preview": ON_CALL,
+    "GET /compensations/runs/{run_id}": ON_CALL,
+    "POST /compensations/runs/{run_id}": ON_CALL,
+    "GET /metrics/combinations": MANAGERS,
+    "GET /metrics/series": MANAGERS,
+    "GET /metrics/tools": MANAGERS,
+    "GET /records": ANY_MEMBER,
+    "GET /rollouts": MANAGERS,
+    "POST /rollouts": MANAGERS,
+    "GET /rollouts/{plan_id}": MANAGERS,
+    "POST /rollouts/{plan_id}/{action}": MANAGERS,
+    "POST /runs": ANY_MEMBER,
+    "GET /runs/{run_id}": ANY_MEMBER,
+    "POST /runs/{run_id}/finish": ANY_MEMBER,
+    "GET /thresholds": MANAGERS,
+    "POST /thresholds": MANAGERS,
+    "GET /tools": ANY_MEMBER,
+    "POST /tools": ANY_MEMBER,
+    "POST /tools/classify": ANY_MEMBER,
+    "POST /tools/import-mcp": ANY_MEMBER,
+    "GET /tools/{name}": ANY_MEMBER,
+    "PUT /tools/{name}/key-fields": ANY_MEMBER,
+}
+
+
+def test_every_operation_says_who_may_use_it() -> None:
+    served = {operation.route for operation in OPERATIONS}
+    assert served == set(WHO_MAY), {
+        "served, not in WHO_MAY": sorted(served - set(WHO_MAY)),
+        "in WHO_MAY, not served": sorted(set(WHO_MAY) - served),
     }
+
+
+@pytest.mark.parametrize("role", [None, *Role], ids=lambda role: str(role or "no-role"))
+def test_a_persons_token_is_refused_what_their_role_may_not_do(
+    tenant: Tenant, role: Role | None
+) -> None:
+    token = _person(tenant, role)
+    wrong = []
+    for operation in OPERATIONS:
+        status, code = _request(token, operation)
+        refused = (status, code) == (403, "FORBIDDEN")
+        if refused == (role in WHO_MAY[operation.route]) or status == 401:
+            wrong.append(f"{operation} -> {status} {code}")
+    assert not wrong, f"a {role or 'member without a role'}: {wrong}"
+
+
+def test_a_runtimes_token_is_refused_what_only_a_role_may_do(tenant: Tenant) -> None:
+    token = _service(tenant, "runtime", RUNTIME_SCOPES)
     answered = [
-        f"{who}: {operation}"
-        for who, token in tokens.items()
-        for operation in manager_only
-        if _request(token, operation) != (403, "FORBIDDEN")
+        str(operation)
+        for operation in OPERATIONS
+        if WHO_MAY[operation.route] != ANY_MEMBER
+        and _request(token, operation) != (403, "FORBIDDEN")
     ]
     assert not answered, answered
 
