@@ -380,6 +380,10 @@ def _read_back(api: ApiClient, console: Console, seen: Seen) -> None:
         seen.add(f"rollout page {plan.pk}", console.operator.get(f"/rollouts/{plan.pk}/"))
     for approval in ApprovalRequest.objects.filter(tenant=tenant):
         seen.add(f"approval page {approval.pk}", console.approver.get(f"/approvals/{approval.pk}/"))
+        _ok(seen.add(f"GET /approvals/{approval.pk}", api.get(f"/approvals/{approval.pk}")), 200)
+    for state in ("open", "rejected"):
+        _ok(seen.add(f"GET /approvals {state}", api.get("/approvals", state=state)), 200)
+    _ok(seen.add("GET /approval-policies", api.get("/approval-policies")), 200)
     for combination in VersionCombination.objects.filter(tenant=tenant):
         page = f"/combinations/{combination.pk}/"
         seen.add(f"combination page {combination.pk}", console.operator.get(page))

@@ -210,18 +210,24 @@ class HttpProxy:
 
 @contextmanager
 def _http_proxy(
-    live_server: Any, token: str, shim: Shim, upstream: list[str], *options: str
+    live_server: Any,
+    token: str,
+    shim: Shim,
+    upstream: list[str],
+    *options: str,
+    bind: str = "127.0.0.1",
 ) -> Iterator[HttpProxy]:
-    """The proxy serving streamable HTTP on a free loopback port, as its own process, its
-    listener's token in ``PROXY_TOKEN``."""
+    """The proxy serving streamable HTTP on a free port of ``bind`` (reached at 127.0.0.1 when
+    it binds every address), as its own process, its listener's token in ``PROXY_TOKEN``."""
     port = _free_port()
     listener = secrets.token_urlsafe(32)
+    reached = "127.0.0.1" if bind == "0.0.0.0" else bind  # noqa: S104 - the address under test
     command = _proxy_arguments(
         live_server,
         shim,
         upstream,
         "--http",
-        f"127.0.0.1:{port}",
+        f"{bind}:{port}",
         "--http-token-env",
         "PROXY_TOKEN",
         *options,
@@ -240,11 +246,11 @@ def _http_proxy(
             assert proxy.poll() is None, log.read_text()[-2000:]
             assert time.monotonic() < deadline, "the proxy did not start serving HTTP"
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                socket.create_connection((reached, port), timeout=1).close()
                 break
             except OSError:
                 time.sleep(0.2)
-        yield HttpProxy(f"http://127.0.0.1:{port}/mcp", listener)
+        yield HttpProxy(f"http://{reached}:{port}/mcp", listener)
     finally:
         proxy.terminate()
         try:
