@@ -13,6 +13,7 @@ import pytest
 from agents import (
     Agent,
     Runner,
+    RunState,
     ToolGuardrailFunctionOutput,
     function_tool,
     set_tracing_disabled,
@@ -526,4 +527,42 @@ def test_an_order_of_the_same_cart_with_another_amount_runs_nothing(
     assert [item.call_id for item in paused.interruptions] == ["call-1"]
     _rejected, refused = (json.loads(output) for output in _tool_outputs(resumed))
     assert refused["code"] == "IDEMPOTENCY_KEY_CONFLICT" and sent == []
+    assert orders(sandbox) == {}
+
+
+def test_an_order_approved_in_the_sdk_then_edited_in_the_saved_state_runs_nothing(
+    live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    """Approved in the SDK, the run's saved state edited to order 5000 before it resumes (its
+    fingerprints dropped, as a state forged outside the SDK would be) is not the approved
+    action: the run pauses again on it, the ledger's approval of 500 is never spent, and
+    neither amount is ordered."""
+    agent, tools, ledger, person = _orders_agent(
+        live_server, ledger_token, sandbox, 500, approver=approver_token()
+    )
+
+    async def scenario() -> Any:
+        paused = await Runner.run(agent, "order")
+        (item,) = paused.interruptions
+        state = paused.to_state()
+        state.approve(item)
+        saved = state.to_json()
+        # The SDK fingerprints each invocation and refuses one edited in place.
+        saved["context"]["tool_invocations"] = {}
+        forged = json.dumps(saved).replace(r"{\"amount\":500}", r"{\"amount\":5000}")
+        edited = json.loads(forged)
+        assert edited != saved
+        resumed = await Runner.run(agent, await RunState.from_json(agent, edited))
+        await tools.finish()
+        await ledger.aclose()
+        return resumed
+
+    resumed = asyncio.run(scenario())
+    assert person is not None
+    person.close()
+    assert _tool_outputs(resumed) == []
+    (pause,) = resumed.interruptions
+    assert json.loads(pause.raw_item.arguments) == {"amount": 5000}
+    (approval,) = ApprovalRequest.objects.all()
+    assert approval.entry.input == {"amount": 500} and approval.state == "pending"
     assert orders(sandbox) == {}
