@@ -98,6 +98,48 @@ def test_mcp_reimport_with_trust_change_is_audited_and_reclassifies(tenant) -> N
     assert AuditEvent.objects.filter(action="mcp_server.trust_changed", actor="bob").exists()
 
 
+def test_a_reference_servers_reads_are_reads_once_it_names_itself(tenant) -> None:
+    """Untrusted and nameless, mcp-server-git's git_log is kept as a possible write (its word
+    ``log`` also writes); imported again with the name it gives itself, it is a read, audited;
+    an import that names no implementation keeps the one the server has."""
+
+    def imported(**named: str) -> Tool:
+        import_mcp_tools(
+            tenant=tenant,
+            server_name="git",
+            trust=ServerTrust.UNTRUSTED,
+            tools_list=GIT_TOOLS,
+            actor="alice",
+            source="api",
+            **named,
+        )
+        return Tool.objects.get(name="git/git_log")
+
+    assert imported().replay_policy == ReplayPolicy.NEVER
+    log = imported(implementation="mcp-git")
+    assert (log.replay_policy, log.rule) == (ReplayPolicy.AUTO, "mcp.known_server.read")
+    assert Tool.objects.get(name="git/git_commit").replay_policy == ReplayPolicy.NEVER
+    changed = AuditEvent.objects.get(action="mcp_server.implementation_changed")
+    assert changed.before == {"implementation": ""}
+    assert changed.after == {"implementation": "mcp-git"}
+    assert imported().rule == "mcp.known_server.read"
+    assert McpServer.objects.get(name="git").implementation == "mcp-git"
+
+
+def test_an_overlong_implementation_name_is_refused_and_changes_nothing(tenant) -> None:
+    with pytest.raises(InvalidInput, match="implementation"):
+        import_mcp_tools(
+            tenant=tenant,
+            server_name="git",
+            trust=ServerTrust.UNTRUSTED,
+            tools_list=GIT_TOOLS,
+            actor="alice",
+            source="api",
+            implementation="x" * 201,
+        )
+    assert not McpServer.objects.exists() and not Tool.objects.exists()
+
+
 @pytest.mark.parametrize(
     "bad",
     [

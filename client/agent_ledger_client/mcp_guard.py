@@ -144,8 +144,13 @@ class LedgerGuard:
             for tool in listing["tools"]
             if "outputSchema" in tool
         }
+        info = getattr(self.session, "server_info", None)  # the initialize result's serverInfo
         await self.ledger.import_mcp_tools(
-            self.server, self.trust, {"tools": listing["tools"]}, key_fields=self.key_fields
+            self.server,
+            self.trust,
+            {"tools": listing["tools"]},
+            key_fields=self.key_fields,
+            implementation=getattr(info, "name", None),
         )
         return result
 

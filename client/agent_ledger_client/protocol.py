@@ -412,13 +412,18 @@ class LedgerProtocol:
         trust: str,
         tools_list: dict[str, Any],
         key_fields: dict[str, list[str]] | None = None,
+        implementation: str | None = None,
     ) -> Flow[list[dict[str, Any]]]:
         """Import an MCP server's tools/list result; the ledger re-classifies every tool.
         ``key_fields`` names what identifies some tools' business action (by their name on
-        the server: ``{"create_issue": ["repo", "title"]}``)."""
+        the server: ``{"create_issue": ["repo", "title"]}``); ``implementation`` is the name
+        the server gave itself (``serverInfo.name``), by which the ledger knows the reads of
+        the reference servers."""
         body: dict[str, Any] = {"server": server, "trust": trust, "tools_list": tools_list}
         if key_fields:
             body["key_fields"] = key_fields
+        if implementation:
+            body["implementation"] = implementation
         tools = yield from self.request("POST", "/tools/import-mcp", json=body)
         self._learn(tools)
         return tools

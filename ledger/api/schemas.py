@@ -163,6 +163,13 @@ class McpImportIn(Strict):
         "'title']}): what identifies each tool's business action. A tool not named keeps the "
         "key fields it has.",
     )
+    implementation: str | None = Field(
+        default=None,
+        max_length=200,
+        description="The name the server gave itself in its initialize result "
+        "(serverInfo.name): the reads of a reference server the ledger knows are reads "
+        "whatever the server's trust. Left out, the server keeps the name it has.",
+    )
 
 
 class KeyFieldsIn(Strict):

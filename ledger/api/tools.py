@@ -88,6 +88,7 @@ def import_mcp(request: HttpRequest, payload: McpImportIn) -> list[ToolOut]:
         actor=caller.identity,
         source="api",
         key_fields=payload.key_fields,
+        implementation=payload.implementation or "",
     )
     return [tool_out(tool) for tool in tools]
 

@@ -25,6 +25,7 @@ from django.utils.translation import gettext_noop
 
 from ledger.classification import UNDECLARED, Classification, most_conservative
 from ledger.classification.arguments import DecidingArgument, deciding_argument
+from ledger.classification.mcp_servers import known_read
 from ledger.classification.words import (
     AMBIGUOUS_VERBS,
     NAME_SAYS,
@@ -183,11 +184,21 @@ def classify_words(reading: NameReading, description: str) -> Classification:
 
 
 def classify_mcp_tool(
-    descriptor: Mapping[str, Any], *, trust: ServerTrust, namespace: str = ""
+    descriptor: Mapping[str, Any],
+    *,
+    trust: ServerTrust,
+    namespace: str = "",
+    implementation: str = "",
 ) -> Classification:
     """Classify one tool of an MCP ``tools/list`` result from a server of the given trust;
-    ``namespace`` is the prefix all that server's tools share (``catalogue_namespace``)."""
+    ``namespace`` is the prefix all that server's tools share (``catalogue_namespace``),
+    ``implementation`` the name the server gave itself (``serverInfo.name``): a reference
+    server's read the ledger knows (``mcp_servers``) is a read, unless its annotations say
+    otherwise."""
     name, description, annotations = validate_descriptor(descriptor)
+    known = known_read(implementation, descriptor)
+    if known is not None:
+        return _raise_only(known, annotations)
     reading = read_name(name, namespace=namespace)
     result = classify_words(reading, description)
     if trust is ServerTrust.TRUSTED:

@@ -139,6 +139,7 @@ def base_classification(
     mcp_descriptor: dict[str, object] | None,
     trust: ServerTrust | None,
     namespace: str = "",
+    implementation: str = "",
     code_argument: DecidingArgument | None = None,
     description: str = "",
 ) -> Classification:
@@ -149,7 +150,10 @@ def base_classification(
         return shell_tool_classification()
     if mcp_descriptor is not None:
         return classify_mcp_tool(
-            mcp_descriptor, trust=trust or ServerTrust.UNTRUSTED, namespace=namespace
+            mcp_descriptor,
+            trust=trust or ServerTrust.UNTRUSTED,
+            namespace=namespace,
+            implementation=implementation,
         )
     declared_class = declared_classification(tool_name, declared, description)
     if code_argument is not None and code_argument.kind is not PerCall.FILE_WRITE:

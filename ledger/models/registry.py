@@ -16,6 +16,9 @@ class McpServer(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="mcp_servers")
     name = models.CharField(max_length=100)
     trust = models.CharField(max_length=16, choices=choices(ServerTrust))
+    #: The name the server gave itself when it answered ``initialize`` (``serverInfo.name``):
+    #: the reads of a reference server the ledger knows (``classification.mcp_servers``).
+    implementation = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -35,6 +35,7 @@ from ledger.services.audit import audit
 TOOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,199}$")
 SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 MAX_IMPORTED_TOOLS = 500
+IMPLEMENTATION_MAX = 200
 
 
 def validate_tool_name(name: Any) -> str:
@@ -82,6 +83,7 @@ def _classify(tool: Tool, rules: list[PolicyRule], namespace: str | None = None)
         namespace=(_server_namespace(tool.server_id) if namespace is None else namespace)
         if is_mcp
         else "",
+        implementation=tool.server.implementation if is_mcp and tool.server else "",
         code_argument=DecidingArgument(PerCall(tool.per_call_kind), tool.per_call_argument)
         if tool.per_call_kind and not is_mcp
         else None,
@@ -356,16 +358,20 @@ def import_mcp_tools(
     actor: str,
     source: str,
     key_fields: dict[str, list[str]] | None = None,
+    implementation: str = "",
 ) -> list[Tool]:
     """Import (or refresh) an MCP server's ``tools/list`` result, re-classifying every tool.
 
     The whole list is validated first; bad input changes nothing. Registry names are
     ``server/tool`` so two servers may offer tools of the same name. ``key_fields`` names what
     identifies the business action of some of the server's tools (by their name on the
-    server); a tool not named keeps the key fields it has.
+    server); a tool not named keeps the key fields it has. ``implementation`` is the name the
+    server gave itself (``serverInfo.name``); an import without it keeps the one it has.
     """
     if not isinstance(server_name, str) or not SERVER_NAME.match(server_name):
         raise InvalidInput(f"server name {server_name!r} is not allowed")
+    if not isinstance(implementation, str) or len(implementation) > IMPLEMENTATION_MAX:
+        raise InvalidInput(f"an implementation name is at most {IMPLEMENTATION_MAX} characters")
     descriptors = _validated_tools(server_name, tools_list)
     declared = {name: _key_fields(paths) for name, paths in (key_fields or {}).items()}
     unknown = sorted(set(declared) - {d["name"] for d in descriptors})
@@ -376,8 +382,22 @@ def import_mcp_tools(
     imported: list[Tool] = []
     with transaction.atomic():
         server, created = McpServer.objects.select_for_update().get_or_create(
-            tenant=tenant, name=server_name, defaults={"trust": trust.value}
+            tenant=tenant,
+            name=server_name,
+            defaults={"trust": trust.value, "implementation": implementation},
         )
+        if not created and implementation and server.implementation != implementation:
+            audit(
+                tenant=tenant,
+                actor=actor,
+                action="mcp_server.implementation_changed",
+                target=server,
+                source=source,
+                before={"implementation": server.implementation},
+                after={"implementation": implementation},
+            )
+            server.implementation = implementation
+            server.save(update_fields=["implementation"])
         if not created and server.trust != trust.value:
             audit(
                 tenant=tenant,
@@ -397,7 +417,7 @@ def import_mcp_tools(
                 action="mcp_server.registered",
                 target=server,
                 source=source,
-                after={"trust": server.trust},
+                after={"trust": server.trust, "implementation": server.implementation},
             )
         for descriptor in descriptors:
             name = f"{server_name}/{descriptor['name']}"

@@ -4,11 +4,13 @@ reads, changes the data through the proxy's own write tool, and reads again, aga
 server.
 
 ``read_query`` with a ``SELECT`` is a read on every call (the SQL classifier), whatever the
-server's trust. An untrusted server's ``git_log`` and ``open_nodes`` are not: their words
-``log`` and ``open`` also write, so the ledger holds them to one action per arguments in a run
-and the second read answers the first's record. The ways to make them read again, each tested
-here: trust the server (its ``readOnlyHint`` is believed), a manager's override of the tool, or
-an org policy rule (docs/integrations.md "Retries and fresh reads")."""
+server's trust. ``git_log`` and ``open_nodes`` have words that also write (``log``, ``open``):
+the ledger knows them as reads of the reference servers by the name each server gives itself
+(``ledger.classification.mcp_servers``), so the default, untrusted proxy reads them again. The
+other ways that make a tool a read are tested too: trusting the server (its ``readOnlyHint``
+is believed), a manager's override, an org policy rule (docs/integrations.md "Retries and
+fresh reads"). An ambiguous read of a server the ledger does not know stays one action per
+arguments in its run (tests/classification/test_mcp_servers.py, tests/test_registry.py)."""
 
 from __future__ import annotations
 
@@ -147,6 +149,8 @@ def _override(server: str, name: str) -> None:
     ("read", "way"),
     [
         ("read_query", "untrusted"),
+        ("git_log", "untrusted"),
+        ("open_nodes", "untrusted"),
         ("git_log", "trusted"),
         ("git_log", "override"),
         ("git_log", "policy"),
@@ -177,20 +181,3 @@ def test_a_read_asked_again_after_the_data_changed_returns_the_new_data(
     assert not wrote.is_error, wrote
     assert not again.is_error and subject.changed in again.text, again
     assert len(world.shim.calls(subject.name)) == 2  # the server read twice
-
-
-@pytest.mark.parametrize("read", ["git_log", "open_nodes"])
-def test_an_untrusted_server_s_ambiguous_read_answers_its_first_result_in_the_run(
-    read: str, world: World, live_server, ledger_token: str
-) -> None:
-    """The trade-off docs/integrations.md states: such a read is one action per arguments in
-    the run, so it is answered from its record until one of the ways above makes it a read."""
-    subject = READS[read]
-    proxy = Proxy(live_server, ledger_token, world, subject.server)
-
-    first, wrote, again = _read_twice(proxy, subject)
-
-    assert not wrote.is_error, wrote
-    assert subject.changed not in again.text and again.text == first.text
-    assert again.ledger["replayed"] is True
-    assert len(world.shim.calls(subject.name)) == 1  # the server was read once
