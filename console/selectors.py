@@ -383,9 +383,13 @@ def call_page(entry: LedgerEntry) -> dict[str, object]:
     from reconcile.models import ReconcileAttempt
 
     approvals = list(
-        ApprovalRequest.objects.filter(entry=entry).order_by("created_at")
-        if entry.record_id is None
-        else ApprovalRequest.objects.filter(record_id=entry.record_id).order_by("created_at")
+        (
+            ApprovalRequest.objects.filter(entry=entry)
+            if entry.record_id is None
+            else ApprovalRequest.objects.filter(record_id=entry.record_id)
+        )
+        .select_related(*APPROVAL_STATE_READS)
+        .order_by("created_at")
     )
     targets = Q(target_type="ledgerentry", target_id=str(entry.pk)) | Q(
         target_type="approvalrequest", target_id__in=[str(a.pk) for a in approvals]
@@ -418,6 +422,10 @@ def call_page(entry: LedgerEntry) -> dict[str, object]:
     }
 
 
+#: What ``console.states.approval_status`` reads of an approval, besides its own row.
+APPROVAL_STATE_READS = ("record", "entry__tool", "entry__combination", "entry__run__combination")
+
+
 def combination_choices(tenant: Tenant) -> list[tuple[str, str]]:
     """The tenant's newest 100 combinations as a filter's choices (id, label), after "any"."""
     from django.utils.translation import gettext
@@ -437,7 +445,11 @@ def record_page(record: IdempotencyRecord) -> dict[str, object]:
     from reconcile.models import ReconcileAttempt
 
     entries = list(record.entries.select_related("run").order_by("created_at", "pk")[:100])
-    approvals = list(ApprovalRequest.objects.filter(record=record).order_by("created_at"))
+    approvals = list(
+        ApprovalRequest.objects.filter(record=record)
+        .select_related(*APPROVAL_STATE_READS)
+        .order_by("created_at")
+    )
     targets = (
         Q(target_type="idempotencyrecord", target_id=str(record.pk))
         | Q(target_type="ledgerentry", target_id__in=[str(e.pk) for e in entries])

@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from console import selectors
+from console import selectors, states
 from console.access import console_view, get_for_tenant, missing_ids
 from console.csv_export import Columns, csv_response, export_href
 from console.filters import RANGES
@@ -254,7 +254,13 @@ def unknown_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespons
     return render(
         request,
         "console/unknown_detail.html",
-        context_for(request, tenant, record=record, **selectors.record_page(record)),
+        context_for(
+            request,
+            tenant,
+            record=record,
+            escalated=states.escalated_now(record),
+            **selectors.record_page(record),
+        ),
     )
 
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 from functools import lru_cache
 
 from django import template
+from django.utils.html import format_html
 from django.utils.translation import get_language
 from django.utils.translation import gettext_lazy as _
 
+from console import states
+from ledger.models import ApprovalRequest, IdempotencyRecord
 from ledger.stored_text import translate
 
 register = template.Library()
@@ -128,3 +131,18 @@ def stored(value: object) -> str:
     """``{{ value|stored }}``: a text the ledger stored in English (a reason, an audit
     detail), in the user's language when it is one of ``ledger.stored_text``'s templates."""
     return translate(str(value)) if value else ""
+
+
+@register.simple_tag
+def badge(subject: ApprovalRequest | IdempotencyRecord) -> str:
+    """``{% badge approval %}``, ``{% badge record %}``: its state as it stands now, in one
+    word with its tone (``console.states``), the reason in the title where there is one."""
+    status = (
+        states.approval_status(subject)
+        if isinstance(subject, ApprovalRequest)
+        else states.record_status(subject)
+    )
+    tone = f" {status.tone}" if status.tone else ""
+    return format_html(
+        '<span class="badge{}" title="{}">{}</span>', tone, stored(status.why), term(status.state)
+    )

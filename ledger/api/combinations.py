@@ -118,6 +118,10 @@ class RollbackOut(Schema):
     invalidated_approvals: list[int]
     needs_human: list[NeedsHumanOut]
     steps: list[RollbackStepOut]
+    changes_nothing: bool = Field(
+        description="Nothing was (in a dry run: would be) changed: the combination was halted "
+        "already, no run ran under it, none is restored and no look-up is queued."
+    )
 
 
 def combination_out(c: VersionCombination) -> CombinationOut:

@@ -5,8 +5,9 @@
 // data-live-part. Nothing the user is in the middle of is lost: a poll is skipped while the
 // user has ticked or selected a row, or is in a field or on a button of the polling element,
 // and a part is left as it is (the others are swapped) while the user has typed in it or is in
-// one of its fields or buttons. A part whose fresh copy is the same is left as it is too, so an
-// alert in it is not announced again and a selection in it stays.
+// one of its fields or buttons, unless its fresh copy closes it (below). A part whose fresh copy
+// is the same is left as it is too, so an alert in it is not announced again and a selection in
+// it stays.
 (function () {
   "use strict";
 
@@ -63,10 +64,31 @@
     return copy.innerHTML;
   }
 
+  // What the user typed in a part that closes is shown back to them in its fresh copy, under
+  // the label the server gave it (data-live-kept), so nothing typed is lost.
+  function keepTyped(part, fresh) {
+    var typed = Array.prototype.filter
+      .call(part.querySelectorAll("textarea, input[type=text], input:not([type])"), edited)
+      .map(function (field) { return field.value.trim(); })
+      .filter(function (value) { return value !== ""; });
+    if (typed.length === 0) return;
+    var kept = document.createElement("p");
+    kept.className = "muted kept";
+    kept.textContent = (fresh.getAttribute("data-live-kept") || "") + " " + typed.join(" · ");
+    fresh.appendChild(kept);
+  }
+
+  // A part whose fresh copy closes it (data-live-closes: what it offered can no longer be
+  // done, say a decision made meanwhile in another tab) is swapped even while the user is in
+  // it, so the page never offers what the server would refuse.
   document.addEventListener("htmx:oobBeforeSwap", function (event) {
     var part = event.detail.target;
     if (!part || !part.hasAttribute("data-live-part")) return;
     var fresh = event.detail.fragment.firstElementChild;
+    if (fresh && fresh.hasAttribute("data-live-closes") && !part.hasAttribute("data-live-closes")) {
+      keepTyped(part, fresh);
+      return;
+    }
     if (busy(part) || (fresh && served(fresh) === served(part))) event.preventDefault();
   });
 })();

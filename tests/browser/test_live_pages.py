@@ -1,7 +1,7 @@
 """The object pages in real Chromium: a call's page shows its action settled in the background
-without a reload, an unknown call's page keeps what the operator is typing while the rest of it
-refreshes, and the pages of one object at 1440 x 900 in English and 简体中文 (screenshots in
-test-artifacts/screenshots/object-*.png)."""
+without a reload, an unknown call's page and an approval's page drop a form whose action was
+done meanwhile elsewhere (showing back what was typed in it), and the pages of one object at
+1440 x 900 in English and 简体中文 (screenshots in test-artifacts/screenshots/object-*.png)."""
 
 from __future__ import annotations
 
@@ -86,7 +86,12 @@ def test_an_unknown_calls_page_keeps_what_the_operator_is_typing(
     page.clock.run_for(NEXT_POLL)
     expect(page.locator("#unknown-head .badge")).to_have_text("succeeded")
     expect(page.locator("#unknown-timeline")).to_contain_text("record.resolved_succeeded")
-    expect(page.locator("#note")).to_have_value("Support saw the order in the vendor's portal")
+    # Settled meanwhile: the form it can no longer use gives way, what was typed is shown back.
+    expect(page.locator("#unknown-resolve")).to_contain_text("nothing is left to resolve")
+    expect(page.locator("#note")).to_have_count(0)
+    expect(page.locator("#unknown-resolve .kept")).to_contain_text(
+        "Support saw the order in the vendor's portal"
+    )
     # Untouched, the form gives way to the settled state.
     page.goto(f"{live_server.url}/unknown/{records['idle']}/")
     expect(page.locator("#note")).to_be_visible()
@@ -94,6 +99,26 @@ def test_an_unknown_calls_page_keeps_what_the_operator_is_typing(
     page.clock.run_for(NEXT_POLL)
     expect(page.locator("#unknown-resolve")).to_contain_text("nothing is left to resolve")
     expect(page.locator("#note")).to_have_count(0)
+
+
+def test_a_stale_approval_tab_stops_offering_a_decision_made_elsewhere(
+    page: Page, live_server, django_user_model, tenant
+) -> None:
+    from ledger.services.approvals import decide
+
+    approval = make_pending(tenant)
+    console_user(django_user_model, tenant, "ann", "approver")
+    other = console_user(django_user_model, tenant, "ben", "approver")
+    sign_in(page, live_server.url, "ann")
+    page.clock.install()
+    page.goto(f"{live_server.url}/approvals/{approval.pk}/")
+    page.fill("#reason", "looks right to me")
+    page.locator("h1").click()
+    decide(approval=approval, user=other, approve=False, reason="the file moved")
+    page.clock.run_for(NEXT_POLL)
+    expect(page.locator("#approval-head .badge")).to_have_text("rejected")
+    expect(page.locator("button[value=approve]")).to_have_count(0)
+    expect(page.locator("#approval-decide .kept")).to_contain_text("looks right to me")
 
 
 def test_the_pages_of_one_object_at_desktop_width(

@@ -83,7 +83,8 @@ def test_states_and_decisions_are_words_in_the_users_language(django_user_model,
     user = make_user(django_user_model, "li", tenant, "approver")
     Preferences.objects.create(user=user, language="zh-hans")
     html = signed_in(user).get(f"/approvals/{pending.pk}/", secure=True).content.decode()
-    assert '<span class="badge">待审批</span>' in html  # the approval's state, "pending"
+    # The approval's state, "pending".
+    assert '<span class="badge warn" title="">待审批</span>' in html
     assert ">pending<" not in html
     assert "有条件" in html  # conditional
 

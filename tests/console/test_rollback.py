@@ -251,3 +251,23 @@ def test_a_rollback_leaves_to_a_human_the_approvals_of_its_calls_it_does_not_voi
     assert (_pending_left(done), done.invalidated_approvals) == ([retried.pk], [voided.pk])
     states = dict(ApprovalRequest.objects.values_list("pk", "state"))
     assert (states[retried.pk], states[voided.pk]) == ("pending", "invalidated")
+
+
+def test_a_rollback_that_changes_nothing_says_so(django_user_model, tenant, combos) -> None:
+    """The candidate is rolled back once; again, it is halted already, no run runs under it
+    and the good combination is active: the preview and the result say nothing changes, never
+    "Rolled back"."""
+    _good, bad = combos
+    client = signed_in(make_user(django_user_model, "mgr", tenant, "manager"))
+    first = client.post(f"/combinations/{bad.pk}/rollback", {"reason": "dup spike"}, secure=True)
+    assert not first.context["report"].changes_nothing
+    assert "Rolled back" in first.content.decode()
+    preview = client.get(f"/combinations/{bad.pk}/rollback", secure=True)
+    assert preview.context["report"].changes_nothing
+    assert "A rollback would change nothing" in preview.content.decode()
+    again = client.post(f"/combinations/{bad.pk}/rollback", {"reason": "again"}, secure=True)
+    page = again.content.decode()
+    assert again.context["report"].changes_nothing
+    assert "Nothing changed" in page and "Rolled back" not in page
+    api = client_for(tenant).post(f"/combinations/{bad.pk}/rollback", {"reason": "api"})
+    assert api.status_code == 200 and api.json()["changes_nothing"] is True

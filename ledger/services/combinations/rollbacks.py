@@ -65,6 +65,9 @@ class RollbackReport:
     # approvals still pending: ``kind``, ``key``, ``record_id``, ``reason``, ``approval_id``.
     needs_human: list[dict[str, Any]] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
+    # Nothing was (in a dry run: would be) changed: the combination was halted already, no run
+    # was running under it, no other is made active and no look-up is queued.
+    changes_nothing: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,6 +103,7 @@ def rollback(
     report = RollbackReport(
         dry_run=dry_run, combination=bad.pk, restored=restore.pk if restore else None
     )
+    restores = restore is not None and restore.state != State.ACTIVE  # else it stays active
     running = Run.objects.filter(tenant=tenant, combination=bad, status=Run.Status.RUNNING)
     pending = list(
         IdempotencyRecord.objects.filter(
@@ -134,6 +138,9 @@ def rollback(
         if r.pk in blocked
     ]
     if dry_run:
+        report.changes_nothing = (
+            bad.state == State.HALTED and not report.halted_runs and not restores and not queued
+        )
         report.needs_human = stuck + _pending_approvals(bad)
         report.steps = [
             _step("halt", combination=bad.pk, runs=len(report.halted_runs)),
@@ -198,6 +205,9 @@ def rollback(
         ).update(next_reconcile_at=None)
         records_became_unknown.send(sender=IdempotencyRecord, record_ids=queued_ids)
         report.steps.append(_step("lookups_queued", count=len(queued_ids)))
+        report.changes_nothing = (
+            not halted.newly and not halted_runs and not restores and not queued_ids
+        )
         report.needs_human = stuck + _pending_approvals(bad)
         report.steps.append(_step("needs_human", count=len(report.needs_human)))
         audit_step("rollback.completed", report.as_dict(), detail=reason)
