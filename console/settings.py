@@ -180,8 +180,10 @@ CELERY_BROKER_URL = url_with_scheme(
 )
 VAR_DIR.mkdir(exist_ok=True)
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("in", "processed", "control"):
+    for sub in ("in", "processed", "control", "staging"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    # kombu's file-system transport with each message written whole before it can be read.
+    CELERY_BROKER_TRANSPORT = "console.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "in"),
         "data_folder_out": str(BROKER_DIR / "in"),
