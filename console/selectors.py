@@ -210,6 +210,7 @@ UNKNOWN_KINDS = {
 #: its result and error JSON among them).
 UNKNOWN_LIST_FIELDS = (
     "key",
+    "state",
     "uncertain_since",
     "reconcile_attempts",
     "escalated_at",
@@ -218,6 +219,17 @@ UNKNOWN_LIST_FIELDS = (
     "tool__name",
     "combination__label",
 )
+
+
+#: What the queue reads of each unknown call's latest approval request (``approval_<name>``):
+#: enough for ``console.states.next_step`` to say what happens next and who does it.
+LATEST_APPROVAL = {
+    "id": "pk",
+    "state": "state",
+    "expires_at": "expires_at",
+    "decided_by": "decided_by__username",
+    "decided_at": "decided_at",
+}
 
 
 def _unknown(
@@ -240,10 +252,18 @@ def _unknown(
     if older_than is not None:
         unknown = unknown.filter(uncertain_since__lt=db_now() - older_than)
     first_call = LedgerEntry.objects.filter(record_id=OuterRef("pk")).order_by("pk")
+    latest = ApprovalRequest.objects.filter(record_id=OuterRef("pk")).order_by("-pk")
     return (
         unknown.select_related("tool", "combination")
         .only(*UNKNOWN_LIST_FIELDS)
-        .annotate(first_input=Subquery(first_call.values("input")[:1]))
+        .annotate(
+            first_input=Subquery(first_call.values("input")[:1]),
+            plan_path=Subquery(IdempotencyRecord.write_plans(id=OuterRef("pk")).values("path")[:1]),
+            **{
+                f"approval_{name}": Subquery(latest.values(path)[:1])
+                for name, path in LATEST_APPROVAL.items()
+            },
+        )
     )
 
 

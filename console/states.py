@@ -9,8 +9,11 @@ changed, its run halted: ``approvals.void_reason``) reads as what it has become,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
-from ledger.domain import RecordState
+from django.utils.translation import gettext as _
+
+from ledger.domain import EscalationKind, RecordState
 from ledger.models import ApprovalRequest, IdempotencyRecord
 from ledger.services import approvals
 
@@ -72,3 +75,58 @@ def escalated_now(record: IdempotencyRecord) -> bool:
     """Whether a human has the action now: escalated while its outcome is unknown (a settled
     action may have been escalated once, and is not any more)."""
     return record.state == RecordState.UNKNOWN and record.escalated
+
+
+@dataclass(frozen=True)
+class NextStep:
+    """What happens next to an unknown call, and who does it (``who``: ``worker``,
+    ``approver``, ``runtime`` or ``operator``), as its queue row says it."""
+
+    who: str
+    what: str
+    approval_id: int | None = None
+
+
+def next_step(record: IdempotencyRecord, *, looking_up: bool, now: datetime) -> NextStep:
+    """The next step of an unknown call of the queue (``selectors.unknown_calls``, which
+    reads its latest approval request as ``approval_*``): looked up by a worker until a human
+    has it; for a write that did not land, the approver's decision and then what follows it;
+    for anything else a human has, the operator's, for the reason it was escalated."""
+    if not escalated_now(record):
+        if looking_up:
+            return NextStep("worker", _("A worker looks it up downstream."))
+        return NextStep("worker", _("Waiting for a worker: none is running."))
+    approval = getattr(record, "approval_id", None)
+    state = getattr(record, "approval_state", None)
+    if record.escalation_kind == EscalationKind.WRITE_NOT_LANDED and approval is not None:
+        expires_at = getattr(record, "approval_expires_at", None)
+        if state == Approval.PENDING and expires_at is not None and expires_at > now:
+            return NextStep(
+                "approver", _("An approver decides whether to apply it again."), approval
+            )
+        if state == Approval.APPROVED:
+            what = _(
+                "Approved by %(who)s: the runtime's next retry of this call applies it. If the "
+                "runtime is gone, nothing else will: apply the diff by hand and mark it "
+                "succeeded, or mark it did not happen."
+            ) % {"who": getattr(record, "approval_decided_by", None) or "?"}
+            return NextStep("runtime", what, approval)
+        if state in (Approval.PENDING, Approval.EXPIRED):
+            what = _("Its approval expired undecided: look it up again to ask anew, or settle it.")
+            return NextStep("operator", what, approval)
+        if state == Approval.REJECTED:
+            return NextStep(
+                "operator", _("Applying it again was rejected: mark it did not happen."), approval
+            )
+        return NextStep(
+            "operator", _("Its approval was voided: look it up again, or settle it."), approval
+        )
+    # An operator settles it, for the reason it was escalated (a stored text: shown |stored).
+    reason = record.escalation_reason or _("An operator settles it: look it up or mark it.")
+    return NextStep("operator", reason)
+
+
+def call_label(record: IdempotencyRecord) -> str:
+    """How a message names an action: its tool, and the file it writes or its key."""
+    plan = record.write_plan
+    return f"{record.tool.name} ({plan.path if plan is not None else record.key})"

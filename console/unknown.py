@@ -26,7 +26,8 @@ from console.csv_export import Columns, csv_response, export_href
 from console.filters import RANGES
 from console.navigation import context_for
 from console.params import parse_id
-from ledger.domain import EscalationKind, RecordState
+from ledger.clock import db_now
+from ledger.domain import NOT_EXECUTED, EscalationKind, RecordState
 from ledger.errors import InvalidInput, LedgerError
 from ledger.models import IdempotencyRecord, Tenant
 from ledger.permissions import Role
@@ -77,7 +78,7 @@ def apply_action(record: IdempotencyRecord, action: str, note: str, actor: str) 
             actor=actor,
             source="console",
             detail=note,
-            error={"code": "NOT_EXECUTED", "message": note},
+            error={"code": NOT_EXECUTED, "message": note},
         )
         return _("Marked as not happened; a retry with the same key may run it.")
     if action == "escalate":
@@ -163,10 +164,11 @@ def unknown_calls(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
 @dataclass(frozen=True)
 class QueueRow:
     """An unknown call as the queue shows it: why it waits for a human (empty while it is
-    looked up automatically) and its input if short."""
+    looked up automatically), what happens next and who does it, and its input if short."""
 
     record: IdempotencyRecord
     escalation: str
+    step: states.NextStep
     input: str
 
 
@@ -221,6 +223,7 @@ def _queue(
     if records is None or (after and after_id is None):
         messages.info(request, _("That call is no longer unknown; the queue starts again."))
         return redirect(f"{reverse('console:unknown_calls')}?{query.urlencode()}")
+    reconciler, now = selectors.reconciler(), db_now()
     return render(
         request,
         "console/unknown.html",
@@ -231,7 +234,12 @@ def _queue(
             query=query.urlencode(),
             records=records[:PAGE],
             rows=[
-                QueueRow(r, escalation_label(r), input_summary(getattr(r, "first_input", None)))
+                QueueRow(
+                    r,
+                    escalation_label(r),
+                    states.next_step(r, looking_up=reconciler.running, now=now),
+                    input_summary(getattr(r, "first_input", None)),
+                )
                 for r in records[:PAGE]
             ],
             # The queue is also shown at /unknown/bulk (a bulk action's error): links go to it.
@@ -240,7 +248,7 @@ def _queue(
             else None,
             next_after=records[PAGE - 1].pk if len(records) > PAGE else None,
             paged=bool(after),
-            reconciler=selectors.reconciler(),
+            reconciler=reconciler,
             bulk_actions=BULK_ACTIONS,
             bulk=bulk,
         ),
@@ -266,8 +274,11 @@ def unknown_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespons
 
 @console_view(Role.OPERATOR, methods=("POST",), target="idempotencyrecord")
 def unknown_action(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
-    """Look up now, mark succeeded (evidence required), mark did-not-happen, or escalate."""
+    """Look up now, mark succeeded (evidence required), mark did-not-happen, or escalate;
+    then on to the queue's next call, with a message naming the one acted on."""
     record = _get_unknown_for_user(request, tenant, pk)
+    # The queue's next call, oldest first, read while this one still has its place in it.
+    following = selectors.unknown_calls(tenant, limit=1, after=record.pk) or []
     try:
         done = apply_action(
             record,
@@ -278,7 +289,9 @@ def unknown_action(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespons
     except LedgerError as exc:
         messages.error(request, exc.message)
         return redirect("console:unknown_call", pk=record.pk)
-    messages.success(request, done)
+    messages.success(request, f"{states.call_label(record)}: {done}")
+    if following:  # on to the next call of the queue
+        return redirect("console:unknown_call", pk=following[0].pk)
     return redirect("console:unknown_calls")
 
 

@@ -25,7 +25,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from console import charts as charts_mod
-from console import claims, diffs, selectors
+from console import claims, diffs, selectors, states
 from console.access import TENANT_SESSION_KEY, console_view, get_for_tenant
 from console.audit_export import AUDIT_COLUMNS
 from console.csv_export import Columns, csv_response, export_href, in_chunks
@@ -51,6 +51,7 @@ from ledger.models import (
     VersionCombination,
 )
 from ledger.permissions import Role
+from ledger.records import decide_approval, not_landed
 from ledger.services import approvals as approvals_service
 from ledger.services import combinations, metrics, thresholds
 from ledger.services.registry import declare_key_fields, import_mcp_tools, override_tool
@@ -254,6 +255,8 @@ def approval_decide(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
     approve = request.POST.get("decision") == "approve"
     reason = request.POST.get("reason", "").strip()
     assert isinstance(request.user, AbstractBaseUser)  # console_view signed them in
+    following = selectors.queue_neighbours(approval)["next"]  # read while it still waits
+    settles = not approve and not_landed(approval.record)  # decide_approval settles it
     compensation = compensations.compensation_of_approval(approval)
     try:
         if compensation is not None:  # a compensation runs once approved, and needs a reason
@@ -261,16 +264,24 @@ def approval_decide(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
                 compensation=compensation, user=request.user, approve=approve, reason=reason
             )
         else:
-            approvals_service.decide(
-                approval=approval, user=request.user, approve=approve, reason=reason
-            )
+            decide_approval(approval=approval, user=request.user, approve=approve, reason=reason)
     except approvals_service.DeciderRefused as exc:
         return refusal(request, tenant=tenant, message=exc.message)  # audited by decide
     except LedgerError as exc:
         messages.error(request, exc.message)
         return redirect("console:approval", pk=approval.pk)
     claims.release(approval)
-    messages.success(request, _("Approved.") if approve else _("Rejected; the model is told why."))
+    label = states.call_label(approval.record)
+    if approve:
+        messages.success(request, _("%(call)s: approved.") % {"call": label})
+    elif settles:
+        messages.success(
+            request, _("%(call)s: rejected; it is settled as not happened.") % {"call": label}
+        )
+    else:
+        messages.success(request, _("%(call)s: rejected; the model is told why.") % {"call": label})
+    if following is not None:  # on to the next approval of the queue
+        return redirect("console:approval", pk=following)
     return redirect("console:approvals")
 
 

@@ -102,6 +102,11 @@ class ObservationCode(StrEnum):
     SHADOW_DRY_RUN = "SHADOW_DRY_RUN"
 
 
+#: The error code of an action settled as not happened (an operator's word, a look-up that
+#: found nothing, a rejected re-application of a write that did not land).
+NOT_EXECUTED = "NOT_EXECUTED"
+
+
 class EscalationKind(StrEnum):
     """Why an unknown call was handed to a human (``ledger.records.escalation.escalate``)."""
 

@@ -31,7 +31,7 @@ from django.utils.translation import gettext_noop
 from ledger import tracing
 from ledger.clock import backoff
 from ledger.decisions import WriteCheck, WriteCheckAction, answer_write_check, check_write_plan
-from ledger.domain import EscalationKind, RecordState
+from ledger.domain import NOT_EXECUTED, EscalationKind, RecordState
 from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tool, WritePlan
 from ledger.records import (
     Outcome,
@@ -345,7 +345,7 @@ def _settle(
         resolve(
             outcome=Outcome.FAILED,
             error={
-                "code": "NOT_EXECUTED",
+                "code": NOT_EXECUTED,
                 "message": "The downstream has no action with this key; "
                 "it is safe to retry with the same key.",
             },

@@ -87,6 +87,8 @@ TERMS = {
     "delivered": _("delivered"),
     "operator": _("operator"),
     "approver": _("approver"),
+    "worker": _("worker"),
+    "runtime": _("runtime"),
     "manager": _("manager"),
     "email": _("e-mail"),
     "webhook": _("webhook (JSON)"),

@@ -1,7 +1,7 @@
 """Approval endpoints: what waits for an approver, each request with its exact action and
 dry-run diff, and a decision with its reason, under the console's rules: a person holding the
 approver role in the tenant (``approvals:decide``, never a service account's), none of the
-action's principals, once (``ledger.services.approvals.decide``)."""
+action's principals, once (``ledger.records.decide_approval``)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from ledger.api.schemas import (
 from ledger.errors import NotFound
 from ledger.models import ApprovalPolicy, ApprovalRequest, AuditEvent
 from ledger.permissions import Scope
+from ledger.records import decide_approval
 from ledger.services import approval_policies, approvals
 
 router = Router(tags=["approvals"], auth=TokenAuth(Scope.APPROVALS_READ))
@@ -109,10 +110,11 @@ def decide(request: HttpRequest, approval_id: int, payload: ApprovalDecisionIn) 
     """The token's owner decides, under the console's rules: a person with the approver role
     in this tenant and none of the action's principals (403 otherwise, audited); a request
     already decided, expired or whose action changed is 409. A rejection needs a reason: the
-    model is told it."""
+    model is told it; a rejected re-application of a write that did not land settles the
+    call as not happened."""
     token = caller_of(request).token
     assert token is not None  # TokenAuth
-    decided = approvals.decide(
+    decided = decide_approval(
         approval=_get(request, approval_id),
         user=token.user,
         approve=payload.decision == "approve",

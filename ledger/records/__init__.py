@@ -21,6 +21,7 @@ from ledger.records.complete import (
     refuse_completion,
     stored_classification,
 )
+from ledger.records.decision import decide_approval, not_landed
 from ledger.records.lease import expire_leases, heartbeat, lease_seconds_granted
 from ledger.records.locking import Locked, lock_by_key, lock_record
 from ledger.records.reserve import (
@@ -52,11 +53,13 @@ __all__ = [
     "complete_execution",
     "complete_locked",
     "count_duplicate_as_seen",
+    "decide_approval",
     "expire_leases",
     "heartbeat",
     "lease_seconds_granted",
     "lock_by_key",
     "lock_record",
+    "not_landed",
     "refuse_completion",
     "reserve_key",
     "reserve_new_key",
