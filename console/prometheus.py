@@ -32,12 +32,12 @@ from ledger.models import (
     Compensation,
     IdempotencyRecord,
     MetricBucket,
+    ReconcileBucket,
     RolloutPlan,
     RolloutStep,
 )
 from ledger.services.approvals import still_open
 from ledger.services.metrics import COUNTERS, bucket_of, dedup_hit_rate
-from reconcile.models import ReconcileAttempt
 
 RATE_WINDOW = timedelta(minutes=15)
 LABELS = ["tenant", "combination", "tool"]
@@ -130,9 +130,9 @@ class LedgerCollector(Collector):
             labels=["tenant", "outcome"],
         )
         for row in _rows(
-            self._of(ReconcileAttempt.objects.all())
+            self._of(ReconcileBucket.objects.all())
             .values("tenant__slug", "outcome")
-            .annotate(n=Count("pk"))
+            .annotate(n=Sum("attempts"))
         ):
             outcomes.add_metric([row["tenant__slug"], row["outcome"]], row["n"])
         yield outcomes

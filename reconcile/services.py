@@ -44,6 +44,7 @@ from ledger.records import (
 from ledger.records.escalation import claimable_sql, escalate
 from ledger.redaction import redact_for_storage, redact_text
 from ledger.services.audit import audit_event
+from ledger.services.metrics import RECONCILE_ATTEMPT_ACTION
 from ledger.services.statements import (
     DB_NOW,
     column,
@@ -266,7 +267,7 @@ def _apply(
         event = audit_event(
             tenant=locked.tenant_id,
             actor=actor,
-            action="reconcile.attempt",
+            action=RECONCILE_ATTEMPT_ACTION,
             target=locked,
             source=AuditEvent.Source.WORKER,
             after={"attempt": attempt_no, "outcome": finding.outcome},
