@@ -62,6 +62,10 @@ from reconcile.models import DownstreamAdapter, ReconcileAttempt, WorkspaceRoot
 
 logger = logging.getLogger(__name__)
 Attempt = ReconcileAttempt.Outcome
+#: The outcomes of a look-up that got no answer: its trace span is an error.
+NO_ANSWER = frozenset(
+    {Attempt.UNREACHABLE, Attempt.TIMEOUT, Attempt.MALFORMED, Attempt.REFUSED, Attempt.NO_CHECK}
+)
 
 
 LOOKUPS_FAILED = StoredText(
@@ -165,7 +169,11 @@ def reconcile_record(record_id: int, *, worker: str | None = None) -> str:
         if span.is_recording():  # one more read, only when the span is exported
             state = IdempotencyRecord.objects.filter(pk=record.pk).values_list("state", flat=True)
             tracing.describe_lookup(
-                span, outcome=finding.outcome, result=result, state=state.first() or "deleted"
+                span,
+                outcome=finding.outcome,
+                result=result,
+                state=state.first() or "deleted",
+                failed=finding.outcome in NO_ANSWER,
             )
     return result
 
