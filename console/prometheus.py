@@ -1,6 +1,12 @@
 """Prometheus exposition at /metrics: the three safety metrics, decisions, reconcile outcomes,
 queue ages and the steps of rollout plans, read from the rollups, a few indexed counts and the
-steps' last analyses at scrape time.
+steps' last analyses at scrape time (docs/runbook.md lists the families).
+
+Every counter is a sum of rollup buckets (``ledger.services.metrics``), which TTL cleanup never
+deletes, so no counter goes down; what is read from rows that come and go (records in
+``unknown`` now, open approvals, compensations) is a gauge. Names follow Prometheus's
+conventions: base units (``_seconds``), shares and rates as 0-1 ``_ratio``, ``_total`` on
+counters.
 
 Each reader sees the tenants it may: the scraper's bearer token (``METRICS_TOKEN``) every
 tenant, a signed-in user the tenants they administer (``console.members.administered_tenants``);
@@ -32,12 +38,13 @@ from ledger.models import (
     Compensation,
     IdempotencyRecord,
     MetricBucket,
+    ReconcileBucket,
     RolloutPlan,
     RolloutStep,
 )
+from ledger.services import rollouts
 from ledger.services.approvals import still_open
 from ledger.services.metrics import COUNTERS, bucket_of, dedup_hit_rate
-from reconcile.models import ReconcileAttempt
 
 RATE_WINDOW = timedelta(minutes=15)
 LABELS = ["tenant", "combination", "tool"]
@@ -97,8 +104,8 @@ class LedgerCollector(Collector):
 
     def _rates(self) -> Iterator[Metric]:
         rate = GaugeMetricFamily(
-            "agent_ledger_dedup_hit_rate",
-            "dedup hits / keyed requests over the last 15 minutes",
+            "agent_ledger_dedup_hit_ratio",
+            "dedup hits / keyed requests over the last 15 minutes (0-1)",
             labels=["tenant", "combination"],
         )
         since = bucket_of(db_now() - RATE_WINDOW)
@@ -130,9 +137,9 @@ class LedgerCollector(Collector):
             labels=["tenant", "outcome"],
         )
         for row in _rows(
-            self._of(ReconcileAttempt.objects.all())
+            self._of(ReconcileBucket.objects.all())
             .values("tenant__slug", "outcome")
-            .annotate(n=Count("pk"))
+            .annotate(n=Sum("attempts"))
         ):
             outcomes.add_metric([row["tenant__slug"], row["outcome"]], row["n"])
         yield outcomes
@@ -163,10 +170,12 @@ class LedgerCollector(Collector):
         yield self._compensations()
 
     def _compensations(self) -> Metric:
-        """Compensations by the state of their own record (``compensated`` once succeeded)."""
+        """Compensations the ledger holds now, by the state of their own record
+        (``compensated`` once succeeded). A gauge: a compensation goes with the action it
+        undid when TTL cleanup deletes that action's record."""
         family = GaugeMetricFamily(
             "agent_ledger_compensations",
-            "compensations requested, by state (compensated, reserved, unknown, ...)",
+            "compensations held now, by state (compensated, reserved, unknown, ...)",
             labels=["tenant", "state"],
         )
         own_record = IdempotencyRecord.objects.filter(
@@ -189,7 +198,9 @@ class LedgerCollector(Collector):
         each threshold's observed value)."""
         labels = ["tenant", "plan", "candidate", "step"]
         share = GaugeMetricFamily(
-            "agent_ledger_rollout_step_share_bp", "a step's share of new runs", labels=labels
+            "agent_ledger_rollout_step_share_ratio",
+            "a step's share of new runs (0-1)",
+            labels=labels,
         )
         state = GaugeMetricFamily(
             "agent_ledger_rollout_step_state", "1 for a step's state", labels=[*labels, "state"]
@@ -228,7 +239,7 @@ class LedgerCollector(Collector):
                 row["plan__candidate__label"],
                 str(row["position"]),
             ]
-            share.add_metric(values, row["share_bp"])
+            share.add_metric(values, row["share_bp"] / rollouts.FULL)
             state.add_metric([*values, row["state"]], 1)
             analysis = row["analysis"] or {}
             if analysis:

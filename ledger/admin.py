@@ -255,6 +255,12 @@ class MetricBucketAdmin(ReadOnlyAdmin):
     list_filter = ("tenant",)
 
 
+@admin.register(models.ReconcileBucket)
+class ReconcileBucketAdmin(ReadOnlyAdmin):
+    list_display = ("bucket_start", "tenant", "outcome", "attempts")
+    list_filter = ("tenant", "outcome")
+
+
 @admin.register(models.MetricCursor)
 class MetricCursorAdmin(ReadOnlyAdmin):
     list_display = ("name", "last_id")

@@ -9,6 +9,21 @@ decision, the record's state, the idempotency class and replay policy, the versi
 combination, and the key's sha256, never the key or the input (either may carry personal data
 or secrets).
 
+Errors: a span whose call did not go ahead or succeed carries ``error.type`` (the general
+convention the GenAI spans use) and status ERROR. That is a failed call (``FAILED``: the tool
+reported a failure, or a retry is answered with it), an uncertain one
+(``SIDE_EFFECT_UNCERTAIN``), a refused one (``REPLAY_FORBIDDEN``, ``RUN_HALTED``,
+``APPROVAL_REJECTED``, ``PERMISSION_DENIED``), a conflicting one (``IDEMPOTENCY_KEY_CONFLICT``,
+``WRITE_CONFLICT``), and any step the API refuses with a problem (its code:
+``STALE_FENCING_TOKEN``, ``RECORD_SETTLED``, ``RESULT_CONFLICT``, ``RUN_HALTED``, ...). The value
+is always one of the ledger's codes, never a tool's own error code (that one stays in
+``agent_ledger.observation.code``), so it has few values; an exception the ledger does not
+expect is named by its class, and its stack trace recorded. Not errors: a go-ahead, a recorded
+success, a wait for the call's holder (``IN_PROGRESS``), a pause for a human
+(``APPROVAL_REQUIRED``) and a shadow run's dry run: each is the protocol working. A look-up's
+span is an error when the look-up got no answer (the caller names those outcomes). The
+decision stays in ``agent_ledger.decision``: the GenAI conventions have no name for it.
+
 Off by default: ``configure`` installs an exporter only when the standard variables ask for one
 (``OTEL_TRACES_EXPORTER=otlp``, or an ``OTEL_EXPORTER_OTLP_ENDPOINT`` /
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``; never with ``OTEL_SDK_DISABLED=true`` or
@@ -26,8 +41,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Span, SpanKind, Tracer
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
+
+from ledger.domain import ObservationCode
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -39,6 +56,16 @@ TRACER = "agent_ledger"
 NAMESPACE = "agent_ledger"
 EXECUTE_TOOL = "execute_tool"
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+ERROR_TYPE = "error.type"
+LEDGER_CODES = frozenset(ObservationCode)
+#: Refusals that are the protocol working: wait for the holder, for a human, or a dry run.
+NOT_ERRORS = frozenset(
+    {
+        ObservationCode.IN_PROGRESS,
+        ObservationCode.APPROVAL_REQUIRED,
+        ObservationCode.SHADOW_DRY_RUN,
+    }
+)
 
 
 def exporting(environ: Mapping[str, str] = os.environ) -> bool:
@@ -101,8 +128,45 @@ def decision_span(headers: Mapping[str, str], operation: str) -> Iterator[Span]:
             "gen_ai.operation.name": EXECUTE_TOOL,
             f"{NAMESPACE}.api.operation": operation,
         },
+        # ``_describe_exception`` does both: a refusal the API answers has no stack trace.
+        record_exception=False,
+        set_status_on_exception=False,
     ) as span:
-        yield span
+        try:
+            yield span
+        except Exception as exc:
+            _describe_exception(span, exc)
+            raise
+
+
+def _describe_exception(span: Span, exc: Exception) -> None:
+    """A step that raised: the problem's code when the API answers it with one (a class
+    ``code``: ``errors.LedgerError``, ``services.runs.RunHalted``), else the exception's class,
+    with its stack trace."""
+    code = getattr(type(exc), "code", None)
+    if not isinstance(code, str):
+        code = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        span.record_exception(exc)
+    span.set_attribute(ERROR_TYPE, code)
+    span.set_status(Status(StatusCode.ERROR, str(exc)))
+
+
+def error_type(observation: Mapping[str, object] | None) -> str | None:
+    """The ``error.type`` of a call the observation answers: None when it went ahead or
+    succeeded, waits or pauses (``NOT_ERRORS``); else the observation's code if it is one of
+    the ledger's, ``FAILED`` for a tool's own error code."""
+    if not observation or observation.get("ok", True):
+        return None
+    code = str(observation.get("code") or ObservationCode.FAILED)
+    if code in NOT_ERRORS:
+        return None
+    return code if code in LEDGER_CODES else ObservationCode.FAILED.value
+
+
+def mark_error(span: Span, error: str) -> None:
+    """``error.type`` and status ERROR on ``span``."""
+    span.set_attribute(ERROR_TYPE, error)
+    span.set_status(Status(StatusCode.ERROR))
 
 
 def describe_decision(span: Span, result: CallResult) -> None:
@@ -130,6 +194,9 @@ def describe_decision(span: Span, result: CallResult) -> None:
     if result.observation and result.observation.get("code"):
         attributes[f"{NAMESPACE}.observation.code"] = result.observation["code"]
     span.set_attributes(attributes)
+    error = error_type(result.observation)
+    if error is not None:
+        mark_error(span, error)
 
 
 @contextmanager
@@ -152,13 +219,24 @@ def lookup_span(record: IdempotencyRecord) -> Iterator[Span]:
     if record.combination_id is not None:
         attributes[f"{NAMESPACE}.combination.id"] = record.combination_id
     with tracer.start_as_current_span(
-        f"{EXECUTE_TOOL} {tool}", kind=SpanKind.INTERNAL, attributes=attributes
+        f"{EXECUTE_TOOL} {tool}",
+        kind=SpanKind.INTERNAL,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
     ) as span:
-        yield span
+        try:
+            yield span
+        except Exception as exc:
+            _describe_exception(span, exc)
+            raise
 
 
-def describe_lookup(span: Span, *, outcome: str, result: str, state: str) -> None:
-    """What the look-up found, what became of the record, and its state after."""
+def describe_lookup(
+    span: Span, *, outcome: str, result: str, state: str, failed: bool = False
+) -> None:
+    """What the look-up found, what became of the record, and its state after; ``failed``
+    when the look-up got no answer (its outcome is then the ``error.type``)."""
     if span.is_recording():
         span.set_attributes(
             {
@@ -167,6 +245,8 @@ def describe_lookup(span: Span, *, outcome: str, result: str, state: str) -> Non
                 f"{NAMESPACE}.record.state": state,
             }
         )
+        if failed:
+            mark_error(span, outcome)
 
 
 def outgoing_headers() -> dict[str, str]:

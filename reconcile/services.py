@@ -44,6 +44,7 @@ from ledger.records import (
 from ledger.records.escalation import claimable_sql, escalate
 from ledger.redaction import redact_for_storage, redact_text
 from ledger.services.audit import audit_event
+from ledger.services.metrics import RECONCILE_ATTEMPT_ACTION
 from ledger.services.statements import (
     DB_NOW,
     column,
@@ -61,6 +62,10 @@ from reconcile.models import DownstreamAdapter, ReconcileAttempt, WorkspaceRoot
 
 logger = logging.getLogger(__name__)
 Attempt = ReconcileAttempt.Outcome
+#: The outcomes of a look-up that got no answer: its trace span is an error.
+NO_ANSWER = frozenset(
+    {Attempt.UNREACHABLE, Attempt.TIMEOUT, Attempt.MALFORMED, Attempt.REFUSED, Attempt.NO_CHECK}
+)
 
 
 LOOKUPS_FAILED = StoredText(
@@ -164,7 +169,11 @@ def reconcile_record(record_id: int, *, worker: str | None = None) -> str:
         if span.is_recording():  # one more read, only when the span is exported
             state = IdempotencyRecord.objects.filter(pk=record.pk).values_list("state", flat=True)
             tracing.describe_lookup(
-                span, outcome=finding.outcome, result=result, state=state.first() or "deleted"
+                span,
+                outcome=finding.outcome,
+                result=result,
+                state=state.first() or "deleted",
+                failed=finding.outcome in NO_ANSWER,
             )
     return result
 
@@ -266,7 +275,7 @@ def _apply(
         event = audit_event(
             tenant=locked.tenant_id,
             actor=actor,
-            action="reconcile.attempt",
+            action=RECONCILE_ATTEMPT_ACTION,
             target=locked,
             source=AuditEvent.Source.WORKER,
             after={"attempt": attempt_no, "outcome": finding.outcome},

@@ -137,7 +137,7 @@ def _database_error(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
 
 @api.exception_handler(RunHalted)
 def _run_halted(request: HttpRequest, exc: RunHalted) -> HttpResponse:
-    return problem(409, "RUN_HALTED", str(exc), extra={"combination_id": exc.combination.pk})
+    return problem(409, exc.code, str(exc), extra={"combination_id": exc.combination.pk})
 
 
 @api.exception_handler(ValidationError)

@@ -10,7 +10,13 @@ from ledger.models.audit import AuditEvent
 from ledger.models.combinations import RolloutPlan, RolloutStep, Run, VersionCombination
 from ledger.models.compensations import Compensation, DeclaredCompensation
 from ledger.models.entries import LedgerEntry
-from ledger.models.metrics import AlertEvent, MetricBucket, MetricCursor, Threshold
+from ledger.models.metrics import (
+    AlertEvent,
+    MetricBucket,
+    MetricCursor,
+    ReconcileBucket,
+    Threshold,
+)
 from ledger.models.notifications import Notification, NotificationChannel, OnCallPolicy
 from ledger.models.records import IdempotencyRecord, WritePlan
 from ledger.models.registry import McpServer, PolicyRule, Tool
@@ -34,6 +40,7 @@ __all__ = [
     "NotificationChannel",
     "OnCallPolicy",
     "PolicyRule",
+    "ReconcileBucket",
     "RolloutPlan",
     "RolloutStep",
     "Run",

@@ -51,6 +51,27 @@ class MetricBucket(models.Model):
         return f"{self.tool_name} @ {self.bucket_start}"
 
 
+class ReconcileBucket(models.Model):
+    """Reconciliation attempts per tenant, outcome and 5-minute bucket, folded by the rollup
+    from the attempts' audit events. The attempts' own rows go with their record at TTL
+    cleanup; these stay, so the counts read from them never go down."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    outcome = models.CharField(max_length=24)
+    bucket_start = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["tenant", "outcome", "bucket_start"], name="reconcile_bucket_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.outcome} @ {self.bucket_start}: {self.attempts}"
+
+
 class MetricCursor(models.Model):
     """How far the rollup has read an append-only source (entries, audit events)."""
 

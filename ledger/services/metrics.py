@@ -2,8 +2,11 @@
 
 ``roll_up`` reads what happened since it last ran from two append-only sources, new ledger
 entries (requests and decisions) and new audit events of records (executions, outcomes that
-became unknown), and adds it to 5-minute ``MetricBucket`` rows per tenant, combination and
-tool. Dashboards, thresholds and ``/metrics`` read the buckets, never the ledger.
+became unknown, reconciliation attempts), and adds it to 5-minute ``MetricBucket`` rows per
+tenant, combination and tool, and ``ReconcileBucket`` rows per tenant and look-up outcome.
+Dashboards, thresholds and ``/metrics`` read the buckets, never the ledger. TTL cleanup deletes
+records (and their attempts), never buckets or their sources, so a total read from the buckets
+never goes down.
 
 Definitions:
 - keyed request: a call with an idempotency key; dedup hit: a keyed request answered from an
@@ -37,6 +40,7 @@ from ledger.models import (
     LedgerEntry,
     MetricBucket,
     MetricCursor,
+    ReconcileBucket,
     Tenant,
 )
 
@@ -50,6 +54,10 @@ UNCERTAIN_ACTIONS = (
     "record.unknown",
     "record.report_contradicts_settlement",
 )
+#: The audit action of one reconciliation attempt (``reconcile.services`` writes it, with the
+#: attempt's ``outcome`` in ``after``): the rollup counts attempts from these events, which
+#: stay, not from the attempts' rows, which TTL cleanup deletes with their record.
+RECONCILE_ATTEMPT_ACTION = "reconcile.attempt"
 COUNTERS = (
     "keyed_requests",
     "dedup_hits",
@@ -60,6 +68,7 @@ COUNTERS = (
 )
 
 Key = tuple[int, int | None, str, datetime]
+AttemptKey = tuple[int, str, datetime]  # tenant, outcome, bucket
 
 
 def bucket_of(moment: datetime) -> datetime:
@@ -80,8 +89,14 @@ def roll_up(*, batch: int = 20_000) -> int:
     with transaction.atomic():
         entries_cursor, events_cursor = _cursor("entries"), _cursor("record_events")
         counts: dict[Key, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        attempts: dict[AttemptKey, int] = defaultdict(int)
         read = _fold_entries(entries_cursor, counts, batch)
-        read += _fold_events(events_cursor, counts, batch)
+        read += _fold_events(events_cursor, counts, attempts, batch)
+        for (tenant_id, outcome, start), value in attempts.items():
+            tally, _ = ReconcileBucket.objects.get_or_create(
+                tenant_id=tenant_id, outcome=outcome, bucket_start=start
+            )
+            ReconcileBucket.objects.filter(pk=tally.pk).update(attempts=F("attempts") + value)
         for (tenant_id, combination_id, tool_name, start), values in counts.items():
             bucket, _ = MetricBucket.objects.get_or_create(
                 tenant_id=tenant_id,
@@ -122,24 +137,39 @@ def _fold_entries(cursor: MetricCursor, counts: dict[Key, dict[str, int]], batch
     return len(rows)
 
 
-def _fold_events(cursor: MetricCursor, counts: dict[Key, dict[str, int]], batch: int) -> int:
+def _fold_events(
+    cursor: MetricCursor,
+    counts: dict[Key, dict[str, int]],
+    attempts: dict[AttemptKey, int],
+    batch: int,
+) -> int:
     events = list(
         AuditEvent.objects.filter(
             pk__gt=cursor.last_id,
             target_type="idempotencyrecord",
-            action__in=EXECUTION_ACTIONS + UNCERTAIN_ACTIONS,
+            action__in=(*EXECUTION_ACTIONS, *UNCERTAIN_ACTIONS, RECONCILE_ATTEMPT_ACTION),
         )
         .order_by("pk")
-        .values_list("pk", "target_id", "action", "before", "created_at")[:batch]
+        .values_list("pk", "tenant_id", "target_id", "action", "before", "after", "created_at")[
+            :batch
+        ]
     )
     records = {
         str(r["pk"]): r
         for r in IdempotencyRecord.objects.filter(
-            pk__in={int(e[1]) for e in events if e[1].isdigit()}
+            pk__in={
+                int(e[2]) for e in events if e[3] != RECONCILE_ATTEMPT_ACTION and e[2].isdigit()
+            }
         ).values("pk", "tenant_id", "combination_id", "tool__name")
     }
-    for pk, target_id, action, before, created in events:
+    for pk, tenant_id, target_id, action, before, after, created in events:
         cursor.last_id = pk
+        if action == RECONCILE_ATTEMPT_ACTION:
+            # Per tenant, from the event alone: the record may be gone by now.
+            outcome = (after or {}).get("outcome")
+            if tenant_id is not None and outcome:
+                attempts[(tenant_id, outcome, bucket_of(created))] += 1
+            continue
         record = records.get(target_id)
         if record is None:
             continue  # cleaned up since: its counts are in earlier buckets already

@@ -21,6 +21,8 @@ RUN_ID_MAX = cast(int, Run._meta.get_field("run_id").max_length)
 class RunHalted(Exception):
     """The run's combination is halted: new runs and new calls under it are refused."""
 
+    code = "RUN_HALTED"
+
     def __init__(self, combination: VersionCombination) -> None:
         super().__init__(f"version combination {combination.label!r} is halted")
         self.combination = combination

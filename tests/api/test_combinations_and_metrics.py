@@ -328,7 +328,7 @@ def test_prometheus_endpoint_refuses_anonymous_and_parses(
         "agent_ledger_uncertain_records",
         "agent_ledger_decisions",
         "agent_ledger_reconcile_attempts",
-        "agent_ledger_dedup_hit_rate",
+        "agent_ledger_dedup_hit_ratio",
     } <= set(families)
     keyed = [
         s for s in families["agent_ledger_keyed_requests"].samples if s.name.endswith("_total")

@@ -92,8 +92,10 @@ def test_each_step_is_exported_for_prometheus(
     )
     families = {f.name: f for f in text_string_to_metric_families(response.content.decode())}
     labels = {"tenant": "acme", "plan": str(plan["id"]), "candidate": "candidate", "step": "0"}
-    shares = [(s.labels, s.value) for s in families["agent_ledger_rollout_step_share_bp"].samples]
-    assert shares == [(labels, 1000), ({**labels, "step": "1"}, 10_000)]
+    shares = [
+        (s.labels, s.value) for s in families["agent_ledger_rollout_step_share_ratio"].samples
+    ]
+    assert shares == [(labels, 0.1), ({**labels, "step": "1"}, 1.0)]
     states = [s.labels["state"] for s in families["agent_ledger_rollout_step_state"].samples]
     assert states == ["passed", "passed"]
     observed = families["agent_ledger_rollout_step_threshold_observed"].samples

@@ -17,15 +17,16 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 from ledger import tracing
 from ledger.models import IdempotencyRecord
 from ledger.records import Outcome, complete_execution
 from reconcile.models import DownstreamAdapter
 from reconcile.services import reconcile_record
+from tests.api.call_outcomes import drive, prepare
 from tests.factories import make_tool, reserve
-from tests.processes import ROOT, VENV_BIN
+from tests.processes import ROOT, VENV_BIN, free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -110,6 +111,34 @@ def test_a_duplicate_and_a_completion_are_spans_with_their_decisions(api, spans)
     )
 
 
+def test_each_failed_uncertain_refused_or_conflicting_call_is_an_error_span(api, spans) -> None:
+    """``error.type`` and an error status on every call that did not go ahead or succeed;
+    neither on a go-ahead, a recorded success, a wait or a pause for a human."""
+
+    def post(path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
+        return api.client.post(
+            f"/api/v1{path}",
+            data=json.dumps(body),
+            content_type="application/json",
+            headers={"Authorization": f"Bearer {api.token}", **(headers or {})},
+            secure=True,
+        )
+
+    prepare(post)
+    sent = drive(post)
+    by_trace = {span.context.trace_id: span for span in spans.get_finished_spans()}
+    seen = {
+        t.what: (
+            by_trace[t.trace_id].attributes.get("error.type"),
+            by_trace[t.trace_id].status.status_code,
+        )
+        for t in sent
+    }
+    assert seen == {
+        t.what: (t.error_type, StatusCode.ERROR if t.error_type else StatusCode.UNSET) for t in sent
+    }
+
+
 @pytest.fixture
 def downstream() -> Iterator[dict[str, Any]]:
     """A downstream that has the order, and remembers the headers it was asked with."""
@@ -162,6 +191,26 @@ def test_a_lookup_is_a_span_and_its_context_goes_downstream(tenant, spans, downs
     trace_id, span_id = format(span.context.trace_id, "032x"), format(span.context.span_id, "016x")
     assert downstream["traceparent"].startswith(f"00-{trace_id}-{span_id}-")
     assert IdempotencyRecord.objects.get(pk=record.pk).state == "succeeded"
+    assert "error.type" not in span.attributes and span.status.status_code is StatusCode.UNSET
+
+
+@pytest.mark.usefixtures("private_downstreams")
+def test_a_lookup_that_gets_no_answer_is_an_error_span(tenant, spans) -> None:
+    tool = make_tool(tenant, "create_order")
+    DownstreamAdapter.objects.create(
+        tenant=tenant,
+        tool=tool,
+        url_template=f"http://127.0.0.1:{free_port()}/orders/{{key}}",  # nothing listens
+        found_statuses=[200],
+        not_found_statuses=[404],
+    )
+    record = reserve(tenant, tool, key="agent:acme:u1:run-1:create_order:cart-1").record
+    complete_execution(record=record, fencing_token=1, outcome=Outcome.UNCERTAIN, actor="rt")
+    reconcile_record(record.pk)
+    span = only(spans)
+    assert span.attributes["agent_ledger.lookup.outcome"] == "unreachable"
+    assert span.attributes["error.type"] == "unreachable"
+    assert span.status.status_code is StatusCode.ERROR
 
 
 @pytest.mark.parametrize(

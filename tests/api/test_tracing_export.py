@@ -1,6 +1,7 @@
 """Traces over the wire: a real server (gunicorn) configured only by OTEL_* variables exports
-its spans over OTLP/HTTP to a receiver the test starts, and a client call made inside the
-caller's span yields server spans in the caller's trace."""
+its spans over OTLP/HTTP to a receiver the test starts; a client call made inside the
+caller's span yields server spans in the caller's trace, and every failing decision arrives
+with ``error.type`` and an error status."""
 
 from __future__ import annotations
 
@@ -20,11 +21,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.trace.v1.trace_pb2 import Status
 from opentelemetry.sdk.trace import TracerProvider
 
 from agent_ledger_client import LedgerClient
 from ledger.models import ApiToken, Tenant
+from ledger.permissions import SERVICE_ACCOUNT_SCOPES
 from tests import processes
+from tests.api.call_outcomes import drive, prepare
 from tests.processes import ROOT, VENV_BIN, free_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -163,3 +167,41 @@ def test_a_client_call_in_the_callers_span_yields_server_spans_in_that_trace(
     assert len(attributes["agent_ledger.key.sha256"].string_value) == 64
     complete = by_operation["complete"][1]
     assert complete["agent_ledger.record.state"].string_value == "succeeded"
+
+
+def test_the_receiver_gets_error_type_on_each_failing_decision(otlp, traced_server) -> None:
+    """Failed, uncertain, refused and conflicting calls arrive with ``error.type`` (the
+    ledger's code for how the call ended) and status ERROR; a go-ahead, a recorded success, a
+    wait and a pause for a human arrive with neither."""
+    _endpoint, receiver = otlp
+    tenant = Tenant.objects.create(slug="acme", name="Acme")
+    _token, secret = ApiToken.issue(
+        tenant=tenant, name="runtime", scopes=sorted(SERVICE_ACCOUNT_SCOPES)
+    )
+    with httpx.Client(
+        base_url=f"{traced_server}/api/v1", headers={"Authorization": f"Bearer {secret}"}
+    ) as http:
+
+        def post(path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
+            return http.post(path, json=body, headers=headers)
+
+        prepare(post)
+        sent = drive(post)
+    wanted = {t.trace_id.to_bytes(16, "big") for t in sent}
+    deadline = time.monotonic() + 15
+    while not wanted <= {span.trace_id for _, span in receiver.received()}:
+        assert time.monotonic() < deadline, receiver.received()
+        time.sleep(0.1)
+    by_trace = {span.trace_id: span for _, span in receiver.received()}
+    seen = {}
+    for t in sent:
+        span = by_trace[t.trace_id.to_bytes(16, "big")]
+        attributes = {a.key: a.value.string_value for a in span.attributes}
+        seen[t.what] = (attributes.get("error.type"), span.status.code)
+    assert seen == {
+        t.what: (
+            t.error_type,
+            Status.STATUS_CODE_ERROR if t.error_type else Status.STATUS_CODE_UNSET,
+        )
+        for t in sent
+    }
