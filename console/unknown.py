@@ -31,7 +31,7 @@ from ledger.domain import NOT_EXECUTED, EscalationKind, RecordState
 from ledger.errors import InvalidInput, LedgerError
 from ledger.models import IdempotencyRecord, Tenant
 from ledger.permissions import Role
-from ledger.records import Outcome, resolve_unknown
+from ledger.records import Outcome, not_landed, resolve_unknown
 from reconcile import operator_actions
 
 #: Calls per page of the queue; a bulk action takes at most one page's worth.
@@ -267,6 +267,8 @@ def unknown_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespons
             tenant,
             record=record,
             escalated=states.escalated_now(record),
+            # A file check found the write did not land: "did not happen" is what it shows.
+            not_landed=not_landed(record),
             **selectors.record_page(record),
         ),
     )

@@ -79,3 +79,18 @@ def test_the_inbox_says_its_write_conflicts_are_among_its_unknown_calls(
     )
     assert ("1", "calls with unknown outcome") in tiles
     assert ("1", "of them write conflicts") in tiles
+
+
+def test_the_resolve_buttons_follow_what_is_known_of_the_call(
+    django_user_model, tenant: Tenant
+) -> None:
+    """A write whose file check found it did not land makes "did not happen" the default, not
+    "succeeded"; an escalated call offers no second escalation."""
+    from tests.console.conftest import make_pending
+
+    pending = make_pending(tenant)
+    olga = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    page = olga.get(f"/unknown/{pending.record_id}/").content.decode()
+    assert 'value="failed" class="primary"' in page
+    assert 'value="succeeded" class="primary"' not in page
+    assert 'value="escalate"' not in page
