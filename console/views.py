@@ -34,8 +34,8 @@ from console.filters import TimeRangeForm, WindowForm
 from console.forbidden import refusal
 from console.language import save_language
 from console.lifecycle import actions_for
-from console.members import request_has_role, tenants_of
-from console.navigation import context_for
+from console.members import request_has_role, request_roles, tenants_of
+from console.navigation import context_for, pages_for
 from console.params import parse_id
 from console.sessions import polled
 from console.templatetags.humanize_age import countdown_formats
@@ -53,7 +53,7 @@ from ledger.models import (
 from ledger.permissions import Role
 from ledger.records import decide_approval, not_landed
 from ledger.services import approvals as approvals_service
-from ledger.services import combinations, metrics, thresholds
+from ledger.services import combinations, metrics, regressions, thresholds
 from ledger.services.registry import declare_key_fields, import_mcp_tools, override_tool
 from reconcile import compensation_requests, compensations
 
@@ -62,8 +62,11 @@ PAGE_SIZE = 50
 
 @console_view(export=False)
 def home(request: HttpRequest, tenant: Tenant) -> HttpResponse:
-    """What needs a human now; the inbox fragment refreshes itself by polling."""
+    """What needs a human now, and for managers the candidates that do worse than the active
+    combination; the inbox fragment refreshes itself by polling."""
     context = context_for(request, tenant, inbox=selectors.inbox(tenant))
+    if "combinations" in pages_for(request_roles(request, tenant)):
+        context["regressions"] = regressions.regressions(tenant)
     template = "console/home.html#inbox" if getattr(request, "htmx", False) else "console/home.html"
     return render(request, template, context)
 

@@ -71,6 +71,7 @@ TERMS = {
     "apply_again": _("apply again"),
     # thresholds
     "dedup_hit_rate": _("dedup hit rate"),
+    "uncertain_share": _("executions that became uncertain"),
     "uncertain_results": _("uncertain results"),
     "duplicate_side_effects": _("duplicate side effects"),
     "alert": _("alert"),
@@ -148,3 +149,9 @@ def badge(subject: ApprovalRequest | IdempotencyRecord) -> str:
     return format_html(
         '<span class="badge{}" title="{}">{}</span>', tone, stored(status.why), term(status.state)
     )
+
+
+@register.filter
+def signed(value: float) -> str:
+    """A difference with its sign and one decimal (``+19.1``, ``-15.9``)."""
+    return f"{value:+.1f}"
