@@ -4,8 +4,6 @@ reason (never their own request: the approvals rule), and a worker runs what was
 
 from __future__ import annotations
 
-import json
-
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
@@ -23,7 +21,6 @@ from ledger.models import (
     IdempotencyRecord,
     Run,
     Tenant,
-    Tool,
 )
 from ledger.permissions import Role
 from ledger.services import approvals
@@ -184,27 +181,3 @@ def run_compensation_decide(request: HttpRequest, tenant: Tenant, pk: int) -> Ht
         done = _("%(n)d approved; a worker runs them newest first.") if approve else None
         messages.success(request, (done or _("%(n)d rejected.")) % {"n": decided})
     return redirect("console:run_compensation", pk=run.pk)
-
-
-@console_view(Role.MANAGER, methods=("POST",))
-def tool_compensation(request: HttpRequest, tenant: Tenant) -> HttpResponse:
-    """Declare (or change) how a tool's action is undone: compensating tool and arguments."""
-    tool = Tool.objects.filter(tenant=tenant, name=request.POST.get("tool", "")).first()
-    try:
-        if tool is None:
-            raise LedgerError(_("No such tool."))
-        arguments = json.loads(request.POST.get("arguments", ""))
-        compensations.declare_compensation(
-            tool=tool,
-            compensating_tool=request.POST.get("compensating_tool", ""),
-            arguments=arguments,
-            actor=_user(request).get_username(),
-            source=AuditEvent.Source.CONSOLE,
-        )
-    except json.JSONDecodeError:
-        messages.error(request, _("The arguments must be a JSON object."))
-    except LedgerError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, _("Compensation of %(tool)s saved.") % {"tool": tool.name})
-    return redirect("console:tools")

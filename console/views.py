@@ -28,6 +28,7 @@ from console import charts as charts_mod
 from console import claims, diffs, selectors
 from console.access import TENANT_SESSION_KEY, console_view, get_for_tenant
 from console.audit_export import AUDIT_COLUMNS
+from console.compensation_setup import CompensationSetupForm, initial_for, set_ups, tool_names
 from console.csv_export import Columns, csv_response, export_href, in_chunks
 from console.denials import Reason, record_denial
 from console.filters import TimeRangeForm, WindowForm
@@ -44,7 +45,6 @@ from ledger.errors import InvalidInput, LedgerError
 from ledger.models import (
     ApprovalRequest,
     AuditEvent,
-    DeclaredCompensation,
     Tenant,
     Threshold,
     Tool,
@@ -508,10 +508,29 @@ TOOL_PAGE = 500
 
 @console_view(export=True)
 def tools_page(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
-    """The registry: every tool's classification with its reason and rule."""
+    """The registry: every tool's classification with its reason and rule, and each tool's
+    compensation (``?compensation=<tool>`` fills the form in with that one, to change it)."""
     tools = Tool.objects.filter(tenant=tenant).select_related("server").order_by("name")
     if request.GET.get("format") == "csv":
         return csv_response(f"{tenant.slug}-tools.csv", TOOL_COLUMNS, tools)
+    return _tools(request, tenant, tools, form=None)
+
+
+def _tools(
+    request: HttpRequest,
+    tenant: Tenant,
+    tools: QuerySet[Tool],
+    *,
+    form: CompensationSetupForm | None,
+    status: int = 200,
+) -> HttpResponse:
+    """The Tools page; ``form`` is a compensation set-up that was refused, with its errors."""
+    declared = set_ups(tenant)
+    can_edit = request_has_role(request, tenant, Role.MANAGER)
+    if form is None and can_edit:
+        changed = request.GET.get("compensation", "")
+        chosen = next((d for d in declared if d.tool_name == changed), None)
+        form = CompensationSetupForm(tools=tool_names(tenant), initial=initial_for(chosen))
     return render(
         request,
         "console/tools.html",
@@ -519,14 +538,48 @@ def tools_page(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
             request,
             tenant,
             tools=tools[:TOOL_PAGE],
-            declared=DeclaredCompensation.objects.filter(tenant=tenant, tool__isnull=False)
-            .select_related("tool", "compensating_tool")
-            .order_by("tool__name")[:500],
-            can_edit=request_has_role(request, tenant, Role.MANAGER),
+            declared=declared,
+            compensation_form=form,
+            can_edit=can_edit,
             idempotency_choices=[i.value for i in Idempotency],
             export_href=export_href(""),
         ),
+        status=status,
     )
+
+
+@console_view(Role.MANAGER, methods=("POST",))
+def tool_compensation(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    """Set up (or change) how a tool's action is undone: its compensating tool, the arguments,
+    and the adapters a worker runs it through. A refusal shows the page again with the error
+    beside its field, and writes nothing."""
+    form = CompensationSetupForm(request.POST, tools=tool_names(tenant))
+    if form.is_valid():
+        data = form.cleaned_data
+        tool = Tool.objects.get(tenant=tenant, name=data["tool"])  # one of the form's choices
+        try:
+            compensations.set_up_compensation(
+                tool=tool,
+                compensating_tool=data["compensating_tool"],
+                arguments=data["arguments"],
+                url_template=data["url_template"],
+                success_statuses=data["success_statuses"],
+                lookup_url_template=data["lookup_url_template"],
+                actor=request.user.get_username(),
+                source=AuditEvent.Source.CONSOLE,
+            )
+        except compensations.SetupRefused as exc:
+            for setting, error in exc.errors.items():
+                form.add_error(setting if setting in form.fields else None, error)
+        else:
+            messages.success(
+                request,
+                _("Compensation of %(tool)s saved: %(by)s undoes it.")
+                % {"tool": tool.name, "by": data["compensating_tool"]},
+            )
+            return redirect(reverse("console:tools") + "#compensations")
+    tools = Tool.objects.filter(tenant=tenant).select_related("server").order_by("name")
+    return _tools(request, tenant, tools, form=form, status=400)
 
 
 @console_view(Role.MANAGER, methods=("POST",), target="tool")

@@ -115,6 +115,11 @@ def compensation_state(record_state: str | None) -> str:
     return COMPENSATED if record_state == RecordState.SUCCEEDED else str(record_state)
 
 
+def url_arguments(url_template: str) -> set[str]:
+    """The argument names the adapter's URL takes (its ``{name}`` placeholders)."""
+    return set(_PLACEHOLDER.findall(url_template))
+
+
 def example_url(url_template: str) -> str:
     """The adapter's URL with every ``{name}`` filled in, to check where it would go."""
     return _PLACEHOLDER.sub("x", url_template)

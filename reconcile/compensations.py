@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.core.exceptions import ValidationError
+from django.db import models, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 from django.utils.translation import gettext_noop
@@ -28,13 +29,14 @@ from ledger.compensation import (
     compensation_key,
     compensation_state,
     fill_url,
+    url_arguments,
     validate_arguments,
 )
 from ledger.domain import (
     Idempotency,
     RecordState,
 )
-from ledger.errors import InvalidInput, InvalidTransition, NotFound
+from ledger.errors import InvalidInput, InvalidTransition, LedgerError, NotFound
 from ledger.models import (
     ApprovalRequest,
     Compensation,
@@ -49,7 +51,7 @@ from ledger.services import approvals, runs
 from ledger.services.audit import audit
 from ledger.services.runs import RUN_ID_MAX
 from ledger.stored_text import StoredText
-from reconcile.models import CompensationAdapter
+from reconcile.models import CompensationAdapter, DownstreamAdapter
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +114,135 @@ def declare_compensation(
             detail=(_DECLARED if created else _CHANGED)(),
         )
     return declared
+
+
+# --- set up from the console: the declaration and the adapters that run it -----------------
+
+
+_UNGIVEN = StoredText(
+    gettext_noop("the URL takes %(names)s, which the arguments do not give (they give %(given)s)")
+)
+_NO_KEY = StoredText(
+    gettext_noop("the look-up URL needs {key}, where the compensation's idempotency key goes")
+)
+_NO_STATUSES = StoredText(gettext_noop("give at least one success status, such as 200"))
+_NOT_A_STATUS = StoredText(gettext_noop("%(status)s is not an HTTP status (100 to 599)"))
+
+
+class SetupRefused(InvalidInput):
+    """A compensation set-up that cannot be saved: ``errors`` names each setting at fault."""
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        super().__init__("; ".join(errors.values()))
+        self.errors = errors
+
+
+def set_up_compensation(
+    *,
+    tool: Tool,
+    compensating_tool: str,
+    arguments: Any,
+    url_template: str,
+    success_statuses: Any,
+    lookup_url_template: str,
+    actor: str,
+    source: str,
+) -> DeclaredCompensation:
+    """Everything ``tool``'s compensation needs to run, set at once: the declaration (by
+    ``declare_compensation``, the rule the API's declarations follow), the compensating tool's
+    compensation adapter (the ``POST`` a worker sends and the statuses that mean done) and,
+    with ``lookup_url_template``, its downstream adapter, which looks a compensation whose
+    outcome is unknown up by key. Every URL passes the outbound allow-list, as when it is sent.
+    All or nothing: a refusal (``SetupRefused``) names every setting at fault and writes
+    nothing."""
+    errors: dict[str, str] = {}
+    mapping: dict[str, str] = {}
+    try:
+        mapping = validate_arguments(arguments)
+    except CompensationError as exc:
+        errors["arguments"] = str(exc)
+    target: Tool | None = None
+    try:
+        target = _compensating_tool(tool, compensating_tool)
+    except LedgerError as exc:
+        errors["compensating_tool"] = exc.message
+    ungiven = url_arguments(url_template) - set(mapping)
+    if mapping and ungiven:
+        errors["url_template"] = _UNGIVEN(
+            names=", ".join(sorted(ungiven)), given=", ".join(sorted(mapping))
+        )
+    existing = CompensationAdapter.objects.filter(tool=target).first() if target else None
+    adapter = existing or CompensationAdapter(tenant_id=tool.tenant_id, tool=target)
+    lookup = _lookup_of(target) if target else None
+    before = _adapters_of(existing, lookup) if existing else None
+    adapter.url_template = url_template.strip()
+    try:
+        adapter.success_statuses = _statuses(success_statuses)
+    except InvalidInput as exc:
+        errors["success_statuses"] = exc.message
+    _validate(adapter, {"url_template": "url_template"}, errors)
+    if lookup_url_template.strip():
+        lookup = lookup or DownstreamAdapter(tenant_id=tool.tenant_id, tool=target)
+        lookup.kind = DownstreamAdapter.Kind.HTTP
+        lookup.url_template = lookup_url_template.strip()
+        lookup.found_statuses = lookup.found_statuses or [200]
+        lookup.not_found_statuses = lookup.not_found_statuses or [404]
+        if "{key}" not in lookup.url_template:
+            errors["lookup_url_template"] = _NO_KEY()
+        _validate(lookup, {"url_template": "lookup_url_template"}, errors)
+    if errors or target is None:
+        raise SetupRefused(errors)
+    with transaction.atomic():
+        declared = declare_compensation(
+            tool=tool, compensating_tool=target.name, arguments=mapping, actor=actor, source=source
+        )
+        adapter.save()
+        if lookup is not None:
+            lookup.save()
+        audit(
+            tenant=tool.tenant_id,
+            actor=actor,
+            action="compensation.adapter_set",
+            target=target,
+            source=source,
+            before=before,
+            after=_adapters_of(adapter, lookup),
+        )
+    return declared
+
+
+def _lookup_of(tool: Tool) -> DownstreamAdapter | None:
+    return DownstreamAdapter.objects.filter(tool=tool).first()
+
+
+def _adapters_of(adapter: CompensationAdapter, lookup: DownstreamAdapter | None) -> dict[str, Any]:
+    """What the audit keeps of a compensating tool's adapters."""
+    return {
+        "tool": adapter.tool.name,
+        "url_template": adapter.url_template,
+        "success_statuses": adapter.success_statuses,
+        "lookup_url_template": lookup.url_template if lookup is not None else None,
+    }
+
+
+def _statuses(value: Any) -> list[int]:
+    if not isinstance(value, list) or not value:
+        raise InvalidInput(_NO_STATUSES())
+    for status in value:
+        if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
+            raise InvalidInput(_NOT_A_STATUS(status=status))
+    return sorted(set(value))
+
+
+def _validate(adapter: models.Model, settings: dict[str, str], errors: dict[str, str]) -> None:
+    """The model's own checks (its ``clean``: the outbound allow-list), each refusal kept in
+    ``errors`` under the setting it comes from, unless that setting has one already."""
+    try:
+        adapter.clean_fields(exclude=["tenant", "tool"])
+        adapter.clean()
+    except ValidationError as exc:
+        for field, messages in exc.message_dict.items():
+            errors.setdefault(settings.get(field, field), " ".join(messages))
 
 
 def _declarations(records: Sequence[IdempotencyRecord]) -> dict[int, DeclaredCompensation]:

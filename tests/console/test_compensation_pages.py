@@ -46,7 +46,10 @@ def test_get_is_not_allowed_for_the_actions(django_user_model, tenant, ordered) 
     assert client.get(f"/compensations/runs/{ordered.run_id}/request").status_code == 405
 
 
-def test_a_manager_declares_a_compensation_on_the_tools_page(django_user_model, tenant) -> None:
+def test_a_manager_declares_a_compensation_on_the_tools_page(
+    django_user_model, tenant, settings
+) -> None:
+    settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True
     make_tool(tenant, "charge_customer")
     make_tool(tenant, "refund")
     manager = signed_in(make_user(django_user_model, "mia", tenant, "manager"))
@@ -55,7 +58,9 @@ def test_a_manager_declares_a_compensation_on_the_tools_page(django_user_model, 
         {
             "tool": "charge_customer",
             "compensating_tool": "refund",
-            "arguments": '{"charge": "result.id"}',
+            "arguments": '{"charge": "result.id"}',  # the API's JSON is taken as it is
+            "url_template": "http://127.0.0.1:9/charges/{charge}/refund",
+            "success_statuses": "201",
         },
     )
     assert saved.status_code == 302
