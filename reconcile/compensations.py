@@ -14,11 +14,12 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 from django.utils.translation import gettext_noop
 
@@ -262,6 +263,81 @@ def _declarations(records: Sequence[IdempotencyRecord]) -> dict[int, DeclaredCom
 def declaration_for(record: IdempotencyRecord) -> DeclaredCompensation | None:
     """The call's own declaration, else its tool's."""
     return _declarations([record]).get(record.pk)
+
+
+# --- where a compensation is offered ---------------------------------------------------------
+
+
+#: A read: an action classified idempotent when it ran, whose tool is still classified so. A
+#: read changes nothing, so it needs no compensation (a tool a manager reclassified since, such
+#: as a "read" that turned out to create orders, has its past actions offered again).
+_A_READ = Q(classified_as=Idempotency.IDEMPOTENT, tool__idempotency=Idempotency.IDEMPOTENT)
+
+
+def is_a_read(record: IdempotencyRecord) -> bool:
+    """``_A_READ`` for one action (its tool read)."""
+    return (
+        record.classified_as == Idempotency.IDEMPOTENT
+        and record.tool.idempotency == Idempotency.IDEMPOTENT
+    )
+
+
+def _can_be_requested() -> Q:
+    """The actions a human can ask to compensate (rows of ``IdempotencyRecord``): succeeded,
+    not a read, not a compensation, and declared (the call's own declaration, else its tool's)
+    with a compensating tool that has an adapter to run it. Whether its arguments can be taken
+    from what the ledger stored is for its page to say (``preview``): that reads the action's
+    input and checks the URL, too much for every row of a list."""
+    runnable = Exists(CompensationAdapter.objects.filter(tool_id=OuterRef("compensating_tool_id")))
+    own = DeclaredCompensation.objects.filter(record_id=OuterRef("pk"))
+    of_tool = DeclaredCompensation.objects.filter(tool_id=OuterRef("tool_id"))
+    declared = Exists(own.filter(runnable)) | (~Exists(own) & Exists(of_tool.filter(runnable)))
+    return Q(state=RecordState.SUCCEEDED) & ~_A_READ & ~_a_compensation() & Q(declared)
+
+
+def _a_compensation() -> Q:
+    """A compensation's own record (it is not compensated in turn)."""
+    compensates = Compensation.objects.filter(tenant_id=OuterRef("tenant_id"), key=OuterRef("key"))
+    return Q(Exists(compensates))
+
+
+def _offered() -> Q:
+    """Actions whose page offers a compensation: one requested already (its state shown), or
+    one a human can ask for."""
+    return Q(Exists(Compensation.objects.filter(original_id=OuterRef("pk")))) | _can_be_requested()
+
+
+def offered(record_ids: Iterable[int]) -> set[int]:
+    """Of these actions, the ids of those whose page offers a compensation. One statement."""
+    ids = set(record_ids)
+    if not ids:
+        return set()
+    return set(
+        IdempotencyRecord.objects.filter(pk__in=ids).filter(_offered()).values_list("pk", flat=True)
+    )
+
+
+class RunOffer(StrEnum):
+    """What a run's page says of compensating it."""
+
+    SAGA = "saga"  # one of its actions can be compensated, or is: a link to the saga
+    NONE = "none"  # actions that were not reads happened, none can be: why, once
+    NOTHING = ""  # nothing happened that a compensation could undo: nothing to say
+
+
+def run_offer(run: Run) -> RunOffer:
+    """What ``run``'s page offers (``RunOffer``), read in one statement. The saga takes the
+    run's non-idempotent actions (``_run_actions``), and so does its link."""
+    happened = IdempotencyRecord.objects.filter(
+        tenant_id=run.tenant_id, run=run, state=RecordState.SUCCEEDED
+    ).exclude(_A_READ | _a_compensation())
+    found = happened.aggregate(
+        saga=Count("pk", filter=Q(classified_as=Idempotency.NON_IDEMPOTENT) & _offered()),
+        happened=Count("pk"),
+    )
+    if found["saga"]:
+        return RunOffer.SAGA
+    return RunOffer.NONE if found["happened"] else RunOffer.NOTHING
 
 
 # --- preview and request --------------------------------------------------------------------

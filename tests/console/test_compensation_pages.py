@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.models import AuditEvent, DeclaredCompensation
+from ledger.models import (
+    AuditEvent,
+    DeclaredCompensation,
+    IdempotencyRecord,
+    Run,
+)
+from reconcile.compensations import declare_compensation
+from tests.api.conftest import ApiClient, client_for
 from tests.console.conftest import make_user, signed_in
 from tests.factories import make_tool
 
@@ -96,3 +103,65 @@ def test_an_operator_cannot_declare(django_user_model, tenant) -> None:
     )
     assert answer.status_code == 403
     assert not DeclaredCompensation.objects.exists()
+
+
+# --- where a compensation is offered ---------------------------------------------------------
+
+
+def _succeeded(api: ApiClient, tool: str, step: str, result: dict) -> IdempotencyRecord:
+    call = api.call(tool, {"step": step}, step_id=step).json()
+    done = api.post(
+        f"/calls/{call['call_id']}/complete",
+        {"fencing_token": 1, "outcome": "succeeded", "result": result},
+    )
+    assert done.status_code == 200, done.content
+    return IdempotencyRecord.objects.get(key=call["idempotency_key"])
+
+
+def test_only_an_action_that_can_be_compensated_links_to_it(
+    django_user_model, tenant, ordered
+) -> None:
+    """``ordered`` has a compensation with an adapter; a read (even one whose tool declares a
+    compensation), an action without a declaration and one whose compensating tool has no
+    adapter have none to offer."""
+    api = client_for(tenant)
+    declare_compensation(
+        tool=make_tool(tenant, "read_file"),
+        compensating_tool="cancel_order",
+        arguments={"order_id": "result.id"},
+        actor="test",
+        source="system",
+    )
+    declare_compensation(
+        tool=make_tool(tenant, "send_email"),
+        compensating_tool=make_tool(tenant, "recall_email").name,
+        arguments={"message_id": "result.id"},
+        actor="test",
+        source="system",
+    )
+    read = _succeeded(api, "read_file", "s-read", {"id": "ord_2"})
+    charge = _succeeded(api, "charge_customer", "s-charge", {"id": "ch_1"})
+    mail = _succeeded(api, "send_email", "s-mail", {"id": "msg_1"})
+    olga = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    run_page = olga.get(f"/ledger/runs/{ordered.run_id}/").content.decode()
+    assert f"/compensations/records/{ordered.pk}/" in run_page
+    assert f"/compensations/runs/{ordered.run_id}/" in run_page  # the saga
+    for none in (read, charge, mail):
+        assert f"/compensations/records/{none.pk}/" not in run_page
+        record_page = olga.get(f"/ledger/records/{none.pk}/").content.decode()
+        assert f"/compensations/records/{none.pk}/" not in record_page
+    record_page = olga.get(f"/ledger/records/{ordered.pk}/").content.decode()
+    assert f"/compensations/records/{ordered.pk}/" in record_page
+
+
+def test_a_run_with_nothing_to_compensate_says_why_once(django_user_model, tenant) -> None:
+    api = client_for(tenant)
+    api.start_run()
+    _succeeded(api, "charge_customer", "s-charge", {"id": "ch_1"})
+    _succeeded(api, "send_email", "s-mail", {"id": "msg_1"})
+    _succeeded(api, "read_file", "s-read", {"text": "x"})
+    olga = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    run = Run.objects.get(run_id="run-1")
+    page = olga.get(f"/ledger/runs/{run.pk}/").content.decode()
+    assert "/compensations/" not in page
+    assert page.count("can be compensated") == 1
