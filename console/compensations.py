@@ -53,6 +53,7 @@ def record_compensation(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRe
     except LedgerError as exc:
         problem = exc.message
     approval = compensations.pending_approval(compensation) if compensation else None
+    shown = compensations.shown_states([compensation])[compensation.pk] if compensation else None
     own_record = compensation_record(compensation) if compensation else None
     decided = (
         ApprovalRequest.objects.filter(record=own_record, decided_by__isnull=False)
@@ -73,6 +74,7 @@ def record_compensation(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRe
             preview=preview,
             problem=problem,
             link=compensation_view(record),
+            shown=shown,
             approval=approval,
             decided=decided,
             own=approval is not None
@@ -90,6 +92,7 @@ def record_compensation_request(request: HttpRequest, tenant: Tenant, pk: int) -
             actor=_user(request).get_username(),
             requester_id=_user(request).pk,
             source=AuditEvent.Source.CONSOLE,
+            reason=request.POST.get("reason", ""),
         )
     except LedgerError as exc:
         messages.error(request, exc.message)
@@ -126,6 +129,7 @@ def run_compensation(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespo
     """A run compensated as a whole: every step, newest first, with its state."""
     run = _get_run_for_user(request, tenant, pk)
     steps = compensations.saga_plan(run)
+    shown = compensations.shown_states([s.compensation for s in steps if s.compensation])
     waiting = compensations.waiting_approvals(compensations.saga_compensations(run))
     return render(
         request,
@@ -134,7 +138,7 @@ def run_compensation(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespo
             request,
             tenant,
             run=run,
-            steps=steps,
+            steps=[(s, shown[s.compensation.pk] if s.compensation else s.state) for s in steps],
             requestable=any(step.preview for step in steps),
             waiting=len(waiting),
             own=any(approvals.refusal_of_decider(a, _user(request)) for a in waiting),

@@ -11,7 +11,7 @@ from console import selectors
 from console.access import console_view, get_for_tenant
 from console.navigation import context_for
 from ledger.domain import RecordState
-from ledger.models import IdempotencyRecord, Tenant
+from ledger.models import Compensation, IdempotencyRecord, Tenant
 from ledger.permissions import Role
 from reconcile import compensations
 
@@ -20,6 +20,11 @@ from reconcile import compensations
 def record_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
     records = IdempotencyRecord.objects.select_related("tool", "run", "combination")
     record = get_for_tenant(request, tenant, records, pk, "No such action.")
+    page = selectors.record_page(record)
+    compensation = page["compensation"]
+    shown = (
+        compensations.shown_states([compensation]) if isinstance(compensation, Compensation) else {}
+    )
     offered = bool(compensations.offered([record.pk]))
     # An action that happened and is neither a read nor a compensation could have one: say so.
     missing = (
@@ -37,6 +42,7 @@ def record_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse
             record=record,
             compensation_offered=offered,
             compensation_missing=missing,
-            **selectors.record_page(record),
+            compensation_state=next(iter(shown.values()), None),
+            **page,
         ),
     )

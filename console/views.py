@@ -226,6 +226,8 @@ def approval_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
     # Opening the page claims the approval; the page polling itself only reads who has it.
     claim = claims.taken if polled(request) else claims.claim
     taken_by = claim(approval, request.user) if pending and not own else None
+    # A compensation is sent by a worker once approved, not run by the model's runtime.
+    compensation = compensations.compensation_of_approval(approval)
     return render(
         request,
         "console/approval_detail.html",
@@ -243,6 +245,7 @@ def approval_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
             check=check,
             requested=requested,
             timeline=timeline,
+            compensation=compensation,
             can_decide=pending and void is None and not own,
         ),
     )
@@ -270,7 +273,12 @@ def approval_decide(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
         messages.error(request, exc.message)
         return redirect("console:approval", pk=approval.pk)
     claims.release(approval)
-    messages.success(request, _("Approved.") if approve else _("Rejected; the model is told why."))
+    if compensation is not None:
+        messages.success(request, _("Approved; a worker runs it.") if approve else _("Rejected."))
+    else:
+        messages.success(
+            request, _("Approved.") if approve else _("Rejected; the model is told why.")
+        )
     return redirect("console:approvals")
 
 

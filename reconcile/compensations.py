@@ -30,6 +30,7 @@ from ledger.compensation import (
     compensation_key,
     compensation_state,
     fill_url,
+    shown_state,
     url_arguments,
     validate_arguments,
 )
@@ -499,15 +500,34 @@ def waiting_approvals(compensations: Iterable[Compensation]) -> list[ApprovalReq
     return list(approvals.still_open(_approvals_of(compensations)).order_by("pk"))
 
 
+def shown_states(compensations: Sequence[Compensation]) -> dict[int, str]:
+    """What the console shows of each compensation, by its id (``shown_state``: its own
+    record's state read with its latest approval request's). Two statements for any number."""
+    records = dict(
+        IdempotencyRecord.objects.filter(
+            tenant_id__in={c.tenant_id for c in compensations},
+            key__in=[c.key for c in compensations],
+        ).values_list("key", "state")
+    )
+    latest: dict[str, str] = {}
+    for key, state in (
+        _approvals_of(compensations).order_by("-pk").values_list("record__key", "state")
+    ):
+        latest.setdefault(key, state)
+    return {c.pk: shown_state(records.get(c.key), latest.get(c.key)) for c in compensations}
+
+
 def pending_approval(compensation: Compensation) -> ApprovalRequest | None:
     return next(iter(open_approvals([compensation])), None)
 
 
 def compensation_of_approval(approval: ApprovalRequest) -> Compensation | None:
     """The compensation an approval request is about, if it is one."""
-    return Compensation.objects.filter(
-        tenant_id=approval.tenant_id, key=approval.record.key
-    ).first()
+    return (
+        Compensation.objects.select_related("original")
+        .filter(tenant_id=approval.tenant_id, key=approval.record.key)
+        .first()
+    )
 
 
 # --- a run as a whole (saga) ---------------------------------------------------------------

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ledger.models import (
+    ApprovalRequest,
     AuditEvent,
+    Compensation,
     DeclaredCompensation,
     IdempotencyRecord,
     Run,
@@ -165,3 +169,67 @@ def test_a_run_with_nothing_to_compensate_says_why_once(django_user_model, tenan
     page = olga.get(f"/ledger/runs/{run.pk}/").content.decode()
     assert "/compensations/" not in page
     assert page.count("can be compensated") == 1
+
+
+# --- the compensation's request, approval and state ------------------------------------------
+
+
+def _state_of(page: str) -> str:
+    found = re.search(r'<span class="badge" id="compensation-state">(.*?)</span>', page)
+    return found.group(1) if found else ""
+
+
+def test_the_compensation_shows_no_outcome_before_anyone_approved(
+    django_user_model, tenant, ordered
+) -> None:
+    olga = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    alice = signed_in(make_user(django_user_model, "alice", tenant, "approver"))
+    olga.post(f"/compensations/records/{ordered.pk}/request")
+    page = alice.get(f"/compensations/records/{ordered.pk}/").content.decode()
+    assert "Compensated by" not in page and _state_of(page) == "awaiting approval"
+    alice.post(
+        f"/compensations/records/{ordered.pk}/decide", {"decision": "approve", "reason": "dup"}
+    )
+    page = alice.get(f"/compensations/records/{ordered.pk}/").content.decode()
+    assert "Compensated by" not in page and _state_of(page) == "approved; a worker sends it"
+    record_page = olga.get(f"/ledger/records/{ordered.pk}/").content.decode()
+    assert "approved; a worker sends it" in record_page and ">reserved<" not in record_page
+
+
+def test_the_requester_gives_a_reason_the_approver_reads_redacted(
+    django_user_model, tenant, ordered
+) -> None:
+    secret = "sk_live_0123456789abcdef"  # planted, to be redacted
+    olga = signed_in(make_user(django_user_model, "olga", tenant, "operator"))
+    olga.post(
+        f"/compensations/records/{ordered.pk}/request",
+        {"reason": f"a duplicate of order 7; token={secret}"},
+    )
+    compensation = Compensation.objects.get(original=ordered)
+    assert "a duplicate of order 7" in compensation.reason and secret not in compensation.reason
+    approval = ApprovalRequest.objects.get(record__key=compensation.key)
+    alice = signed_in(make_user(django_user_model, "alice", tenant, "approver"))
+    for url in (f"/compensations/records/{ordered.pk}/", f"/approvals/{approval.pk}/"):
+        page = alice.get(url).content.decode()
+        assert "a duplicate of order 7" in page and secret not in page, url
+    requested = AuditEvent.objects.get(action="compensation.requested")
+    assert "a duplicate of order 7" in requested.detail and secret not in requested.detail
+
+
+def test_the_compensation_approval_says_a_worker_sends_it(
+    django_user_model, tenant, ordered
+) -> None:
+    signed_in(make_user(django_user_model, "olga", tenant, "operator")).post(
+        f"/compensations/records/{ordered.pk}/request"
+    )
+    approval = ApprovalRequest.objects.get(record__key=f"{ordered.key}:compensate")
+    alice = signed_in(make_user(django_user_model, "alice", tenant, "approver"))
+    page = alice.get(f"/approvals/{approval.pk}/").content.decode()
+    assert "the model reads it" not in page and "tells the model" not in page
+    assert "a worker sends" in page
+    rejected = alice.post(
+        f"/approvals/{approval.pk}/decide",
+        {"decision": "reject", "reason": "not a duplicate"},
+        follow=True,
+    ).content.decode()
+    assert "Rejected" in rejected and "the model is told why" not in rejected
