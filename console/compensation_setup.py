@@ -24,7 +24,7 @@ DEFAULT_STATUSES = "200, 201"
 
 
 def _tool_choices(tools: list[str]) -> list[tuple[str, str]]:
-    return [(name, name) for name in tools]
+    return [("", "—"), *((name, name) for name in tools)]
 
 
 class CompensationSetupForm(forms.Form):
