@@ -4,8 +4,6 @@ reason (never their own request: the approvals rule), and a worker runs what was
 
 from __future__ import annotations
 
-import json
-
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
@@ -23,7 +21,6 @@ from ledger.models import (
     IdempotencyRecord,
     Run,
     Tenant,
-    Tool,
 )
 from ledger.permissions import Role
 from ledger.services import approvals
@@ -56,6 +53,7 @@ def record_compensation(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRe
     except LedgerError as exc:
         problem = exc.message
     approval = compensations.pending_approval(compensation) if compensation else None
+    shown = compensations.shown_states([compensation])[compensation.pk] if compensation else None
     own_record = compensation_record(compensation) if compensation else None
     decided = (
         ApprovalRequest.objects.filter(record=own_record, decided_by__isnull=False)
@@ -76,6 +74,7 @@ def record_compensation(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRe
             preview=preview,
             problem=problem,
             link=compensation_view(record),
+            shown=shown,
             approval=approval,
             decided=decided,
             own=approval is not None
@@ -93,6 +92,7 @@ def record_compensation_request(request: HttpRequest, tenant: Tenant, pk: int) -
             actor=_user(request).get_username(),
             requester_id=_user(request).pk,
             source=AuditEvent.Source.CONSOLE,
+            reason=request.POST.get("reason", ""),
         )
     except LedgerError as exc:
         messages.error(request, exc.message)
@@ -129,6 +129,7 @@ def run_compensation(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespo
     """A run compensated as a whole: every step, newest first, with its state."""
     run = _get_run_for_user(request, tenant, pk)
     steps = compensations.saga_plan(run)
+    shown = compensations.shown_states([s.compensation for s in steps if s.compensation])
     waiting = compensations.waiting_approvals(compensations.saga_compensations(run))
     return render(
         request,
@@ -137,7 +138,7 @@ def run_compensation(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespo
             request,
             tenant,
             run=run,
-            steps=steps,
+            steps=[(s, shown[s.compensation.pk] if s.compensation else s.state) for s in steps],
             requestable=any(step.preview for step in steps),
             waiting=len(waiting),
             own=any(approvals.refusal_of_decider(a, _user(request)) for a in waiting),
@@ -184,27 +185,3 @@ def run_compensation_decide(request: HttpRequest, tenant: Tenant, pk: int) -> Ht
         done = _("%(n)d approved; a worker runs them newest first.") if approve else None
         messages.success(request, (done or _("%(n)d rejected.")) % {"n": decided})
     return redirect("console:run_compensation", pk=run.pk)
-
-
-@console_view(Role.MANAGER, methods=("POST",))
-def tool_compensation(request: HttpRequest, tenant: Tenant) -> HttpResponse:
-    """Declare (or change) how a tool's action is undone: compensating tool and arguments."""
-    tool = Tool.objects.filter(tenant=tenant, name=request.POST.get("tool", "")).first()
-    try:
-        if tool is None:
-            raise LedgerError(_("No such tool."))
-        arguments = json.loads(request.POST.get("arguments", ""))
-        compensations.declare_compensation(
-            tool=tool,
-            compensating_tool=request.POST.get("compensating_tool", ""),
-            arguments=arguments,
-            actor=_user(request).get_username(),
-            source=AuditEvent.Source.CONSOLE,
-        )
-    except json.JSONDecodeError:
-        messages.error(request, _("The arguments must be a JSON object."))
-    except LedgerError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, _("Compensation of %(tool)s saved.") % {"tool": tool.name})
-    return redirect("console:tools")

@@ -41,6 +41,7 @@ from ledger.domain import Decision, EntryStatus
 from ledger.keys import KEY_START
 from ledger.models import IdempotencyRecord, LedgerEntry, Run, Tenant
 from ledger.permissions import Role
+from reconcile import compensations
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
@@ -379,6 +380,8 @@ def run_timeline(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
             next_after=page[-1].pk if more else None,
             paged=bool(after),
             dedup_hits=sum(1 for e in page if e.dedup_hit),
+            offered=compensations.offered(e.record_id for e in page if e.record_id),
+            run_offer=compensations.run_offer(run),
         ),
     )
 

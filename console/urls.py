@@ -99,7 +99,7 @@ console_patterns = [
     path("tools/import", views.tools_import, name="tools_import"),
     path("tools/<int:pk>/override", views.tool_override, name="tool_override"),
     path("tools/<int:pk>/key-fields", views.tool_key_fields, name="tool_key_fields"),
-    path("tools/compensation", compensations.tool_compensation, name="tool_compensation"),
+    path("tools/compensation", views.tool_compensation, name="tool_compensation"),
     path("tokens/", tokens.api_tokens, name="tokens"),
     path("tokens/revoke", tokens.revoke_token, name="revoke_token"),
 ]

@@ -28,6 +28,7 @@ from console import charts as charts_mod
 from console import claims, diffs, selectors, states
 from console.access import TENANT_SESSION_KEY, console_view, get_for_tenant
 from console.audit_export import AUDIT_COLUMNS
+from console.compensation_setup import CompensationSetupForm, initial_for, set_ups, tool_names
 from console.csv_export import Columns, csv_response, export_href, in_chunks
 from console.denials import Reason, record_denial
 from console.filters import TimeRangeForm, WindowForm
@@ -44,7 +45,6 @@ from ledger.errors import InvalidInput, LedgerError
 from ledger.models import (
     ApprovalRequest,
     AuditEvent,
-    DeclaredCompensation,
     Tenant,
     Threshold,
     Tool,
@@ -230,6 +230,8 @@ def approval_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
     # Opening the page claims the approval; the page polling itself only reads who has it.
     claim = claims.taken if polled(request) else claims.claim
     taken_by = claim(approval, request.user) if pending and not own else None
+    # A compensation is sent by a worker once approved, not run by the model's runtime.
+    compensation = compensations.compensation_of_approval(approval)
     return render(
         request,
         "console/approval_detail.html",
@@ -247,6 +249,7 @@ def approval_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
             check=check,
             requested=requested,
             timeline=timeline,
+            compensation=compensation,
             can_decide=pending and void is None and not own,
         ),
     )
@@ -275,14 +278,15 @@ def approval_decide(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespon
         return redirect("console:approval", pk=approval.pk)
     claims.release(approval)
     label = states.call_label(approval.record)
-    if approve:
-        messages.success(request, _("%(call)s: approved.") % {"call": label})
+    if compensation is not None:
+        done = _("approved; a worker runs it.") if approve else _("rejected.")
+    elif approve:
+        done = _("approved.")
     elif settles:
-        messages.success(
-            request, _("%(call)s: rejected; it is settled as not happened.") % {"call": label}
-        )
+        done = _("rejected; it is settled as not happened.")
     else:
-        messages.success(request, _("%(call)s: rejected; the model is told why.") % {"call": label})
+        done = _("rejected; the model is told why.")
+    messages.success(request, f"{label}: {done}")
     if following is not None:  # on to the next approval of the queue
         return redirect("console:approval", pk=following)
     return redirect("console:approvals")
@@ -522,10 +526,29 @@ TOOL_PAGE = 500
 
 @console_view(export=True)
 def tools_page(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
-    """The registry: every tool's classification with its reason and rule."""
+    """The registry: every tool's classification with its reason and rule, and each tool's
+    compensation (``?compensation=<tool>`` fills the form in with that one, to change it)."""
     tools = Tool.objects.filter(tenant=tenant).select_related("server").order_by("name")
     if request.GET.get("format") == "csv":
         return csv_response(f"{tenant.slug}-tools.csv", TOOL_COLUMNS, tools)
+    return _tools(request, tenant, tools, form=None)
+
+
+def _tools(
+    request: HttpRequest,
+    tenant: Tenant,
+    tools: QuerySet[Tool],
+    *,
+    form: CompensationSetupForm | None,
+    status: int = 200,
+) -> HttpResponse:
+    """The Tools page; ``form`` is a compensation set-up that was refused, with its errors."""
+    declared = set_ups(tenant)
+    can_edit = request_has_role(request, tenant, Role.MANAGER)
+    if form is None and can_edit:
+        changed = request.GET.get("compensation", "")
+        chosen = next((d for d in declared if d.tool_name == changed), None)
+        form = CompensationSetupForm(tools=tool_names(tenant), initial=initial_for(chosen))
     return render(
         request,
         "console/tools.html",
@@ -533,14 +556,48 @@ def tools_page(request: HttpRequest, tenant: Tenant) -> HttpResponseBase:
             request,
             tenant,
             tools=tools[:TOOL_PAGE],
-            declared=DeclaredCompensation.objects.filter(tenant=tenant, tool__isnull=False)
-            .select_related("tool", "compensating_tool")
-            .order_by("tool__name")[:500],
-            can_edit=request_has_role(request, tenant, Role.MANAGER),
+            declared=declared,
+            compensation_form=form,
+            can_edit=can_edit,
             idempotency_choices=[i.value for i in Idempotency],
             export_href=export_href(""),
         ),
+        status=status,
     )
+
+
+@console_view(Role.MANAGER, methods=("POST",))
+def tool_compensation(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    """Set up (or change) how a tool's action is undone: its compensating tool, the arguments,
+    and the adapters a worker runs it through. A refusal shows the page again with the error
+    beside its field, and writes nothing."""
+    form = CompensationSetupForm(request.POST, tools=tool_names(tenant))
+    if form.is_valid():
+        data = form.cleaned_data
+        tool = Tool.objects.get(tenant=tenant, name=data["tool"])  # one of the form's choices
+        try:
+            compensations.set_up_compensation(
+                tool=tool,
+                compensating_tool=data["compensating_tool"],
+                arguments=data["arguments"],
+                url_template=data["url_template"],
+                success_statuses=data["success_statuses"],
+                lookup_url_template=data["lookup_url_template"],
+                actor=request.user.get_username(),
+                source=AuditEvent.Source.CONSOLE,
+            )
+        except compensations.SetupRefused as exc:
+            for setting, error in exc.errors.items():
+                form.add_error(setting if setting in form.fields else None, error)
+        else:
+            messages.success(
+                request,
+                _("Compensation of %(tool)s saved: %(by)s undoes it.")
+                % {"tool": tool.name, "by": data["compensating_tool"]},
+            )
+            return redirect(reverse("console:tools") + "#compensations")
+    tools = Tool.objects.filter(tenant=tenant).select_related("server").order_by("name")
+    return _tools(request, tenant, tools, form=form, status=400)
 
 
 @console_view(Role.MANAGER, methods=("POST",), target="tool")

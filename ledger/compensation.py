@@ -115,6 +115,39 @@ def compensation_state(record_state: str | None) -> str:
     return COMPENSATED if record_state == RecordState.SUCCEEDED else str(record_state)
 
 
+#: What the console shows of a compensation waiting to start (its record reserved, or failed
+#: without effect and asked for again), by the state of its latest approval request.
+_WAITING = {
+    "pending": "awaiting_approval",
+    "approved": "approved_to_run",
+    "consumed": "approved_to_run",  # the worker took it: its record starts next
+    "rejected": "rejected",
+    "expired": "expired",
+    "invalidated": "invalidated",
+}
+
+
+def shown_state(record_state: str | None, approval_state: str | None) -> str:
+    """What the console shows of a compensation, read from its own record's state and its
+    latest approval request's (None: none): ``compensated`` only once it succeeded, and before
+    a human approved it what it waits for, never the record's ``reserved``."""
+    if record_state is None:
+        return "missing"
+    if record_state == RecordState.SUCCEEDED:
+        return COMPENSATED
+    asked_again = approval_state in ("pending", "approved")  # after it failed without effect
+    if record_state == RecordState.RESERVED or (
+        record_state == RecordState.FAILED_FINAL and asked_again
+    ):
+        return _WAITING.get(approval_state or "", "awaiting_approval")
+    return str(record_state)
+
+
+def url_arguments(url_template: str) -> set[str]:
+    """The argument names the adapter's URL takes (its ``{name}`` placeholders)."""
+    return set(_PLACEHOLDER.findall(url_template))
+
+
 def example_url(url_template: str) -> str:
     """The adapter's URL with every ``{name}`` filled in, to check where it would go."""
     return _PLACEHOLDER.sub("x", url_template)

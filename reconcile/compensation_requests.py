@@ -21,6 +21,7 @@ from ledger.models import (
     LedgerEntry,
     Run,
 )
+from ledger.redaction import redact_text
 from ledger.services import approvals
 from ledger.services.audit import audit
 from ledger.services.compensations import compensation_record
@@ -42,14 +43,22 @@ from reconcile.tasks import send_compensations, send_saga
 _COMPENSATE = StoredText(gettext_noop("compensate %(key)s"))
 _ASKED_AGAIN = StoredText(gettext_noop("compensate %(key)s: asked again"))
 _AGAIN = StoredText(gettext_noop("compensate %(key)s again: it did not run"))
+#: The longest requester's reason kept (a longer one is cut, and says so).
+REASON_MAX = 500
 
 
 def request_compensation(
-    *, record: IdempotencyRecord, actor: str, requester_id: int | None, source: str
+    *,
+    record: IdempotencyRecord,
+    actor: str,
+    requester_id: int | None,
+    source: str,
+    reason: str = "",
 ) -> Compensation:
-    """Ask for the compensation of ``record``: its own record, entry and approval request.
-    Asking again creates nothing; it moves the existing compensation on if it is stuck (a
-    look-up for an unknown one, a new approval request for one known not to have run)."""
+    """Ask for the compensation of ``record``: its own record, entry and approval request,
+    with the requester's ``reason`` (optional; kept redacted, for the approver). Asking again
+    creates nothing; it moves the existing compensation on if it is stuck (a look-up for an
+    unknown one, a new approval request for one known not to have run)."""
     existing = Compensation.objects.filter(original=record).first()
     if existing is not None:
         _move_on(existing, actor=actor, requester_id=requester_id, source=source)
@@ -91,6 +100,7 @@ def request_compensation(
             url=planned.url,
             run=first.run,
             requested_by=actor,
+            reason=redact_text(reason.strip(), limit=REASON_MAX),
         )
         audit(
             tenant=record.tenant_id,
@@ -99,6 +109,7 @@ def request_compensation(
             target=record,
             source=source,
             after=planned.as_dict(),
+            detail=compensation.reason,
         )
         approvals.request_approval(
             record=comp_record,

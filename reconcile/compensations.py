@@ -14,10 +14,12 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.core.exceptions import ValidationError
+from django.db import models, transaction
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 from django.utils.translation import gettext_noop
 
@@ -28,13 +30,15 @@ from ledger.compensation import (
     compensation_key,
     compensation_state,
     fill_url,
+    shown_state,
+    url_arguments,
     validate_arguments,
 )
 from ledger.domain import (
     Idempotency,
     RecordState,
 )
-from ledger.errors import InvalidInput, InvalidTransition, NotFound
+from ledger.errors import InvalidInput, InvalidTransition, LedgerError, NotFound
 from ledger.models import (
     ApprovalRequest,
     Compensation,
@@ -49,7 +53,7 @@ from ledger.services import approvals, runs
 from ledger.services.audit import audit
 from ledger.services.runs import RUN_ID_MAX
 from ledger.stored_text import StoredText
-from reconcile.models import CompensationAdapter
+from reconcile.models import CompensationAdapter, DownstreamAdapter
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +118,135 @@ def declare_compensation(
     return declared
 
 
+# --- set up from the console: the declaration and the adapters that run it -----------------
+
+
+_UNGIVEN = StoredText(
+    gettext_noop("the URL takes %(names)s, which the arguments do not give (they give %(given)s)")
+)
+_NO_KEY = StoredText(
+    gettext_noop("the look-up URL needs {key}, where the compensation's idempotency key goes")
+)
+_NO_STATUSES = StoredText(gettext_noop("give at least one success status, such as 200"))
+_NOT_A_STATUS = StoredText(gettext_noop("%(status)s is not an HTTP status (100 to 599)"))
+
+
+class SetupRefused(InvalidInput):
+    """A compensation set-up that cannot be saved: ``errors`` names each setting at fault."""
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        super().__init__("; ".join(errors.values()))
+        self.errors = errors
+
+
+def set_up_compensation(
+    *,
+    tool: Tool,
+    compensating_tool: str,
+    arguments: Any,
+    url_template: str,
+    success_statuses: Any,
+    lookup_url_template: str,
+    actor: str,
+    source: str,
+) -> DeclaredCompensation:
+    """Everything ``tool``'s compensation needs to run, set at once: the declaration (by
+    ``declare_compensation``, the rule the API's declarations follow), the compensating tool's
+    compensation adapter (the ``POST`` a worker sends and the statuses that mean done) and,
+    with ``lookup_url_template``, its downstream adapter, which looks a compensation whose
+    outcome is unknown up by key. Every URL passes the outbound allow-list, as when it is sent.
+    All or nothing: a refusal (``SetupRefused``) names every setting at fault and writes
+    nothing."""
+    errors: dict[str, str] = {}
+    mapping: dict[str, str] = {}
+    try:
+        mapping = validate_arguments(arguments)
+    except CompensationError as exc:
+        errors["arguments"] = str(exc)
+    target: Tool | None = None
+    try:
+        target = _compensating_tool(tool, compensating_tool)
+    except LedgerError as exc:
+        errors["compensating_tool"] = exc.message
+    ungiven = url_arguments(url_template) - set(mapping)
+    if mapping and ungiven:
+        errors["url_template"] = _UNGIVEN(
+            names=", ".join(sorted(ungiven)), given=", ".join(sorted(mapping))
+        )
+    existing = CompensationAdapter.objects.filter(tool=target).first() if target else None
+    adapter = existing or CompensationAdapter(tenant_id=tool.tenant_id, tool=target)
+    lookup = _lookup_of(target) if target else None
+    before = _adapters_of(existing, lookup) if existing else None
+    adapter.url_template = url_template.strip()
+    try:
+        adapter.success_statuses = _statuses(success_statuses)
+    except InvalidInput as exc:
+        errors["success_statuses"] = exc.message
+    _validate(adapter, {"url_template": "url_template"}, errors)
+    if lookup_url_template.strip():
+        lookup = lookup or DownstreamAdapter(tenant_id=tool.tenant_id, tool=target)
+        lookup.kind = DownstreamAdapter.Kind.HTTP
+        lookup.url_template = lookup_url_template.strip()
+        lookup.found_statuses = lookup.found_statuses or [200]
+        lookup.not_found_statuses = lookup.not_found_statuses or [404]
+        if "{key}" not in lookup.url_template:
+            errors["lookup_url_template"] = _NO_KEY()
+        _validate(lookup, {"url_template": "lookup_url_template"}, errors)
+    if errors or target is None:
+        raise SetupRefused(errors)
+    with transaction.atomic():
+        declared = declare_compensation(
+            tool=tool, compensating_tool=target.name, arguments=mapping, actor=actor, source=source
+        )
+        adapter.save()
+        if lookup is not None:
+            lookup.save()
+        audit(
+            tenant=tool.tenant_id,
+            actor=actor,
+            action="compensation.adapter_set",
+            target=target,
+            source=source,
+            before=before,
+            after=_adapters_of(adapter, lookup),
+        )
+    return declared
+
+
+def _lookup_of(tool: Tool) -> DownstreamAdapter | None:
+    return DownstreamAdapter.objects.filter(tool=tool).first()
+
+
+def _adapters_of(adapter: CompensationAdapter, lookup: DownstreamAdapter | None) -> dict[str, Any]:
+    """What the audit keeps of a compensating tool's adapters."""
+    return {
+        "tool": adapter.tool.name,
+        "url_template": adapter.url_template,
+        "success_statuses": adapter.success_statuses,
+        "lookup_url_template": lookup.url_template if lookup is not None else None,
+    }
+
+
+def _statuses(value: Any) -> list[int]:
+    if not isinstance(value, list) or not value:
+        raise InvalidInput(_NO_STATUSES())
+    for status in value:
+        if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
+            raise InvalidInput(_NOT_A_STATUS(status=status))
+    return sorted(set(value))
+
+
+def _validate(adapter: models.Model, settings: dict[str, str], errors: dict[str, str]) -> None:
+    """The model's own checks (its ``clean``: the outbound allow-list), each refusal kept in
+    ``errors`` under the setting it comes from, unless that setting has one already."""
+    try:
+        adapter.clean_fields(exclude=["tenant", "tool"])
+        adapter.clean()
+    except ValidationError as exc:
+        for field, messages in exc.message_dict.items():
+            errors.setdefault(settings.get(field, field), " ".join(messages))
+
+
 def _declarations(records: Sequence[IdempotencyRecord]) -> dict[int, DeclaredCompensation]:
     """Each action's declaration, by the action's id: the call's own, else its tool's."""
     found = DeclaredCompensation.objects.select_related("compensating_tool").filter(
@@ -131,6 +264,81 @@ def _declarations(records: Sequence[IdempotencyRecord]) -> dict[int, DeclaredCom
 def declaration_for(record: IdempotencyRecord) -> DeclaredCompensation | None:
     """The call's own declaration, else its tool's."""
     return _declarations([record]).get(record.pk)
+
+
+# --- where a compensation is offered ---------------------------------------------------------
+
+
+#: A read: an action classified idempotent when it ran, whose tool is still classified so. A
+#: read changes nothing, so it needs no compensation (a tool a manager reclassified since, such
+#: as a "read" that turned out to create orders, has its past actions offered again).
+_A_READ = Q(classified_as=Idempotency.IDEMPOTENT, tool__idempotency=Idempotency.IDEMPOTENT)
+
+
+def is_a_read(record: IdempotencyRecord) -> bool:
+    """``_A_READ`` for one action (its tool read)."""
+    return (
+        record.classified_as == Idempotency.IDEMPOTENT
+        and record.tool.idempotency == Idempotency.IDEMPOTENT
+    )
+
+
+def _can_be_requested() -> Q:
+    """The actions a human can ask to compensate (rows of ``IdempotencyRecord``): succeeded,
+    not a read, not a compensation, and declared (the call's own declaration, else its tool's)
+    with a compensating tool that has an adapter to run it. Whether its arguments can be taken
+    from what the ledger stored is for its page to say (``preview``): that reads the action's
+    input and checks the URL, too much for every row of a list."""
+    runnable = Exists(CompensationAdapter.objects.filter(tool_id=OuterRef("compensating_tool_id")))
+    own = DeclaredCompensation.objects.filter(record_id=OuterRef("pk"))
+    of_tool = DeclaredCompensation.objects.filter(tool_id=OuterRef("tool_id"))
+    declared = Exists(own.filter(runnable)) | (~Exists(own) & Exists(of_tool.filter(runnable)))
+    return Q(state=RecordState.SUCCEEDED) & ~_A_READ & ~_a_compensation() & Q(declared)
+
+
+def _a_compensation() -> Q:
+    """A compensation's own record (it is not compensated in turn)."""
+    compensates = Compensation.objects.filter(tenant_id=OuterRef("tenant_id"), key=OuterRef("key"))
+    return Q(Exists(compensates))
+
+
+def _offered() -> Q:
+    """Actions whose page offers a compensation: one requested already (its state shown), or
+    one a human can ask for."""
+    return Q(Exists(Compensation.objects.filter(original_id=OuterRef("pk")))) | _can_be_requested()
+
+
+def offered(record_ids: Iterable[int]) -> set[int]:
+    """Of these actions, the ids of those whose page offers a compensation. One statement."""
+    ids = set(record_ids)
+    if not ids:
+        return set()
+    return set(
+        IdempotencyRecord.objects.filter(pk__in=ids).filter(_offered()).values_list("pk", flat=True)
+    )
+
+
+class RunOffer(StrEnum):
+    """What a run's page says of compensating it."""
+
+    SAGA = "saga"  # one of its actions can be compensated, or is: a link to the saga
+    NONE = "none"  # actions that were not reads happened, none can be: why, once
+    NOTHING = ""  # nothing happened that a compensation could undo: nothing to say
+
+
+def run_offer(run: Run) -> RunOffer:
+    """What ``run``'s page offers (``RunOffer``), read in one statement. The saga takes the
+    run's non-idempotent actions (``_run_actions``), and so does its link."""
+    happened = IdempotencyRecord.objects.filter(
+        tenant_id=run.tenant_id, run=run, state=RecordState.SUCCEEDED
+    ).exclude(_A_READ | _a_compensation())
+    found = happened.aggregate(
+        saga=Count("pk", filter=Q(classified_as=Idempotency.NON_IDEMPOTENT) & _offered()),
+        happened=Count("pk"),
+    )
+    if found["saga"]:
+        return RunOffer.SAGA
+    return RunOffer.NONE if found["happened"] else RunOffer.NOTHING
 
 
 # --- preview and request --------------------------------------------------------------------
@@ -292,15 +500,34 @@ def waiting_approvals(compensations: Iterable[Compensation]) -> list[ApprovalReq
     return list(approvals.still_open(_approvals_of(compensations)).order_by("pk"))
 
 
+def shown_states(compensations: Sequence[Compensation]) -> dict[int, str]:
+    """What the console shows of each compensation, by its id (``shown_state``: its own
+    record's state read with its latest approval request's). Two statements for any number."""
+    records = dict(
+        IdempotencyRecord.objects.filter(
+            tenant_id__in={c.tenant_id for c in compensations},
+            key__in=[c.key for c in compensations],
+        ).values_list("key", "state")
+    )
+    latest: dict[str, str] = {}
+    for key, state in (
+        _approvals_of(compensations).order_by("-pk").values_list("record__key", "state")
+    ):
+        latest.setdefault(key, state)
+    return {c.pk: shown_state(records.get(c.key), latest.get(c.key)) for c in compensations}
+
+
 def pending_approval(compensation: Compensation) -> ApprovalRequest | None:
     return next(iter(open_approvals([compensation])), None)
 
 
 def compensation_of_approval(approval: ApprovalRequest) -> Compensation | None:
     """The compensation an approval request is about, if it is one."""
-    return Compensation.objects.filter(
-        tenant_id=approval.tenant_id, key=approval.record.key
-    ).first()
+    return (
+        Compensation.objects.select_related("original")
+        .filter(tenant_id=approval.tenant_id, key=approval.record.key)
+        .first()
+    )
 
 
 # --- a run as a whole (saga) ---------------------------------------------------------------

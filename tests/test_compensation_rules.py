@@ -16,6 +16,8 @@ from ledger.compensation import (
     compensation_key,
     compensation_state,
     fill_url,
+    shown_state,
+    url_arguments,
     validate_arguments,
 )
 from ledger.keys import MAX_KEY_LENGTH
@@ -144,6 +146,37 @@ def test_a_compensation_is_shown_by_its_own_record_state_and_compensated_once_it
     record_state: str | None, shown: str
 ) -> None:
     assert compensation_state(record_state) == shown
+
+
+@pytest.mark.parametrize(
+    ("record_state", "approval_state", "shown"),
+    [
+        ("reserved", "pending", "awaiting_approval"),
+        ("reserved", "approved", "approved_to_run"),
+        ("reserved", "consumed", "approved_to_run"),
+        ("reserved", "rejected", "rejected"),
+        ("reserved", "expired", "expired"),
+        ("reserved", "invalidated", "invalidated"),
+        ("reserved", None, "awaiting_approval"),
+        ("executing", "consumed", "executing"),
+        ("unknown", "consumed", "unknown"),
+        ("succeeded", "consumed", "compensated"),
+        ("failed_final", "consumed", "failed_final"),
+        ("failed_final", "pending", "awaiting_approval"),  # asked again after it did not run
+        ("failed_final", "approved", "approved_to_run"),
+        (None, None, "missing"),
+    ],
+)
+def test_the_console_shows_a_compensation_by_its_record_and_its_approval(
+    record_state: str | None, approval_state: str | None, shown: str
+) -> None:
+    """Never the record's ``reserved`` and never ``compensated`` before a human approved it."""
+    assert shown_state(record_state, approval_state) == shown
+
+
+def test_the_url_names_the_arguments_it_takes() -> None:
+    assert url_arguments("https://x/{order_id}/lines/{line}?k={key}") == {"order_id", "line", "key"}
+    assert url_arguments("https://x/orders") == set()
 
 
 @pytest.mark.parametrize(

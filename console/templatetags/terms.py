@@ -49,6 +49,11 @@ TERMS = {
     "rejected": _("rejected"),
     "consumed": _("used"),
     "invalidated": _("invalidated"),
+    # a compensation (ledger.compensation.shown_state)
+    "compensated": _("compensated"),
+    "awaiting_approval": _("awaiting approval"),
+    "approved_to_run": _("approved; a worker sends it"),
+    "missing": _("missing"),
     "expired": _("expired"),
     "pending_approval": _("pending approval"),
     # combinations and runs

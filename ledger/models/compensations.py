@@ -66,6 +66,9 @@ class Compensation(models.Model):
         Run, null=True, blank=True, on_delete=models.PROTECT, related_name="compensations"
     )
     requested_by = models.CharField(max_length=200)
+    # Why the requester asked, redacted as any text a person writes (``redact_text``): the
+    # approver reads it.
+    reason = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

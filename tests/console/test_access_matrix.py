@@ -48,6 +48,7 @@ ROUTES = [
     ("tools", None, {"GET"}, EVERYONE),
     ("tools_import", None, {"POST"}, {"manager"}),
     ("tool_override", "tool", {"POST"}, {"manager"}),
+    ("tool_compensation", None, {"POST"}, {"manager"}),
     ("audit", None, {"GET"}, EVERYONE),
     ("audit_event", "event", {"GET"}, EVERYONE),
 ]

@@ -2,7 +2,10 @@
 
 It also tells the workers how to reconcile the demo's calls: each sandbox service the demo
 agent calls is the downstream adapter of its tool (looked up by key at ``--sandbox-url``), and
-the sandbox's workspace is the ``demo`` workspace root, so the file checks can read it.
+the sandbox's workspace is the ``demo`` workspace root, so the file checks can read it. And it
+sets up one compensation, so a new user sees one run: ``create_order`` is undone by
+``cancel_order`` (the sandbox's ``POST /orders/objects/{id}/cancel``, its cancellation looked up
+by key), as a manager would on the Tools page.
 
 Idempotent: running it again changes nothing that is already there (an adapter's URL follows
 ``--sandbox-url``). The demo accounts are for a local machine only and the command refuses to
@@ -21,9 +24,11 @@ from django.db import transaction
 
 from console.demo import DEMO_PASSWORD, DEMO_USERS
 from ledger.classification.catalogue import CATALOGUE
-from ledger.models import Membership, Tenant
-from ledger.services.registry import ensure_catalogue_tool
-from reconcile.models import DownstreamAdapter, WorkspaceRoot
+from ledger.domain import Idempotency
+from ledger.models import DeclaredCompensation, Membership, Tenant, Tool
+from ledger.services.registry import ensure_catalogue_tool, register_tool
+from reconcile.compensations import declare_compensation
+from reconcile.models import CompensationAdapter, DownstreamAdapter, WorkspaceRoot
 
 #: The sandbox service each of the demo's side-effecting tools calls (demo_agent).
 DEMO_DOWNSTREAMS = {"create_order": "orders", "charge_customer": "payments", "send_email": "email"}
@@ -73,6 +78,7 @@ class Command(BaseCommand):
                         "grace_seconds": DEMO_GRACE_SECONDS,
                     },
                 )
+            _set_up_cancel_order(tenant, tools["create_order"], sandbox)
             WorkspaceRoot.objects.update_or_create(
                 tenant=tenant, name="demo", defaults={"path": demo_workspace()}
             )
@@ -90,3 +96,44 @@ class Command(BaseCommand):
                     user=user, tenant=tenant, defaults={"role": username}
                 )
         self.stdout.write(f"Demo ready: users {', '.join(DEMO_USERS)} / {DEMO_PASSWORD}")
+
+
+def _set_up_cancel_order(tenant: Tenant, create_order: Tool, sandbox: str) -> None:
+    """``cancel_order`` undoes ``create_order``: its adapters follow ``sandbox``, and the
+    declaration is made once (audited), never changed by seeding again. The URLs are written
+    as they are: the worker checks each against the outbound allow-list when it sends it."""
+    cancel = Tool.objects.filter(tenant=tenant, name="cancel_order").first() or register_tool(
+        tenant=tenant,
+        name="cancel_order",
+        actor="seed_demo",
+        source="cli",
+        declared_idempotency=Idempotency.NON_IDEMPOTENT,
+        description="Cancel an order.",
+    )
+    CompensationAdapter.objects.update_or_create(
+        tool=cancel,
+        defaults={
+            "tenant": tenant,
+            "url_template": f"{sandbox}/orders/objects/{{order_id}}/cancel",
+            "success_statuses": [200, 201],
+        },
+    )
+    DownstreamAdapter.objects.update_or_create(
+        tool=cancel,
+        defaults={
+            "tenant": tenant,
+            "kind": DownstreamAdapter.Kind.HTTP,
+            "url_template": f"{sandbox}/orders/cancellations/by-key/{{key}}",
+            "found_statuses": [200],
+            "not_found_statuses": [404],
+            "grace_seconds": DEMO_GRACE_SECONDS,
+        },
+    )
+    if not DeclaredCompensation.objects.filter(tool=create_order).exists():
+        declare_compensation(
+            tool=create_order,
+            compensating_tool=cancel.name,
+            arguments={"order_id": "result.id"},
+            actor="seed_demo",
+            source="cli",
+        )
