@@ -99,6 +99,36 @@ def validate_key_fields(paths: list[str]) -> list[str]:
     return list(dict.fromkeys(paths))  # a path named twice is the same key field
 
 
+def key_field_outside_schema(paths: list[str], input_schema: Any) -> str | None:
+    """The first of ``paths`` that names no argument ``input_schema`` (a JSON Schema, an MCP
+    tool's ``inputSchema``) describes, or None. A declared path that no call can carry would
+    refuse every call of the tool, so it is caught when declared. Only what the schema lists
+    is checked: an object that lists its ``properties`` (and allows no others by an explicit
+    ``additionalProperties`` or ``patternProperties``), an array's ``items`` by index; a part
+    of the schema that says nothing more accepts any path below it."""
+    for path in paths:
+        schema = input_schema
+        for part in path.split("."):
+            if not isinstance(schema, dict):
+                break
+            properties = schema.get("properties")
+            if isinstance(properties, dict):
+                if part in properties:
+                    schema = properties[part]
+                    continue
+                if schema.get("additionalProperties") or schema.get("patternProperties"):
+                    break
+                return path
+            items = schema.get("items")
+            if isinstance(items, dict) and schema.get("type") == "array":
+                if not part.isdigit():
+                    return path
+                schema = items
+                continue
+            break
+    return None
+
+
 _MISSING = object()
 
 
