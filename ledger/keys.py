@@ -12,6 +12,10 @@ not idempotent and names no business object is one action with every call of the
 and arguments in its run (``arguments_object``): a transport's id (a JSON-RPC id, a tool-call
 id) never makes a second action. A read (an idempotent call) is keyed by its step, so a new
 read reads again.
+
+A key is printable ASCII, 1 to ``MAX_KEY_LENGTH`` characters, whatever its components hold
+(``percent_encoded``): a user ``josé`` is ``jos%C3%A9`` in it, so every key can be sent as an
+``Idempotency-Key`` header and is taken by the downstream kit.
 """
 
 from __future__ import annotations
@@ -45,8 +49,22 @@ def _component(label: str, value: str | None) -> str:
         raise KeyBuildError(f"{label} is longer than {MAX_COMPONENT_LENGTH} characters")
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
         raise KeyBuildError(f"{label} contains control characters")
-    # ':' separates components; escape it (and the escape character) so keys stay unambiguous.
-    return value.replace("%", "%25").replace(":", "%3A")
+    return percent_encoded(value)
+
+
+#: What a key component keeps as it is: printable ASCII but the space (an HTTP header's value
+#: loses it at either end), the escape character ``%`` and the separator ``:``.
+_KEPT = frozenset(map(chr, range(33, 127))) - {"%", ":"}
+
+
+def percent_encoded(value: str) -> str:
+    """``value`` as it goes into a key: every character but those ``_KEPT`` written as the
+    ``%XX`` of its UTF-8 bytes, so a key is printable ASCII (it travels in an HTTP header, and
+    the downstream kit takes nothing else) and stays unambiguous: distinct values, distinct
+    text, and no ``:`` but the separators."""
+    return "".join(
+        ch if ch in _KEPT else "".join(f"%{byte:02X}" for byte in ch.encode()) for ch in value
+    )
 
 
 def build_idempotency_key(
@@ -164,7 +182,7 @@ def business_object_from(key_fields: list[str], tool_input: dict[str, Any]) -> s
         f"{path}={value if isinstance(value, str) else canonical_json(value)}"
         for path, value in values.items()
     )
-    if len(readable) <= MAX_READABLE_OBJECT and readable.isprintable():
+    if readable.isprintable() and len(percent_encoded(readable)) <= MAX_READABLE_OBJECT:
         return readable
     return "sha256=" + fingerprint(values)[:40]
 
