@@ -12,6 +12,10 @@ not idempotent and names no business object is one action with every call of the
 and arguments in its run (``arguments_object``): a transport's id (a JSON-RPC id, a tool-call
 id) never makes a second action. A read (an idempotent call) is keyed by its step, so a new
 read reads again.
+
+A key is printable ASCII, 1 to ``MAX_KEY_LENGTH`` characters, whatever its components hold
+(``percent_encoded``): a user ``josé`` is ``jos%C3%A9`` in it, so every key can be sent as an
+``Idempotency-Key`` header and is taken by the downstream kit.
 """
 
 from __future__ import annotations
@@ -45,8 +49,22 @@ def _component(label: str, value: str | None) -> str:
         raise KeyBuildError(f"{label} is longer than {MAX_COMPONENT_LENGTH} characters")
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
         raise KeyBuildError(f"{label} contains control characters")
-    # ':' separates components; escape it (and the escape character) so keys stay unambiguous.
-    return value.replace("%", "%25").replace(":", "%3A")
+    return percent_encoded(value)
+
+
+#: What a key component keeps as it is: printable ASCII but the space (an HTTP header's value
+#: loses it at either end), the escape character ``%`` and the separator ``:``.
+_KEPT = frozenset(map(chr, range(33, 127))) - {"%", ":"}
+
+
+def percent_encoded(value: str) -> str:
+    """``value`` as it goes into a key: every character but those ``_KEPT`` written as the
+    ``%XX`` of its UTF-8 bytes, so a key is printable ASCII (it travels in an HTTP header, and
+    the downstream kit takes nothing else) and stays unambiguous: distinct values, distinct
+    text, and no ``:`` but the separators."""
+    return "".join(
+        ch if ch in _KEPT else "".join(f"%{byte:02X}" for byte in ch.encode()) for ch in value
+    )
 
 
 def build_idempotency_key(
@@ -99,6 +117,36 @@ def validate_key_fields(paths: list[str]) -> list[str]:
     return list(dict.fromkeys(paths))  # a path named twice is the same key field
 
 
+def key_field_outside_schema(paths: list[str], input_schema: Any) -> str | None:
+    """The first of ``paths`` that names no argument ``input_schema`` (a JSON Schema, an MCP
+    tool's ``inputSchema``) describes, or None. A declared path that no call can carry would
+    refuse every call of the tool, so it is caught when declared. Only what the schema lists
+    is checked: an object that lists its ``properties`` (and allows no others by an explicit
+    ``additionalProperties`` or ``patternProperties``), an array's ``items`` by index; a part
+    of the schema that says nothing more accepts any path below it."""
+    for path in paths:
+        schema = input_schema
+        for part in path.split("."):
+            if not isinstance(schema, dict):
+                break
+            properties = schema.get("properties")
+            if isinstance(properties, dict):
+                if part in properties:
+                    schema = properties[part]
+                    continue
+                if schema.get("additionalProperties") or schema.get("patternProperties"):
+                    break
+                return path
+            items = schema.get("items")
+            if isinstance(items, dict) and schema.get("type") == "array":
+                if not part.isdigit():
+                    return path
+                schema = items
+                continue
+            break
+    return None
+
+
 _MISSING = object()
 
 
@@ -134,7 +182,7 @@ def business_object_from(key_fields: list[str], tool_input: dict[str, Any]) -> s
         f"{path}={value if isinstance(value, str) else canonical_json(value)}"
         for path, value in values.items()
     )
-    if len(readable) <= MAX_READABLE_OBJECT and readable.isprintable():
+    if readable.isprintable() and len(percent_encoded(readable)) <= MAX_READABLE_OBJECT:
         return readable
     return "sha256=" + fingerprint(values)[:40]
 

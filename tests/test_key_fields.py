@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,6 +12,7 @@ from ledger.keys import (
     MAX_READABLE_OBJECT,
     KeyBuildError,
     business_object_from,
+    key_field_outside_schema,
     validate_key_fields,
 )
 
@@ -81,3 +84,35 @@ def test_malformed_key_fields_are_refused(fields: list[str]) -> None:
 
 def test_a_key_field_named_twice_counts_once() -> None:
     assert validate_key_fields(["cart", "user", "cart"]) == ["cart", "user"]
+
+
+ISSUE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "repo": {"type": "string"},
+        "issue": {"type": "object", "properties": {"title": {"type": "string"}}},
+        "labels": {"type": "array", "items": {"type": "object", "properties": {"n": {}}}},
+        "extra": {"type": "object"},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("fields", "schema", "outside"),
+    [
+        (["repo", "issue.title"], ISSUE_SCHEMA, None),
+        (["labels.0.n", "extra.anything.below"], ISSUE_SCHEMA, None),
+        (["repo", "titel"], ISSUE_SCHEMA, "titel"),
+        (["issue.body"], ISSUE_SCHEMA, "issue.body"),
+        (["labels.first"], ISSUE_SCHEMA, "labels.first"),
+        (["labels.0.m"], ISSUE_SCHEMA, "labels.0.m"),
+        (["titel"], {**ISSUE_SCHEMA, "additionalProperties": True}, None),
+        (["titel"], {**ISSUE_SCHEMA, "additionalProperties": {"type": "string"}}, None),
+        (["anything"], {"type": "object"}, None),
+        (["anything"], None, None),
+    ],
+)
+def test_a_key_field_outside_the_input_schema_is_named(
+    fields: list[str], schema: Any, outside: str | None
+) -> None:
+    assert key_field_outside_schema(fields, schema) == outside

@@ -6,8 +6,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agent_ledger_downstream.protocol import check_key
 from ledger.domain import KeyScope
-from ledger.keys import KeyBuildError, build_idempotency_key, canonical_json, fingerprint
+from ledger.keys import (
+    MAX_READABLE_OBJECT,
+    KeyBuildError,
+    build_idempotency_key,
+    business_object_from,
+    canonical_json,
+    fingerprint,
+)
 
 BASE = {"tenant": "acme", "user": "u1", "run_id": "run-1", "tool": "create_order"}
 
@@ -42,7 +50,7 @@ def test_bad_components_are_rejected(bad: str) -> None:
 
 
 _component = st.text(
-    st.characters(min_codepoint=32, max_codepoint=0x2FFF, exclude_characters="\x7f"),
+    st.characters(min_codepoint=32, exclude_characters="\x7f", exclude_categories=("Cs",)),
     min_size=1,
     max_size=30,
 )
@@ -96,3 +104,65 @@ def test_canonical_json_is_compact_and_sorted() -> None:
 def test_nan_cannot_be_fingerprinted() -> None:
     with pytest.raises(ValueError):
         fingerprint({"x": float("nan")})
+
+
+@pytest.mark.parametrize(
+    ("parts", "expected"),
+    [
+        ({"user": "josé"}, "agent:acme:jos%C3%A9:run-1:create_order:cart-9"),
+        ({"business_object_id": "name=Café"}, "agent:acme:u1:run-1:create_order:name=Caf%C3%A9"),
+        (
+            {"business_object_id": "订单 42"},
+            "agent:acme:u1:run-1:create_order:%E8%AE%A2%E5%8D%95%2042",
+        ),
+        ({"business_object_id": " cart-9 "}, "agent:acme:u1:run-1:create_order:%20cart-9%20"),
+        ({"run_id": "a:b%c"}, "agent:acme:u1:a%3Ab%25c:create_order:cart-9"),
+        (
+            {"step_id": "tc\u2028é", "business_object_id": None},
+            "agent:acme:u1:run-1:create_order:step=tc%E2%80%A8%C3%A9",
+        ),
+    ],
+)
+def test_every_component_is_written_in_printable_ascii(
+    parts: dict[str, str | None], expected: str
+) -> None:
+    """What is not printable ASCII, and a space (an HTTP header's value loses it at either
+    end), is percent-encoded as UTF-8, as ``%`` and the separator ``:`` are."""
+    values = {**BASE, "business_object_id": "cart-9", **parts}
+    assert build_idempotency_key(scope=KeyScope.RUN, **values) == expected
+
+
+@given(
+    user=_component,
+    run_id=_component,
+    business_object_id=st.one_of(st.none(), _component),
+    step_id=_component,
+)
+def test_the_downstream_kit_accepts_every_key_the_ledger_builds(
+    user: str, run_id: str, business_object_id: str | None, step_id: str
+) -> None:
+    """Every key travels in an HTTP header and is kept by agent-ledger-downstream, whose
+    ``check_key`` takes 1 to 1024 printable ASCII characters."""
+    for scope in KeyScope:
+        key = build_idempotency_key(
+            scope=scope,
+            tenant="acme",
+            user=user,
+            run_id=run_id,
+            tool="create_order",
+            business_object_id=business_object_id,
+            step_id=step_id,
+        )
+        assert check_key(key) == key
+        assert key == key.strip() and " " not in key
+
+
+@given(name=_component)
+def test_a_key_fields_business_object_makes_a_key_the_kit_accepts(name: str) -> None:
+    """A key field's value (``Café``) goes into the key encoded; one whose encoding would be
+    long is hashed, so the object stays short."""
+    business_object = business_object_from(["name"], {"name": name})
+    assert business_object is not None
+    key = build_idempotency_key(scope=KeyScope.BUSINESS, business_object_id=business_object, **BASE)
+    assert check_key(key) == key
+    assert len(key.rsplit(":", 1)[1]) <= MAX_READABLE_OBJECT + len("sha256=") + 40

@@ -28,7 +28,9 @@ and a ``Host`` and ``Origin`` of the listener's own or allowed (``--allowed-host
 
 A client may name its tool call in the request's ``_meta`` under
 ``io.agentledger/tool-call-id`` (the step id); without one, a tool with side effects is keyed
-by its tool and arguments, so a retried call cannot run twice.
+by its tool and arguments, so a retried call cannot run twice. A client that means an identical
+call as a new action names its business object under ``io.agentledger/business-object-id``:
+calls under another business id are another action, under the same one the same action.
 """
 
 from __future__ import annotations
@@ -51,13 +53,16 @@ from mcp.types import CallToolRequestParams, CallToolResult, ListToolsResult
 
 from agent_ledger_client.aio import AsyncLedgerClient, AsyncRun
 from agent_ledger_client.errors import LedgerRequestError, LedgerUnavailableError
-from agent_ledger_client.mcp_guard import LedgerGuard
+from agent_ledger_client.mcp_guard import LedgerGuard, result_of
 from agent_ledger_client.mcp_http import listener_address, serve_http
 from agent_ledger_client.mcp_upstream import Upstream, UpstreamFailed
+from agent_ledger_client.observations import refused_request
 from agent_ledger_client.protocol import DEFAULT_APPROVAL_DEADLINE, CallContext
 
 #: Where a client may put its tool-call id in a request's ``_meta``.
 TOOL_CALL_META_KEY = "io.agentledger/tool-call-id"
+#: Where a client may name the business object of a call in a request's ``_meta``.
+BUSINESS_OBJECT_META_KEY = "io.agentledger/business-object-id"
 #: The environment variable that names the run when ``--run-id`` does not.
 RUN_ID_VARIABLE = "AGENT_LEDGER_RUN_ID"
 log = logging.getLogger("agent_ledger_client.mcp_proxy")
@@ -250,13 +255,29 @@ def proxy_server(guard: LedgerGuard, listed: ListToolsResult) -> Server[Any]:
     async def call_tool(ctx: Any, params: CallToolRequestParams) -> CallToolResult:
         meta = dict(params.meta or {})
         tool_call_id = meta.get(TOOL_CALL_META_KEY)
+        business_object_id = meta.get(BUSINESS_OBJECT_META_KEY)
         traceparent = meta.get("traceparent")
-        return await guard.call_tool(
-            params.name,
-            dict(params.arguments or {}),
-            tool_call_id=tool_call_id if isinstance(tool_call_id, str) else None,
-            traceparent=traceparent if isinstance(traceparent, str) else None,
-        )
+        if business_object_id is not None and not (
+            isinstance(business_object_id, str) and business_object_id
+        ):
+            # Read as "none", it would merge a repeat the client meant as a new action.
+            detail = f"the request's _meta {BUSINESS_OBJECT_META_KEY} must be a non-empty string"
+            return result_of(refused_request(params.name, detail))
+        try:
+            return await guard.call_tool(
+                params.name,
+                dict(params.arguments or {}),
+                tool_call_id=tool_call_id if isinstance(tool_call_id, str) else None,
+                business_object_id=business_object_id,
+                traceparent=traceparent if isinstance(traceparent, str) else None,
+            )
+        except LedgerRequestError as exc:
+            if exc.status != 400:
+                raise
+            # The ledger refused the request before recording it (a business id too long, a
+            # key field missing from the arguments): the client's answer, not a protocol error.
+            detail = str(exc.problem.get("detail") or exc.problem.get("code") or exc)
+            return result_of(refused_request(params.name, detail))
 
     return Server("agent-ledger-mcp", on_list_tools=list_tools, on_call_tool=call_tool)
 

@@ -141,3 +141,19 @@ def model_text(observation: dict[str, Any]) -> str:
         content = observation.get("content")
         return content if isinstance(content, str) else json.dumps(content, default=str)
     return json.dumps(observation, default=str)
+
+
+def refused_request(tool: str, detail: str) -> dict[str, Any]:
+    """The runtime's request cannot name an action (a malformed field of its own, not the
+    model's arguments): nothing was recorded or run."""
+    return {
+        "ok": False,
+        "code": "INVALID_INPUT",
+        "content": f"{tool} was NOT executed: {detail}",
+        "metadata": {
+            "recorded": False,
+            "replayed": False,
+            "retryable": False,
+            "next_action": "stop",
+        },
+    }

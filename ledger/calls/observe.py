@@ -117,7 +117,10 @@ def _as_it_stands(
         return _rejected(context, approval)
     state = RecordState(record.state)
     if state in (RecordState.SUCCEEDED, RecordState.FAILED_FINAL):
-        return _settled(record, context, replayed=entry.decision != Decision.EXECUTE)
+        # The outcome is this call's own when the record's last execution ran under its token:
+        # an execute, or a start after an approval (whose decision stays approval_required).
+        own = entry.fencing_token is not None and entry.fencing_token == record.fencing_token
+        return _settled(record, context, replayed=not own)
     # A replay waiting for its human is answered by the approval below, not by the record's
     # (still unknown) state: the model must hear "approval pending", not "look it up".
     awaiting_approval = (

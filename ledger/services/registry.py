@@ -26,7 +26,7 @@ from ledger.classification.words import catalogue_namespace
 from ledger.clock import db_now
 from ledger.domain import Idempotency, KeyScope, PerCall, ServerTrust
 from ledger.errors import Conflict, InvalidInput, NotFound
-from ledger.keys import KeyBuildError, validate_key_fields
+from ledger.keys import KeyBuildError, key_field_outside_schema, validate_key_fields
 from ledger.models import McpServer, Tenant, Tool
 from ledger.models import PolicyRule as PolicyRuleRow
 from ledger.redaction import redact_text
@@ -114,11 +114,22 @@ def _snapshot(tool: Tool) -> dict[str, Any]:
     }
 
 
-def _key_fields(paths: list[str]) -> list[str]:
+def _classification(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """A tool's snapshot without its key fields, which are declared, not classified."""
+    return {k: v for k, v in snapshot.items() if k not in ("key_fields", "key_scope")}
+
+
+def _key_fields(paths: list[str], input_schema: Any = None) -> list[str]:
+    """The key fields as declared, refused when malformed or, for a tool whose input schema is
+    known (an MCP tool's ``inputSchema``), when one names an argument the tool does not take."""
     try:
-        return validate_key_fields(paths)
+        declared = validate_key_fields(paths)
     except KeyBuildError as exc:
         raise InvalidInput(str(exc)) from None
+    outside = key_field_outside_schema(declared, input_schema)
+    if outside is not None:
+        raise InvalidInput(f"key field {outside!r} names no argument of the tool's input schema")
+    return declared
 
 
 def _default_scope(tool: Tool, key_scope: KeyScope | None) -> str:
@@ -147,7 +158,7 @@ def declare_key_fields(
         if tool is None:
             raise NotFound(f"no tool {name!r}")
         before = _snapshot(tool)
-        tool.key_fields = _key_fields(key_fields)
+        tool.key_fields = _key_fields(key_fields, (tool.descriptor or {}).get("inputSchema"))
         tool.key_scope = _default_scope(tool, key_scope)
         tool.save(update_fields=["key_fields", "key_scope"])
         audit(
@@ -373,10 +384,13 @@ def import_mcp_tools(
     if not isinstance(implementation, str) or len(implementation) > IMPLEMENTATION_MAX:
         raise InvalidInput(f"an implementation name is at most {IMPLEMENTATION_MAX} characters")
     descriptors = _validated_tools(server_name, tools_list)
-    declared = {name: _key_fields(paths) for name, paths in (key_fields or {}).items()}
-    unknown = sorted(set(declared) - {d["name"] for d in descriptors})
+    schemas = {d["name"]: d.get("inputSchema") for d in descriptors}
+    unknown = sorted(set(key_fields or {}) - set(schemas))
     if unknown:
         raise InvalidInput(f"key fields for {unknown[0]!r}, which the server does not list")
+    declared = {
+        name: _key_fields(paths, schemas[name]) for name, paths in (key_fields or {}).items()
+    }
     namespace = catalogue_namespace([d["name"] for d in descriptors])
     rules = _rules(tenant)
     imported: list[Tool] = []
@@ -437,7 +451,8 @@ def import_mcp_tools(
             _apply(tool, _classify(tool, rules, namespace))
             tool.key_scope = _default_scope(tool, None)
             tool.save()
-            if before != _snapshot(tool):
+            after = _snapshot(tool)
+            if before is None or _classification(before) != _classification(after):
                 audit(
                     tenant=tenant,
                     actor=actor,
@@ -445,8 +460,22 @@ def import_mcp_tools(
                     target=tool,
                     source=source,
                     before=before,
-                    after=_snapshot(tool),
+                    after=after,
                     detail=tool.reason,
+                )
+            # Key fields given with the import are a declaration like any other (a new tool's
+            # default key scope is none).
+            keyed = (after["key_fields"], after["key_scope"])
+            was = (before["key_fields"], before["key_scope"]) if before else ([], keyed[1])
+            if keyed != was:
+                audit(
+                    tenant=tenant,
+                    actor=actor,
+                    action="tool.key_fields_declared",
+                    target=tool,
+                    source=source,
+                    before=before,
+                    after=after,
                 )
             imported.append(tool)
     return imported

@@ -119,6 +119,44 @@ def test_key_fields_are_declared_at_import_and_kept_by_a_reimport(tenant: Tenant
     assert (tool.key_fields, tool.key_scope) == (["row.id"], "business")
 
 
+def test_key_fields_given_at_import_are_audited_as_declared(api: ApiClient) -> None:
+    insert = {
+        "name": "insert",
+        "inputSchema": {"type": "object", "properties": {"row": {"type": "object"}}},
+    }
+    body = {
+        "server": "db",
+        "trust": "untrusted",
+        "tools_list": {"tools": [insert]},
+        "key_fields": {"insert": ["row.id"]},
+    }
+    assert api.post("/tools/import-mcp", body).status_code == 200
+    assert api.post("/tools/import-mcp", body).status_code == 200  # the same: nothing declared
+    (event,) = AuditEvent.objects.filter(action="tool.key_fields_declared")
+    tool = Tool.objects.get(name="db/insert")
+    assert (event.source, event.target_id) == ("api", str(tool.pk))
+    assert (event.before, event.after["key_fields"]) == (None, ["row.id"])
+    assert event.after["key_scope"] == "business"
+
+
+def test_key_fields_naming_no_argument_of_the_tool_are_refused_at_import(api: ApiClient) -> None:
+    insert = {
+        "name": "insert",
+        "inputSchema": {"type": "object", "properties": {"row": {"type": "object"}}},
+    }
+    response = api.post(
+        "/tools/import-mcp",
+        {
+            "server": "db",
+            "trust": "untrusted",
+            "tools_list": {"tools": [insert]},
+            "key_fields": {"insert": ["rows.id"]},
+        },
+    )
+    assert response.status_code == 400 and "'rows.id'" in response.json()["detail"]
+    assert not Tool.objects.exists()
+
+
 def test_key_fields_for_a_tool_the_server_does_not_list_are_refused(api: ApiClient) -> None:
     response = api.post(
         "/tools/import-mcp",

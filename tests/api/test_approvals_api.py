@@ -11,6 +11,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from ledger.models import ApiToken, ApprovalRequest, AuditEvent, IdempotencyRecord, Tenant
+from ledger.services import approval_policies
 from tests.api.conftest import ApiClient, client_for
 from tests.console.conftest import make_user
 
@@ -138,3 +139,58 @@ def test_a_decided_request_cannot_be_decided_again(tenant: Tenant) -> None:
     assert again.status_code == 409 and "already approved" in again.json()["detail"]
     decided = approver.get("/approvals", state="approved").json()
     assert [a["state"] for a in decided] == ["approved"]
+
+
+def _started_and_succeeded(runtime: ApiClient, call_id: str) -> dict[str, Any]:
+    """The approved call started, run and reported: the report's answer."""
+    started = runtime.post(f"/calls/{call_id}/start")
+    assert started.status_code == 200, started.content
+    token = started.json()["lease"]["fencing_token"]
+    done = runtime.post(
+        f"/calls/{call_id}/complete",
+        {"fencing_token": token, "outcome": "succeeded", "result": {"order": "o-1"}},
+    )
+    assert done.status_code == 200, done.content
+    return done.json()
+
+
+def test_a_call_approved_before_its_first_run_is_not_replayed(tenant: Tenant) -> None:
+    """``replayed`` is true only for an answer from the record: the approved call ran itself,
+    so its report's answer and a poll say false; a duplicate after it says true."""
+    runtime = client_for(tenant)
+    approval_policies.add_policy(
+        tenant=tenant,
+        actor="mia",
+        source="api",
+        name="large orders",
+        reason="orders over 100 need a second look",
+        tool="create_order",
+        path="amount",
+        operator="gt",
+        value=100,
+    )
+    runtime.start_run()
+    asked = runtime.call("create_order", {"amount": 500}).json()
+    assert asked["decision"] == "approval_required", asked
+    approver = _person(tenant, "bob", "approver")
+    approver.post(f"/approvals/{asked['approval_id']}/decide", {"decision": "approve"})
+    done = _started_and_succeeded(runtime, asked["call_id"])
+    polled = runtime.get(f"/calls/{asked['call_id']}").json()["observation"]
+    duplicate = runtime.call("create_order", {"amount": 500}, step_id="step-2").json()
+    for observation in (done["observation"], polled):
+        assert observation["ok"] is True, observation
+        assert observation["metadata"]["replayed"] is False, observation
+    assert duplicate["observation"]["metadata"]["replayed"] is True
+
+
+def test_an_approved_replay_that_runs_is_not_replayed(tenant: Tenant) -> None:
+    """The approved replay's answer is its own execution's, not one from the record."""
+    runtime = client_for(tenant)
+    replay = _waiting(runtime)
+    approver = _person(tenant, "bob", "approver")
+    approver.post(f"/approvals/{replay['approval_id']}/decide", {"decision": "approve"})
+    done = _started_and_succeeded(runtime, replay["call_id"])
+    polled = runtime.get(f"/calls/{replay['call_id']}").json()["observation"]
+    for observation in (done["observation"], polled):
+        assert observation["ok"] is True, observation
+        assert observation["metadata"]["replayed"] is False, observation

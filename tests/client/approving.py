@@ -48,11 +48,14 @@ def orders(sandbox: SandboxServer) -> dict[str, int]:
 
 class Approver(threading.Thread):
     """A person with the approver role, deciding the first open request through the API
-    after reading it; ``seen`` keeps what the request showed."""
+    ``after`` seconds spent reading it; ``seen`` keeps what the request showed."""
 
-    def __init__(self, url: str, token: str, *, approve: bool, reason: str = "") -> None:
+    def __init__(
+        self, url: str, token: str, *, approve: bool, reason: str = "", after: float = 0.0
+    ) -> None:
         super().__init__(daemon=True)
         self.url, self.token, self.approve, self.reason = url, token, approve, reason
+        self.after = after
         self.seen: dict[str, Any] = {}
 
     def run(self) -> None:
@@ -63,6 +66,7 @@ class Approver(threading.Thread):
                     waiting = ledger.approvals()
                     if waiting:
                         self.seen = ledger.approval(waiting[0]["id"])
+                        time.sleep(self.after)
                         ledger.decide_approval(
                             self.seen["id"], approve=self.approve, reason=self.reason
                         )

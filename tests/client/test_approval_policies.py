@@ -57,6 +57,7 @@ def test_a_large_order_waits_shows_the_exact_call_and_runs_once_approved(
         again = run.call("create_order", {"amount": 500}, execute=_order(sandbox))
     approver.join(timeout=25)
     assert observation["ok"] is True, observation
+    assert observation["metadata"]["replayed"] is False  # it ran: not an answer from the record
     assert again["ok"] is True and again["metadata"]["replayed"] is True
     assert (approver.seen["tool"], approver.seen["input"]) == ("create_order", {"amount": 500})
     assert orders(sandbox) == {"amount-500": 1}

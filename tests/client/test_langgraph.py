@@ -112,6 +112,38 @@ def test_a_lost_order_re_planned_by_the_model_runs_once_and_is_uncertain(
     assert (record.state, record.executions, record.duplicate_hits) == ("unknown", 1, 1)
 
 
+@pytest.mark.parametrize("handled", [True, False], ids=["handle_tool_errors", "default"])
+def test_a_lost_order_re_sent_under_its_own_tool_call_id_runs_once_and_is_uncertain(
+    handled: bool, live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    """Retry shape (a): the response lost after the order was made, the same tool call (its id
+    too) is sent again, as when the tools node runs again. One order at the sandbox, and the
+    model is told ``SIDE_EFFECT_UNCERTAIN`` both times, never to fix its input."""
+    create_order = tool(order_tool(sandbox))
+    order = {"name": "create_order", "args": {"cart": "cart-9"}, "id": "tc-1"}
+    model = GenericFakeChatModel(messages=_calls([order], [order], "I will ask the user."))
+    arm(sandbox, service="orders", mode="timeout_after_commit", hang_seconds=2)
+    config = {"configurable": {"thread_id": "thread-1"}}
+    node = {"handle_tool_errors": True} if handled else {}
+
+    async def scenario() -> dict[str, Any]:
+        async with AsyncLedgerClient(live_server.url, ledger_token) as ledger:
+            calls = LedgerToolCalls(ledger, user_id="u1")
+            graph = _graph(model, [create_order], calls, **node)
+            state = await graph.ainvoke({"messages": [HumanMessage("order cart-9")]}, config)
+            await calls.finish(config)
+            return state
+
+    state = asyncio.run(scenario())
+    first, again = _tool_messages(state)
+    assert first.tool_call_id == again.tool_call_id == "tc-1"
+    assert first.artifact["code"] == again.artifact["code"] == "SIDE_EFFECT_UNCERTAIN"
+    assert first.status == again.status == "error"
+    assert not _asks_to_fix_its_input([first, again])
+    assert state["messages"][-1].content == "I will ask the user."
+    assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
+
+
 def test_a_re_planned_order_gets_the_recorded_result(
     live_server, ledger_token: str, sandbox: SandboxServer
 ) -> None:

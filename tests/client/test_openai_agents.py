@@ -115,6 +115,48 @@ def test_a_lost_order_re_planned_by_the_model_runs_once_and_is_uncertain(
     assert (record.state, record.executions, record.duplicate_hits) == ("unknown", 1, 1)
 
 
+@pytest.mark.parametrize(
+    "handling",
+    ["default", "failure_error_function", "timeout_seconds"],
+)
+def test_a_lost_order_re_sent_under_its_own_call_id_runs_once_and_is_uncertain(
+    handling: str, live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    """Retry shape (a): the response lost after the order was made, the same function call
+    (its call id too) is sent again. The SDK never runs a call id twice in one run, so the
+    call comes again from a runtime that runs the turn again (its answer never reached the
+    app): a new ``Runner.run`` in the same ledger run. One order at the sandbox, and the model
+    is told ``SIDE_EFFECT_UNCERTAIN`` both times, whatever the SDK's error handling."""
+    if handling == "timeout_seconds":
+        create_order = function_tool(order_tool(sandbox, timeout=10), timeout=1)
+    elif handling == "failure_error_function":
+        create_order = function_tool(order_tool(sandbox), failure_error_function=_fix_your_input)
+    else:
+        create_order = function_tool(order_tool(sandbox))
+    order = [function_call("create_order", {"cart": "cart-9"}, call_id="call-1")]
+    arm(sandbox, service="orders", mode="timeout_after_commit", hang_seconds=3)
+
+    async def scenario() -> list[str]:
+        outputs: list[str] = []
+        async with AsyncLedgerClient(live_server.url, ledger_token) as ledger:
+            for _turn in range(2):
+                tools = LedgerFunctionTools(ledger, user_id="u1", run_id="conv-1")
+                model = ScriptedModel([order, [assistant_message("I will ask the user.")]])
+                agent = Agent(name="shop", model=model, tools=tools.wrap([create_order]))
+                result = await Runner.run(agent, "go")
+                assert result.final_output == "I will ask the user."
+                outputs += _tool_outputs(result)
+            await tools.finish()
+        return outputs
+
+    outputs = asyncio.run(scenario())
+    first, again = (json.loads(output) for output in outputs)
+    assert first["code"] == again["code"] == "SIDE_EFFECT_UNCERTAIN"
+    assert first["metadata"]["idempotency_key"] == again["metadata"]["idempotency_key"]
+    assert not any("fix" in output.lower() for output in outputs)
+    assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
+
+
 def test_a_re_planned_order_gets_the_recorded_result(
     live_server, ledger_token: str, sandbox: SandboxServer
 ) -> None:

@@ -117,6 +117,45 @@ def test_a_lost_order_re_planned_by_the_model_runs_once_and_is_uncertain(
     assert (record.state, record.executions, record.duplicate_hits) == ("unknown", 1, 1)
 
 
+@pytest.mark.parametrize("retry", [True, False], ids=["ModelRetry", "raised"])
+def test_a_lost_order_re_sent_under_its_own_tool_call_id_runs_once_and_is_uncertain(
+    retry: bool, live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    """Retry shape (a): the response lost after the order was made, the same tool call (its id
+    too) is sent again. One order at the sandbox, and the model is told
+    ``SIDE_EFFECT_UNCERTAIN`` both times, never a retry prompt."""
+    order_at_sandbox = order_tool(sandbox)
+
+    async def create_order(cart: str) -> str:
+        """Create an order for a cart."""
+        try:
+            return await order_at_sandbox(cart)
+        except httpx.TimeoutException as lost:
+            if retry:
+                raise ModelRetry("the shop timed out: please fix your input and retry") from lost
+            raise
+
+    order = ("create_order", {"cart": "cart-9"}, "tc-1")
+    model = _scripted(order, order, "I will ask the user.")
+    arm(sandbox, service="orders", mode="timeout_after_commit", hang_seconds=2)
+
+    async def scenario() -> Any:
+        async with AsyncLedgerClient(live_server.url, ledger_token) as ledger:
+            toolset = LedgerToolset(
+                FunctionToolset([create_order]), ledger=ledger, user_id="u1", run_id="conv-1"
+            )
+            result = await Agent(model, toolsets=[toolset]).run("order cart-9")
+            await toolset.finish()
+            return result
+
+    result = asyncio.run(scenario())
+    first, again = _returns(result.all_messages())
+    assert first["code"] == again["code"] == "SIDE_EFFECT_UNCERTAIN"
+    assert not _retried(result.all_messages()) and "fix" not in json.dumps([first, again])
+    assert result.output == "I will ask the user."
+    assert httpx.get(f"{sandbox.url}/orders/stats").json()["objects"] == 1
+
+
 def test_a_re_planned_order_gets_the_recorded_result(
     live_server, ledger_token: str, sandbox: SandboxServer
 ) -> None:

@@ -113,6 +113,48 @@ def test_a_long_run_ids_call_whose_answer_is_lost_is_found_by_the_look_up(
     assert _count(service, customer) == 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_non_ascii_users_call_whose_answer_is_lost_is_found_by_the_look_up(
+    service: Service, live_server: Any
+) -> None:
+    """A user ``josé`` and a business object ``Café-…``: the ledger's key is printable ASCII,
+    so the service keeps it, and the worker's look-up finds the invoice: one row."""
+    tenant = Tenant.objects.create(slug="acme", name="Acme")
+    _token, plaintext = ApiToken.issue(tenant=tenant, name="runtime")
+    customer = str(uuid.uuid4())
+    with LedgerClient(live_server.url, plaintext, request_timeout=10) as ledger:
+        ledger.register_tool("create_invoice", description="Bill a customer.")
+        DownstreamAdapter.objects.create(
+            tenant=tenant,
+            tool=Tool.objects.get(tenant=tenant, name="create_invoice"),
+            url_template=f"{service.url}/idempotency/{{key}}?access_token={TOKEN}",
+            found_statuses=[200],
+            not_found_statuses=[404],
+            grace_seconds=0,
+        )
+        with ledger.run(user_id="josé", run_id="commande-été") as run:
+            lost = run.call(
+                "create_invoice",
+                _invoice(customer),
+                business_object_id=f"Café-{customer}",
+                execute=_bill(service, customer, fault="exit-after-commit"),
+            )
+            assert lost["code"] == "SIDE_EFFECT_UNCERTAIN", lost
+            key = lost["metadata"]["idempotency_key"]
+            assert ":jos%C3%A9:" in key and f":Caf%C3%A9-{customer}" in key
+            service.process.ensure_running()
+            record = IdempotencyRecord.objects.get(tenant=tenant, key=key)
+            assert reconcile_record(record.pk, worker="w1") == "succeeded"
+            retry = run.call(
+                "create_invoice",
+                _invoice(customer),
+                business_object_id=f"Café-{customer}",
+                execute=_bill(service, customer),
+            )
+    assert retry["ok"] and retry["metadata"]["replayed"], retry
+    assert _count(service, customer) == 1
+
+
 def _lookup(service: Service, path: str) -> httpx.Response:
     separator = "&" if "?" in path else "?"
     return httpx.get(f"{service.url}/idempotency/{path}{separator}access_token={TOKEN}", timeout=5)
