@@ -138,7 +138,8 @@ def test_a_row_shows_what_triage_needs(django_user_model, tenant, queue):
     assert email.escalation == "escalated by an operator"
     assert email.input == '{"x":"m1"}'
     assert rows[queue["order"].pk].escalation == ""  # looked up automatically
-    assert 'title="customer says no email came">customer says no email came</span>' in html
+    reason = "operator: customer says no email came"  # its owner and its next step, the reason
+    assert f'title="{reason}">{reason}</span>' in html
     assert ">escalated by an operator</span>" in html
     assert 'title="{&quot;x&quot;:&quot;m1&quot;}"' in html
 
