@@ -49,7 +49,7 @@ stop:
 	@for pid in var/redis-test/*.pid; do [ -f "$$pid" ] && kill "$$(cat "$$pid")" || true; done
 
 # A reconciliation worker with the periodic sweeps (beat) for the embedded default (`make run`
-# starts one of its own). In production run workers and one beat per README "Scale out".
+# starts one of its own). In production run workers and one beat per docs/deploy.md "Workers and beat".
 # The demo's sandbox downstreams listen on 127.0.0.1: look-ups may reach private addresses.
 worker: install
 	DEBUG=true LEDGER_OUTBOUND_ALLOW_PRIVATE=true $(VENV)/bin/celery -A console worker -B -Q reconcile,maintenance,notify -c 2 -l INFO

@@ -96,7 +96,7 @@ def start_sandbox(logdir: Path) -> tuple[Service, str]:
 
 def start_worker(name: str, logdir: Path, env: dict[str, str], concurrency: int) -> Service:
     """A reconciliation worker: one process, a thread pool (look-ups wait on the network), at
-    Celery's default log level as in production (the README's command): no log line per task.
+    Celery's default log level as in production (docs/deploy.md's command): no log line per task.
     Ready when it answers a remote-control ping."""
     from console.celery import app
 

@@ -225,7 +225,7 @@ class Stack:
         return self.workdir / "logs"
 
     def env(self, **extra: str) -> dict[str, str]:
-        """The environment every process of the stack shares (README "Configuration")."""
+        """The environment every process of the stack shares (docs/configuration.md)."""
         return {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "console.settings",

@@ -25,7 +25,7 @@ KEY = "agent:acme:ann.smith:run-1:create_order:cart-42"
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """gunicorn as the README's production command starts it, its access log in a file."""
+    """gunicorn as docs/deploy.md's production command starts it, its access log in a file."""
     port, log = free_port(), tmp_path / "access.log"
     environ = {**os.environ, "DATABASE_URL": processes.test_database_url()}
     process = subprocess.Popen(

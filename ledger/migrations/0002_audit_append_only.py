@@ -3,7 +3,7 @@
 A trigger rejects every UPDATE and DELETE on ``ledger_auditevent``, whoever issues it (the ORM,
 raw SQL, the admin, a psql session), so the audit trail cannot be rewritten after the fact.
 TRUNCATE is left to privileges: only the table's owner may truncate, and the production role
-that serves requests should not own the schema (see README, "Deploy"). Test databases rely on
+that serves requests should not own the schema (see docs/deploy.md). Test databases rely on
 TRUNCATE to reset between transactional tests.
 """
 
