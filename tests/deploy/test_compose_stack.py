@@ -284,7 +284,12 @@ class Stack:
         self.compose("up", "-d", "--no-deps", "web", "worker", "beat")
         _wait_for(lambda: self.healthy("web"), 120, "the web server's healthcheck (/healthz)")
         _wait_for(lambda: self._ready(), 60, "/readyz")
-        _wait_for(lambda: " ready." in self.logs("worker"), 90, "the Celery worker")
+        _wait_for(self._worker_answers, 90, "the Celery worker")
+
+    def _worker_answers(self) -> bool:
+        """Whether the worker answers a ping (at production's log level it logs no "ready")."""
+        ping = ["exec", self.container("worker"), "celery", "-A", "console", "inspect", "ping"]
+        return self.podman.succeeds(*ping, "--timeout", "2")
 
     def _ready(self) -> bool:
         try:
