@@ -56,6 +56,9 @@ DEBIAN_PACKAGES = ("python3", "python3-venv", "ca-certificates", "postgresql-15"
 #: them too, so their builds reach the package registries as the machine does.
 LOCAL_CAS = Path("/usr/local/share/ca-certificates")
 IMAGES = "localhost/agent-ledger-drill"
+#: Where the tools are: podman finds runc, iptables and the like in sbin, which a non-login
+#: shell's PATH may lack.
+SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 #: One build at a time on the machine (the images are shared by every checkout's runs).
 BUILD_LOCK = Path(tempfile.gettempdir()) / "agent-ledger-deploy-drill.lock"
 SETTLED_WITHIN_SECONDS = 60
@@ -115,7 +118,7 @@ def _containers_conf(folder: Path) -> Path:
     cannot manage cgroups v1 beside v2 ("cgroups in hybrid mode not supported")."""
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     lines = ["[containers]", f'default_ulimits = ["nofile={nofile}:{nofile}", "nproc=4096:4096"]']
-    if shutil.which("runc"):
+    if shutil.which("runc", path=SEARCH_PATH):
         lines += ["[engine]", 'runtime = "runc"']
     path = folder / "containers.conf"
     path.write_text("\n".join(lines) + "\n")
@@ -225,7 +228,8 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> tuple[Podman, dict[str, 
     if compose is None:
         pytest.fail("podman-compose is not installed (a dev dependency: make install)")
     folder = tmp_path_factory.mktemp("deploy")
-    podman = Podman({**os.environ, "CONTAINERS_CONF": str(_containers_conf(folder))}, compose)
+    env = {**os.environ, "PATH": SEARCH_PATH, "CONTAINERS_CONF": str(_containers_conf(folder))}
+    podman = Podman(env, compose)
     began = time.monotonic()
     with BUILD_LOCK.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
