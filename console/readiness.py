@@ -7,15 +7,22 @@ waiting for a synchronous standby); otherwise 503 with what is wrong, so traffic
 meanwhile. The broker is checked
 and reported too, but does not make the process unready: without Redis the API still reserves
 and records (DESIGN section 7), and the periodic sweep enqueues what was missed.
+
+Both are answered before the host is validated and before the redirect to HTTPS
+(``ProbeMiddleware``): an orchestrator probes a process by its own address over plain HTTP (a
+kubelet sends the pod's address as the host, a compose healthcheck 127.0.0.1), which
+``ALLOWED_HOSTS`` would refuse and ``SECURE_SSL_REDIRECT`` would send elsewhere. A probe's
+answer builds no URL from the host and carries nothing that needs TLS.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from ledger import replication, store_budget
 from ledger.store import NotSynchronous, forget_connection, store_trouble
@@ -72,3 +79,25 @@ def readyz(request: HttpRequest) -> JsonResponse:
     if not ready:
         response["Retry-After"] = "2"
     return response
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness probe: the process answers; touches nothing (``/readyz`` checks what it needs)."""
+    return JsonResponse({"status": "ok"})
+
+
+PROBES: dict[str, Callable[[HttpRequest], JsonResponse]] = {"/healthz": healthz, "/readyz": readyz}
+
+
+class ProbeMiddleware:
+    """Answers ``GET /healthz`` and ``GET /readyz`` ahead of the host check and the HTTPS
+    redirect (the module's docstring says why); every other request goes on as usual."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        probe = PROBES.get(request.path_info)
+        if probe is not None and request.method in ("GET", "HEAD"):
+            return probe(request)
+        return self.get_response(request)

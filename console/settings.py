@@ -59,6 +59,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Outermost, so the budget covers every middleware that reads the database too.
     "ledger.middleware.StoreBudgetMiddleware",
+    # /healthz and /readyz, before the host check and the HTTPS redirect (console/readiness.py).
+    "console.readiness.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Outside the API's own middleware, so it sees every API answer (console/api_denials.py).
     "console.api_denials.ApiDenialMiddleware",

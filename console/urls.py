@@ -1,6 +1,5 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 
 from console import (
@@ -21,12 +20,6 @@ from console import (
 )
 from console.prometheus import metrics_view
 from ledger.api import api
-
-
-def healthz(request: HttpRequest) -> JsonResponse:
-    """Liveness probe: the process answers; touches nothing (``/readyz`` checks what it needs)."""
-    return JsonResponse({"status": "ok"})
-
 
 console_patterns = [
     path("", views.home, name="home"),
@@ -107,7 +100,7 @@ console_patterns = [
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
-    path("healthz", healthz, name="healthz"),
+    path("healthz", readiness.healthz, name="healthz"),
     path("readyz", readiness.readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),
     path("login/", auth_views.LoginView.as_view(template_name="console/login.html"), name="login"),
