@@ -100,13 +100,14 @@ def test_keyboard_walks_the_queue_and_approves(
     assert page.evaluate("document.activeElement.value") == "approve"
     assert ApprovalRequest.objects.get(pk=first.pk).state == "pending"  # a key alone is not enough
     page.keyboard.press("Enter")
-    page.wait_for_url(f"{live_server.url}/approvals/")
+    # Decided, the approver is on the queue's next approval, told what was decided.
+    page.wait_for_url(f"{live_server.url}/approvals/{second.pk}/")
+    expect(page.locator(".messages")).to_contain_text("approved")
     assert ApprovalRequest.objects.get(pk=first.pk).state == "approved"
-    page.goto(f"{live_server.url}/approvals/{second.pk}/")
     page.keyboard.press("r")
     page.keyboard.type("Not during the freeze")
     page.keyboard.press("Control+Enter")
-    page.wait_for_url(f"{live_server.url}/approvals/")
+    page.wait_for_url(f"{live_server.url}/approvals/")  # the last one: back to the queue
     rejected = ApprovalRequest.objects.get(pk=second.pk)
     assert rejected.state == "rejected" and rejected.decision_reason == "Not during the freeze"
 
