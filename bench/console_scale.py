@@ -43,8 +43,9 @@ def list_pages() -> dict[str, str]:
 
 
 #: Whom each page is measured as: a member of the measured tenant holding the first of these
-#: roles the page is open to (an operator wherever an operator may look).
-ROLES = (Role.OPERATOR, Role.APPROVER, Role.MANAGER)
+#: roles the page is open to (an operator wherever an operator may look; an admin where only
+#: an admin may, the API tokens).
+ROLES = (Role.OPERATOR, Role.APPROVER, Role.MANAGER, Role.ADMIN)
 
 
 def members(tenant: Tenant) -> dict[Role, Client]:

@@ -211,12 +211,12 @@ ORDER BY rec.id
 
 APPROVALS_SQL = f"""
 INSERT INTO ledger_approvalrequest (tenant_id, record_id, entry_id, action_hash, state,
-                                    requested_by, decision_reason, created_at, decided_at,
-                                    expires_at)
+                                    requested_by, principal_ids, decision_reason, created_at,
+                                    decided_at, expires_at)
 SELECT e.tenant_id, e.record_id, e.id, %(fingerprint)s,
        CASE WHEN rec.state = 'reserved' THEN 'pending'
             WHEN mod(b, 7) = 3 THEN 'rejected' ELSE 'consumed' END,
-       'token:al_bench', CASE WHEN mod(b, 7) = 3 THEN 'not this customer' ELSE '' END,
+       'token:al_bench', '{{}}', CASE WHEN mod(b, 7) = 3 THEN 'not this customer' ELSE '' END,
        e.created_at, CASE WHEN rec.state <> 'reserved' THEN e.created_at + interval '3 minutes' END,
        e.created_at + interval '1 day'
 FROM generate_series(0, %(entries)s / {APPROVAL_EVERY}) AS b
