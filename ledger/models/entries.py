@@ -143,8 +143,8 @@ class LedgerEntry(models.Model):
             # object it ends with, say; pg_trgm, where the server has it) and
             # entry_call_prefix_idx (a call by the start of its id).
             # And an id inside the evidence a call's report gave (``holding_string``):
-            # entry_evidence_values_idx, made in SQL by migration 0027, of the few calls that
-            # gave any.
+            # entry_evidence_values_idx, made in SQL by migration 0027 like record_values_idx,
+            # of the few calls that gave any.
         ]
 
     def __str__(self) -> str:
@@ -154,8 +154,8 @@ class LedgerEntry(models.Model):
     def holding_string(tenant_id: int, text: str) -> QuerySet[LedgerEntry]:
         """The tenant's calls whose report's evidence holds the string ``text`` at any depth,
         read from ``entry_evidence_values_idx``."""
-        reported = LedgerEntry.objects.filter(HAS_EVIDENCE, tenant_id=tenant_id)
-        return holding_string(reported, EVIDENCE_STRINGS, text)
+        reported = LedgerEntry.objects.filter(HAS_EVIDENCE)
+        return holding_string(reported, EVIDENCE_STRINGS, tenant_id, text)
 
     @property
     def dedup_hit(self) -> bool:

@@ -1,49 +1,50 @@
 """The strings a stored JSON value holds, found by the console's search: a downstream's order
 id in an action's recorded result, say.
 
-Each is read from a GIN index of ``JsonStrings`` of the column (``jsonb_path_ops``) and asked
-with ``@>``: the index holds a hash of each string, so a search names only values, never the
-names of an object's fields. A GIN index of the column itself (``jsonb_ops``) would serve
-``col @? '$.** ? (@ == "ord_8f3a")'`` too, but it files array elements with the fields' names,
-so a value that is also a field name (``"state"``) reads every row that has that field;
-``jsonb_path_ops`` does not serve ``.**`` at all (docs/performance.md, "The console's search
-for any id").
+``ledger_json_strings(tenant, value)`` (a SQL function of migration 0027) lists every string
+at any depth of ``value`` as ``<tenant>:<string>``, a text array; a GIN index of it is asked
+with ``@>``. Three things make it fast at any scale (docs/performance.md, "The console's
+search for any id"): the array holds values only, never the names of an object's fields
+(which a GIN index of the JSON column itself files with its array elements, so a value that
+is also a field name reads every row); each string carries its tenant, so a value common in
+another tenant is not a common value here; and a statistics object of the expression gives
+the planner each string's frequency, so it reads the index for a rare string and the
+tenant's rows, stopping at the first matches, for a common one (a partial index's own
+statistics are not used for estimates).
 """
 
 from __future__ import annotations
 
 from typing import TypeVar, cast
 
-from django.db.models import Func, JSONField, Model, QuerySet
+from django.contrib.postgres.fields import ArrayField
+from django.db.models import F, Func, Model, QuerySet, TextField
 
 M = TypeVar("M", bound=Model)
 
 
 class JsonStrings(Func):
-    """Every string at any depth of a JSON column, as a jsonb array (none for SQL NULL).
-    Immutable, so it can be indexed; ``strict``, so an array's strings are listed once, not
-    again by lax mode's unwrapping. The index and the query compile it to the same text,
-    the path written into the SQL (never a parameter), which is what lets the planner match
-    the two."""
+    """``ledger_json_strings(tenant_id, <column>)``: every string of a JSON column of the
+    row, each as ``<tenant id>:<string>`` (none for SQL NULL)."""
 
-    template = (
-        "jsonb_path_query_array(COALESCE(%(expressions)s, 'null'::jsonb), "
-        "'strict $.** ? (@.type() == \"string\")'::jsonpath)"
-    )
-    output_field = JSONField()
+    function = "ledger_json_strings"
+    output_field = ArrayField(TextField())
+
+    def __init__(self, column: str) -> None:
+        super().__init__(F("tenant_id"), F(column))
 
 
-class JsonConcat(Func):
-    """Two jsonb arrays as one (``||``)."""
+class ArrayConcat(Func):
+    """Two text arrays as one (``||``)."""
 
     template = "(%(expressions)s)"
     arg_joiner = " || "
-    output_field = JSONField()
+    output_field = ArrayField(TextField())
 
 
-def holding_string(rows: QuerySet[M], strings: Func, text: str) -> QuerySet[M]:
-    """The ``rows`` whose ``strings`` (a ``JsonStrings`` expression, or a ``JsonConcat`` of
-    them) have ``text`` as one element: ``strings @> '["<text>"]'``."""
+def holding_string(rows: QuerySet[M], strings: Func, tenant_id: int, text: str) -> QuerySet[M]:
+    """The tenant's ``rows`` whose ``strings`` (a ``JsonStrings`` expression, or an
+    ``ArrayConcat`` of them) have ``text``: ``strings @> ARRAY['<tenant id>:<text>']``."""
     # django-stubs types an alias as changing the rows' model; it changes only the query.
-    holding = cast("QuerySet[M]", rows.alias(json_strings=strings))
-    return holding.filter(json_strings__contains=[text])
+    holding = cast("QuerySet[M]", rows.filter(tenant_id=tenant_id).alias(json_strings=strings))
+    return holding.filter(json_strings__contains=[f"{tenant_id}:{text}"])
