@@ -38,7 +38,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from console.access import console_view, missing_id
-from console.explorer import MIN_FRAGMENT, key_lookup
+from console.explorer import MIN_FRAGMENT, WHOLE_CALL_ID, key_lookup
 from console.navigation import context_for
 from console.templatetags.target_links import object_url
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry, Run, Tenant
@@ -117,12 +117,8 @@ def read_query(text: str, *, names: Mapping[str, str] | None = None) -> Query:
     if _CONTROL.search(text):
         raise InvalidQuery(gettext("An id has no control characters (tabs, line breaks)."))
     lowered = text.lower()
-    call_id = None
-    if len(lowered) in (32, 36) and (_HEX_UUID.match(lowered) or lowered.count("-") == 4):
-        try:
-            call_id = uuid.UUID(lowered)
-        except ValueError:
-            call_id = None
+    whole = WHOLE_CALL_ID.match(lowered) or _HEX_UUID.match(lowered)
+    call_id = uuid.UUID(lowered) if whole else None
     call_start = None
     if call_id is None and MIN_CALL_START <= len(lowered) < 36 and _CALL_START.match(lowered):
         call_start = lowered
