@@ -6,8 +6,9 @@ bench's) holding the largest share of every table; ``TOOLS`` tools in each; runs
 a row; keys as the service builds them, ending in a business object (``cart-42``,
 ``order-9031``); times spread evenly over the last 24 hours, in id order, as rows are written.
 Rows satisfy every constraint of the schema: runs, then expired terminal and unknown
-idempotency records, one ledger entry and one audit event per terminal record, and approval
-requests for one call in a hundred.
+idempotency records (a succeeded one's result holds its downstream order id, ``ord_...``), one
+ledger entry and one audit event per terminal record, and approval requests for one call in a
+hundred.
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ APPROVAL_AT = 50
 def run_id(run: int) -> str:
     """The run id of the loader's run ``run`` (``RUNS_SQL``), hexadecimal like a uuid's."""
     return hashlib.md5(f"run:{run}".encode(), usedforsecurity=False).hexdigest()
+
+
+def order_id(row: int) -> str:
+    """The order id in the recorded result of the loader's row ``row`` (``_ORDER_ID``)."""
+    return "ord_" + hashlib.md5(f"order:{row}".encode(), usedforsecurity=False).hexdigest()[:12]
 
 
 def runs_for(records: int) -> int:
@@ -141,6 +147,8 @@ _KEY = (
 _TOOL_ID = f"(%(tool_ids)s::bigint[])[{_SLOT} * {len(TOOLS)} + {_TOOL} + 1]"
 _TENANT_ID = f"(%(tenants)s::bigint[])[{_SLOT} + 1]"
 _AT = "%(start)s + i * %(step)s"
+# The downstream's id of row i's action, in its recorded result (the console's search finds it).
+_ORDER_ID = "'ord_' || substr(md5('order:' || i), 1, 12)"
 # One call in APPROVAL_EVERY had an approval: in block b of APPROVAL_EVERY rows, row
 # APPROVAL_AT + mod(b, 10), so the approvals' tenant slots cycle as the rows' do and every tenant
 # has its share. Its record has not expired (nothing to clean up), and the newest of them still
@@ -159,7 +167,8 @@ SELECT %(first_record)s + i, {_TENANT_ID}, {_KEY}, {_TOOL_ID}, %(fingerprint)s,
        CASE WHEN {_PENDING} THEN 'reserved' WHEN mod(i, 50) = 0 THEN 'failed_final'
             ELSE 'succeeded' END,
        {_APPROVED},
-       CASE WHEN {_PENDING} OR mod(i, 50) = 0 THEN NULL ELSE '{{"ok": true}}'::jsonb END,
+       CASE WHEN {_PENDING} OR mod(i, 50) = 0 THEN NULL
+            ELSE jsonb_build_object('ok', true, 'order_id', {_ORDER_ID}) END,
        CASE WHEN mod(i, 50) = 0 AND NOT ({_PENDING}) THEN '{{"code": "DECLINED"}}'::jsonb END,
        false, '', NULL, CASE WHEN {_PENDING} THEN 0 ELSE 1 END, 604800,
        CASE WHEN {_PENDING} THEN NULL
@@ -211,12 +220,12 @@ ORDER BY rec.id
 
 APPROVALS_SQL = f"""
 INSERT INTO ledger_approvalrequest (tenant_id, record_id, entry_id, action_hash, state,
-                                    requested_by, decision_reason, created_at, decided_at,
-                                    expires_at)
+                                    requested_by, principal_ids, decision_reason, created_at,
+                                    decided_at, expires_at)
 SELECT e.tenant_id, e.record_id, e.id, %(fingerprint)s,
        CASE WHEN rec.state = 'reserved' THEN 'pending'
             WHEN mod(b, 7) = 3 THEN 'rejected' ELSE 'consumed' END,
-       'token:al_bench', CASE WHEN mod(b, 7) = 3 THEN 'not this customer' ELSE '' END,
+       'token:al_bench', '{{}}', CASE WHEN mod(b, 7) = 3 THEN 'not this customer' ELSE '' END,
        e.created_at, CASE WHEN rec.state <> 'reserved' THEN e.created_at + interval '3 minutes' END,
        e.created_at + interval '1 day'
 FROM generate_series(0, %(entries)s / {APPROVAL_EVERY}) AS b

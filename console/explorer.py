@@ -39,7 +39,7 @@ from console.params import parse_id
 from console.templatetags.target_links import object_url
 from ledger.domain import Decision, EntryStatus
 from ledger.keys import KEY_START
-from ledger.models import IdempotencyRecord, LedgerEntry, Run, Tenant
+from ledger.models import LedgerEntry, Run, Tenant
 from ledger.permissions import Role
 from reconcile import compensations
 
@@ -405,24 +405,3 @@ def call_by_id(request: HttpRequest, tenant: Tenant, call_id: uuid.UUID) -> Http
     entries = LedgerEntry.objects.only("pk", "tenant")
     entry = get_for_tenant_by(request, tenant, entries, "No such call.", call_id=call_id)
     return redirect(object_url("call", entry.pk))
-
-
-@console_view(Role.OPERATOR, Role.APPROVER, Role.MANAGER)
-def find(request: HttpRequest, tenant: Tenant) -> HttpResponse:
-    """``?id=`` any id from a log or a trace, whole: a call id, a run id or an idempotency
-    key of this tenant; its page, or 404."""
-    text = request.GET.get("id", "").strip()[:1024]
-    if WHOLE_CALL_ID.match(text.lower()):
-        entries = LedgerEntry.objects.only("pk", "tenant")
-        entry = get_for_tenant_by(request, tenant, entries, "No such call.", call_id=text.lower())
-        return redirect(object_url("call", entry.pk))
-    # Run ids and keys are unique only within a tenant: another tenant's is no one's here.
-    run = Run.objects.filter(tenant=tenant, run_id=text).values_list("pk", flat=True).first()
-    if text and run is not None:
-        return redirect(object_url("run", run))
-    record = (
-        IdempotencyRecord.objects.filter(tenant=tenant, key=text).values_list("pk", flat=True)
-    ).first()
-    if text and record is not None:
-        return redirect(object_url("record", record))
-    raise Http404("Nothing of this tenant has this id.")

@@ -13,6 +13,7 @@ import inspect
 import re
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote_plus
 
 import pytest
 from django.apps import apps
@@ -23,7 +24,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, resolve
 
 from console import selectors
 from ledger.api import api as ninja_api
-from ledger.models import ApiToken, ApprovalRequest, IdempotencyRecord, Run, Tenant
+from ledger.models import ApiToken, ApprovalRequest, AuditEvent, IdempotencyRecord, Run, Tenant
 from ledger.services import approval_policies, combinations, metrics, notifications, rollouts
 from ledger.services.approvals import decide
 from tests.api.conftest import ApiClient, client_for
@@ -54,7 +55,7 @@ NOT_LISTS = {
     "api-v1:get_compensation": "one action's compensation by key: tests/api/test_compensations.py",
     "console:tool_compensation": "declares a tool's compensation (POST)",
     "console:revoke_token": "revokes one token (POST)",
-    "console:find": "a look-up of one whole id: test_a_whole_id_is_looked_up_per_tenant",
+    "console:find": "a search for one id: test_an_id_is_searched_for_per_tenant",
 }
 
 # Lists that need a query to show anything: the parameters, from the tenant's own rows.
@@ -146,7 +147,11 @@ def _rows(tenant: Tenant) -> dict[str, Any]:
     done = api.call(f"{marker}_tool", {"q": marker}, run_id=f"{marker}-run", step_id="s-2").json()
     api.post(
         f"/calls/{done['call_id']}/complete",
-        {"fencing_token": 1, "outcome": "succeeded", "result": {"answer": marker}},
+        {
+            "fencing_token": 1,
+            "outcome": "succeeded",
+            "result": {"answer": marker, "order": f"ord-{marker}"},
+        },
     )
     response = api.post(
         "/thresholds",
@@ -353,17 +358,29 @@ def test_another_tenants_object_is_not_found_on_any_object_page(
         assert other not in response.content.decode()
 
 
-def test_a_whole_id_is_looked_up_per_tenant(tenants) -> None:
-    """``/ledger/find``: a call id, run id or key opens the tenant's own object and is a 404
-    for the other tenant's."""
+def test_an_id_is_searched_for_per_tenant(tenants) -> None:
+    """``/ledger/find``: a call id, run id, key, an id in a recorded result, an approval's or
+    an audit event's number opens the tenant's own object and is a 404 for the other
+    tenant's, the page a missing id gets."""
     for own, other in (SLUGS, SLUGS[::-1]):
         client = tenants[own]["console"]
         for slug, expected in ((own, 302), (other, 404)):
             record = IdempotencyRecord.objects.get(pk=tenants[slug]["unknown"])
             entry = record.entries.order_by("pk").first()
-            for text in (str(entry.call_id), entry.run.run_id, record.key):
+            approval = ApprovalRequest.objects.filter(tenant__slug=slug).order_by("pk").first()
+            event = AuditEvent.objects.filter(tenant__slug=slug).order_by("pk").first()
+            for text in (
+                str(entry.call_id),
+                entry.run.run_id,
+                record.key,
+                f"ord-{tenants[slug]['marker']}",
+                f"approval {approval.pk}",
+                f"audit event {event.pk}",
+            ):
                 response = client.get("/ledger/find", {"id": text}, secure=True)
                 assert response.status_code == expected, (own, slug, text)
+                page = response.content.decode().replace(text, "").replace(quote_plus(text), "")
+                assert other not in page, (own, slug, text)
 
 
 def test_a_key_is_looked_up_per_tenant(tenants) -> None:

@@ -6,7 +6,7 @@ import uuid
 from typing import ClassVar
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from ledger.domain import (
     DataClassification,
@@ -19,9 +19,15 @@ from ledger.domain import (
 )
 from ledger.models.combinations import Run, VersionCombination
 from ledger.models.constraints import POLICY_MATCHES, SHA256_HEX, one_of
+from ledger.models.json_strings import JsonStrings, holding_string
 from ledger.models.records import IdempotencyRecord
 from ledger.models.registry import Tool
 from ledger.models.tenancy import ApiToken, Tenant
+
+#: The calls whose report gave evidence (``records.complete``): the rows of
+#: ``entry_evidence_values_idx``, whose expression is ``EVIDENCE_STRINGS``'s (migration 0027).
+HAS_EVIDENCE = ~Q(side_effects=[])
+EVIDENCE_STRINGS = JsonStrings("side_effects")
 
 #: The decisions that are not a dedup hit even when the key already had a record: the request
 #: executed (a replay), was refused as a different request under the same key (a conflict), or
@@ -136,10 +142,20 @@ class LedgerEntry(models.Model):
             # migration 0013: entry_key_trgm_idx (a key by any fragment of it, the business
             # object it ends with, say; pg_trgm, where the server has it) and
             # entry_call_prefix_idx (a call by the start of its id).
+            # And an id inside the evidence a call's report gave (``holding_string``):
+            # entry_evidence_values_idx, made in SQL by migration 0027 like record_values_idx,
+            # of the few calls that gave any.
         ]
 
     def __str__(self) -> str:
         return f"{self.call_id} {self.status}"
+
+    @staticmethod
+    def holding_string(tenant_id: int, text: str) -> QuerySet[LedgerEntry]:
+        """The tenant's calls whose report's evidence holds the string ``text`` at any depth,
+        read from ``entry_evidence_values_idx``."""
+        reported = LedgerEntry.objects.filter(HAS_EVIDENCE)
+        return holding_string(reported, EVIDENCE_STRINGS, tenant_id, text)
 
     @property
     def dedup_hit(self) -> bool:

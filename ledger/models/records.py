@@ -21,11 +21,16 @@ from ledger.domain import (
 )
 from ledger.models.combinations import Run, VersionCombination
 from ledger.models.constraints import SHA256_HEX, one_of
+from ledger.models.json_strings import ArrayConcat, JsonStrings, holding_string
 from ledger.models.registry import Tool
 from ledger.models.tenancy import Tenant
 
 #: The terminal states as the constraints name them, in the states' declared order.
 TERMINAL = [state.value for state in RecordState if state in TERMINAL_RECORD_STATES]
+#: The records that hold a result or an error: the rows of ``record_values_idx``, whose
+#: expression is ``RECORDED_STRINGS``'s (migration 0027).
+RECORDED = Q(result__isnull=False) | Q(error__isnull=False)
+RECORDED_STRINGS = ArrayConcat(JsonStrings("result"), JsonStrings("error"))
 
 
 class IdempotencyRecord(models.Model):
@@ -169,10 +174,20 @@ class IdempotencyRecord(models.Model):
                 condition=Q(state="unknown", escalated_at__isnull=True),
                 name="record_reconcile_due_idx",
             ),
+            # The console's search for an id inside a recorded result or error (a downstream's
+            # order id, ``holding_string``) reads record_values_idx, made in SQL by migration
+            # 0027 with the function it indexes and the statistics the planner reads of it.
         ]
 
     def __str__(self) -> str:
         return f"{self.key} ({self.state})"
+
+    @staticmethod
+    def holding_string(tenant_id: int, text: str) -> QuerySet[IdempotencyRecord]:
+        """The tenant's records whose recorded result or error holds the string ``text`` at
+        any depth (an order id a downstream answered with), read from ``record_values_idx``."""
+        recorded = IdempotencyRecord.objects.filter(RECORDED)
+        return holding_string(recorded, RECORDED_STRINGS, tenant_id, text)
 
     @property
     def failed_retryably(self) -> bool:

@@ -4,7 +4,8 @@
 //   o, Enter   open the selected row
 //   a          focus "Approve";  r  focus the reason, then Ctrl+Enter rejects
 //   x          tick or untick the selected row's checkbox (bulk actions)
-//   /          focus the first filter;  ?  show or hide this help
+//   /          focus the first filter;  s  focus the top bar's search box (any id)
+//   ?          show or hide this help
 (function () {
   "use strict";
 
@@ -76,6 +77,7 @@
       case "a": handled = keyed("a"); break;
       case "r": handled = keyed("r"); break;
       case "/": handled = keyed("/"); break;
+      case "s": handled = keyed("s"); break;
       case "?": handled = toggleHelp(); break;
     }
     if (handled) event.preventDefault();

@@ -1,7 +1,8 @@
 """Search and shareable views in real Chromium at 1440 x 900: a key fragment and a run id's
 first 8 characters find their calls, a filtered URL opened in a new browser shows the same
 rows, the CSV export is the page's rows, and a ledger row with a long key stays within two
-lines."""
+lines. The top bar's search box at 1440 and 390 px, in English and Chinese: a pasted id opens
+its page."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.api.conftest import client_for
-from tests.browser.conftest import PASSWORD, SHOTS, console_user
+from tests.browser.conftest import PASSWORD, SHOTS, console_user, shot
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -98,4 +99,75 @@ def test_search_share_and_export(browser: Browser, live_server, django_user_mode
     exported = list(csv.DictReader(io.StringIO(export.text())))
     assert [row["call_id"] for row in exported] == rows
     assert all(row["run_id"] == RUN for row in exported)
+    page.context.close()
+
+
+#: Each window the top bar's box is used at: a laptop's and a phone's.
+WINDOWS = {"1440": {"width": 1440, "height": 900}, "390": {"width": 390, "height": 844}}
+
+
+@pytest.mark.parametrize("language", ["en", "zh-hans"])
+@pytest.mark.parametrize("window", sorted(WINDOWS))
+def test_an_id_pasted_in_the_top_bar_opens_its_page(
+    browser: Browser, live_server, django_user_model, ledger, language, window
+):
+    """A call id, a run id and an order id from a recorded result, each pasted in the box of
+    the top bar (reached with the ``s`` key, or by a tap), open their pages; part of a key
+    lists the actions it matches, each with its kind."""
+    from ledger.models import IdempotencyRecord, LedgerEntry, Run
+
+    api = client_for(ledger)
+    call = api.call(
+        "create_order", {"cart": "cart-9"}, run_id=RUN, step_id="c9", business_object_id="cart-9"
+    ).json()
+    api.post(
+        f"/calls/{call['call_id']}/complete",
+        {"fencing_token": 1, "outcome": "succeeded", "result": {"order_id": "ord_8f3a"}},
+    )
+    console_user(django_user_model, ledger, "olga", "operator")
+    page = browser.new_context(viewport=WINDOWS[window], locale=language).new_page()
+    page.goto(f"{live_server.url}/login/")
+    page.fill("#id_username", "olga")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/")
+    if language != "en":
+        page.select_option("#language-switch", language)
+        page.click("#language-switch + button")
+        expect(page.locator("header.topbar nav")).not_to_contain_text("Inbox")
+    box = page.locator("header.topbar form[role=search] input[name=id]")
+    expect(box).to_be_visible()
+    assert box.bounding_box()["width"] >= 120  # room to see what was pasted
+    entry = LedgerEntry.objects.get(call_id=call["call_id"])
+    record = IdempotencyRecord.objects.get(key=call["idempotency_key"])
+    found = {
+        call["call_id"]: f"/ledger/calls/{entry.pk}/",
+        RUN: f"/ledger/runs/{Run.objects.get(run_id=RUN).pk}/",
+        "ord_8f3a": f"/ledger/records/{record.pk}/",
+    }
+    shots = f"{window}-{language}"
+    for n, (text, path) in enumerate(found.items()):
+        page.goto(f"{live_server.url}/ledger/runs/")
+        if n == 0 and window == "1440":
+            page.keyboard.press("s")  # the shortcut moves to the box
+            expect(box).to_be_focused()
+            page.keyboard.insert_text(text)  # pasted
+            page.keyboard.press("Enter")
+        else:
+            box.fill(text)
+            page.locator("header.topbar form[role=search] button").click()
+        page.wait_for_url(f"{live_server.url}{path}")
+        shot(page, f"search-box-{shots}-{n}")
+    box.fill("cart-")
+    box.press("Enter")
+    page.wait_for_url("**/ledger/find?id=cart-")
+    expect(page.locator("table.list tbody tr")).to_have_count(4)  # cart-42..., cart-7, 8, 9
+    expect(page.locator("h1")).to_be_visible()
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the matches are {overflow}px wider than the window"
+    shot(page, f"search-box-{shots}-matches")
+    box.fill("ord_nothing")
+    box.press("Enter")
+    expect(page.locator("main")).to_contain_text("ord_nothing")
+    shot(page, f"search-box-{shots}-nothing")
     page.context.close()

@@ -34,7 +34,7 @@ ROUTES = [
     ("run", "run", {"GET"}, STAFF),
     ("call", "entry", {"GET"}, STAFF),
     ("call_by_id", "call_id", {"GET"}, STAFF),
-    ("find", None, {"GET"}, STAFF),
+    ("find", None, {"GET"}, EVERYONE),
     ("record", "record", {"GET"}, STAFF),
     ("combinations", None, {"GET"}, {"manager"}),
     ("combination", "combination", {"GET"}, {"manager"}),

@@ -1,7 +1,8 @@
 """Every id the console shows links to its object's page (for the roles that open it), and an
 id pasted from a log opens its object: the API's call id in the call page's URL, any whole id
-(call, run, key) at ``/ledger/find``, and a whole call id in the ledger's search. Other
-tenants' ids are in tests/test_tenant_scope.py."""
+(call, run, key) at ``/ledger/find`` (every other kind: tests/console/test_search_box.py),
+and a whole call id in the ledger's search. Other tenants' ids are in
+tests/test_tenant_scope.py."""
 
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ def test_any_whole_id_from_a_log_opens_its_object(django_user_model, tenant, ord
     for text, page in found.items():
         response = client.get("/ledger/find", {"id": f" {text} "})
         assert response.status_code == 302 and response.url == page, text
-    for text in ("", "run-link", "cart-1", "00000000-0000-4000-8000-000000000000"):
+    for text in ("nothing-of-the-kind", "00000000-0000-4000-8000-000000000000"):
         assert client.get("/ledger/find", {"id": text}).status_code == 404, text
 
 
