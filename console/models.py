@@ -30,12 +30,14 @@ class ApprovalClaim(models.Model):
 
 
 class Preferences(models.Model):
-    """A console user's own settings: the language the console speaks to them in."""
+    """A console user's own settings: the language the console speaks to them in and the time
+    zone it shows times in (an IANA name; blank: UTC)."""
 
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="console_preferences"
     )
-    language = models.CharField(max_length=16, choices=settings.LANGUAGES)
+    language = models.CharField(max_length=16, choices=settings.LANGUAGES, blank=True)
+    time_zone = models.CharField(max_length=64, blank=True, default="")
 
     def __str__(self) -> str:
         return f"{self.user_id}: {self.language}"

@@ -26,6 +26,7 @@ console_patterns = [
     path("", views.home, name="home"),
     path("tenant", views.switch_tenant, name="switch_tenant"),
     path("language", views.set_language, name="set_language"),
+    path("preferences/", views.preferences_page, name="preferences"),
     path("approvals/", views.approvals, name="approvals"),
     path("approvals/<int:pk>/", views.approval_detail, name="approval"),
     path("approvals/<int:pk>/decide", views.approval_decide, name="approval_decide"),

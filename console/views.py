@@ -21,8 +21,9 @@ from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.timezone import get_current_timezone_name
+from django.utils.translation import get_language, gettext_lazy
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
 from console import charts as charts_mod
 from console import claims, diffs, selectors, states
@@ -33,11 +34,11 @@ from console.csv_export import Columns, csv_response, export_href, in_chunks
 from console.denials import Reason, record_denial
 from console.filters import TimeRangeForm, WindowForm
 from console.forbidden import refusal
-from console.language import save_language
 from console.lifecycle import actions_for
 from console.members import request_has_role, request_roles, tenants_of
 from console.navigation import context_for, pages_for
 from console.params import parse_id
+from console.preferences import save_language, save_time_zone, time_zones
 from console.sessions import polled
 from console.templatetags.humanize_age import countdown_formats
 from ledger.domain import Idempotency, ServerTrust
@@ -83,6 +84,47 @@ def set_language(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     if not url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
         target = reverse("console:home")
     return redirect(target)
+
+
+@console_view(methods=("GET", "POST"), export=False)
+def preferences_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    """The user's own settings: the console's language and the time zone of every time shown."""
+    if request.method == "POST":
+        language = request.POST.get("language", "")
+        zone = request.POST.get("time_zone", "")
+        errors = {}
+        if language not in dict(settings.LANGUAGES):
+            errors["language"] = _("Choose one of the languages offered.")
+        if zone not in time_zones():
+            errors["time_zone"] = _("Choose one of the time zones offered.")
+        if not errors:
+            save_language(request, language)
+            save_time_zone(request, zone)
+            messages.success(request, _("Your settings are saved."))
+            return redirect("console:preferences")
+        return render(
+            request,
+            "console/preferences.html",
+            context_for(
+                request,
+                tenant,
+                zones=time_zones(),
+                errors=errors,
+                chosen={"language": language, "time_zone": zone},
+            ),
+            status=400,
+        )
+    return render(
+        request,
+        "console/preferences.html",
+        context_for(
+            request,
+            tenant,
+            zones=time_zones(),
+            errors={},
+            chosen={"language": get_language(), "time_zone": get_current_timezone_name()},
+        ),
+    )
 
 
 @console_view(methods=("POST",))

@@ -45,6 +45,7 @@ NOT_LISTS = {
     "set_language": "Django's language switch (POST)",
     "console:switch_tenant": "switches the signed-in user's tenant (POST)",
     "console:set_language": "the console's language switch (POST)",
+    "console:preferences": "the signed-in user's own settings: a form, no rows",
     "console:tools_import": "imports a tools/list document (POST)",
     "console:rollout_create": "starts a rollout plan (POST)",
     "api-v1:openapi-json": "the API's own schema",

@@ -14,18 +14,24 @@
     };
   }
 
-  // Times in the page's language and on a 24-hour clock (uPlot's own are English, 12-hour):
-  // a tick at midnight shows its date, any other its hour; the legend shows both.
+  // Times in the page's language, on a 24-hour clock (uPlot's own are English, 12-hour), in the
+  // user's time zone (the body's data-time-zone, as every time the console prints): a tick at
+  // midnight shows its date, any other its hour; the legend shows both, with the zone.
   var LANG = document.documentElement.lang || undefined;
-  var HOUR = new Intl.DateTimeFormat(LANG, { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
-  var DAY = new Intl.DateTimeFormat(LANG, { month: "short", day: "numeric" });
+  var ZONE = document.body.getAttribute("data-time-zone") || "UTC";
+  var HOUR = new Intl.DateTimeFormat(LANG, {
+    hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZone: ZONE,
+  });
+  var DAY = new Intl.DateTimeFormat(LANG, { month: "short", day: "numeric", timeZone: ZONE });
   var MOMENT = new Intl.DateTimeFormat(LANG, {
     month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", hourCycle: "h23",
+    timeZone: ZONE, timeZoneName: "short",
   });
 
   function tick(seconds) {
     var date = new Date(seconds * 1000);
-    return date.getHours() === 0 && date.getMinutes() === 0 ? DAY.format(date) : HOUR.format(date);
+    var clock = HOUR.format(date);
+    return /^(00|24):00$/.test(clock) ? DAY.format(date) : clock;
   }
 
   function moment(u, seconds) {
@@ -48,6 +54,8 @@
     var options = {
       width: Math.max(320, plot.parentNode.clientWidth - 40),
       height: 220,
+      // Ticks fall on the hours of the user's zone, not the browser's.
+      tzDate: function (ts) { return window.uPlot.tzDate(new Date(ts * 1000), ZONE); },
       series: series,
       scales: {
         // The dashboard's range, not the data's: one bucket of data would span years.

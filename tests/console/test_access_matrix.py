@@ -22,6 +22,7 @@ ROUTES = [
     ("home", None, {"GET"}, EVERYONE),
     ("switch_tenant", None, {"POST"}, EVERYONE),
     ("set_language", None, {"POST"}, EVERYONE),
+    ("preferences", None, {"GET", "POST"}, EVERYONE),
     ("approvals", None, {"GET"}, {"approver"}),
     ("approval", "approval", {"GET"}, {"approver"}),
     ("approval_decide", "approval", {"POST"}, {"approver"}),

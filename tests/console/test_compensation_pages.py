@@ -232,4 +232,4 @@ def test_the_compensation_approval_says_a_worker_sends_it(
         {"decision": "reject", "reason": "not a duplicate"},
         follow=True,
     ).content.decode()
-    assert "Rejected" in rejected and "the model is told why" not in rejected
+    assert ": rejected." in rejected and "the model is told why" not in rejected
