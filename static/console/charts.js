@@ -15,8 +15,8 @@
   }
 
   // Times in the page's language, on a 24-hour clock (uPlot's own are English, 12-hour), in the
-  // user's time zone (the body's data-time-zone, as every time the console prints): a tick at
-  // midnight shows its date, any other its hour; the legend shows both, with the zone.
+  // user's time zone (the body's data-time-zone, as every time the console prints), which the
+  // time axis names: a tick at midnight shows its date, any other its hour; the legend both.
   var LANG = document.documentElement.lang || undefined;
   var ZONE = document.body.getAttribute("data-time-zone") || "UTC";
   var HOUR = new Intl.DateTimeFormat(LANG, {
@@ -25,7 +25,7 @@
   var DAY = new Intl.DateTimeFormat(LANG, { month: "short", day: "numeric", timeZone: ZONE });
   var MOMENT = new Intl.DateTimeFormat(LANG, {
     month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", hourCycle: "h23",
-    timeZone: ZONE, timeZoneName: "short",
+    timeZone: ZONE,
   });
 
   function tick(seconds) {
@@ -64,7 +64,7 @@
       },
       axes: [
         {
-          label: plot.getAttribute("data-x-label"),
+          label: plot.getAttribute("data-x-label") + " · " + ZONE,
           values: function (u, ticks) { return ticks.map(tick); },
         },
         {

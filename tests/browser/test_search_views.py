@@ -131,9 +131,10 @@ def test_an_id_pasted_in_the_top_bar_opens_its_page(
     page.fill("#id_password", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url(f"{live_server.url}/")
-    if language != "en":
-        page.select_option("#language-switch", language)
-        page.click("#language-switch + button")
+    if language != "en":  # on the user's settings page, which a phone's top bar links to
+        page.goto(f"{live_server.url}/preferences/")
+        page.select_option("#pref-language", language)
+        page.click("form button[type=submit].primary")
         expect(page.locator("header.topbar nav")).not_to_contain_text("Inbox")
     box = page.locator("header.topbar form[role=search] input[name=id]")
     expect(box).to_be_visible()
