@@ -36,7 +36,9 @@ def test_a_manager_compares_a_shadow_run_and_runs_a_rollout(
     console_user(django_user_model, tenant, "maria", "manager")
     sign_in(page, live_server.url, "maria")
 
-    page.click("nav >> text=Shadow")
+    # The shadow comparison and the rollouts are pages of the combinations.
+    page.click("nav >> text=Combinations")
+    page.click("p.subnav >> text=Shadow")
     expect(page.locator("h1")).to_contain_text("Shadow runs beside live runs")
     assert page.evaluate(UNLABELLED_CONTROLS) == []
     page.get_by_role("link", name="shadow-1", exact=True).click()
@@ -44,7 +46,8 @@ def test_a_manager_compares_a_shadow_run_and_runs_a_rollout(
     expect(page.locator("tr.differs").first).to_contain_text("shadow dry run")
     shot(page, "page-shadow-pair")
 
-    page.click("nav >> text=Rollouts")
+    page.click("nav >> text=Combinations")
+    page.click("p.subnav >> text=Rollouts")
     page.select_option("#rollout-candidate", str(candidate.pk))
     page.fill("#rollout-shares", "10, 100")
     page.fill("#rollout-minutes", "0")
