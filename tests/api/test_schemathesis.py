@@ -76,7 +76,7 @@ def bearer(db, settings) -> Iterator[str]:
 @pytest.mark.slow
 @schema.parametrize()
 @settings(
-    max_examples=25,
+    max_examples=15,
     deadline=None,
     derandomize=True,
     suppress_health_check=[

@@ -5,6 +5,7 @@ mcp-server-sqlite, for the tests that put the MCP proxy in front of it."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import subprocess
 import sys
 import threading
@@ -111,20 +112,25 @@ def client(request, live_server, ledger_token: str) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def sqlite_server(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
     """mcp-server-sqlite in a virtual environment of its own, with the 1.x MCP SDK it is
-    written for (it cannot import under the client's 2.x); made once a worker, about 15 s."""
-    venv = tmp_path_factory.getbasetemp() / "mcp-server-sqlite"
+    written for (it cannot import under the client's 2.x); made once a run (about 15 s), in
+    the folder the xdist workers share, the first worker to need it making it under a lock."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if worker_id != "master" else base
+    venv = shared / "mcp-server-sqlite"
     server = venv / "bin" / "mcp-server-sqlite"
-    if not server.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run(
-            [
-                *(str(venv / "bin" / "pip"), "install", "--quiet", "--no-compile"),
-                *("--disable-pip-version-check", "mcp-server-sqlite", "mcp<2"),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=300,
-        )
+    with (shared / "mcp-server-sqlite.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not server.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            subprocess.run(
+                [
+                    *(str(venv / "bin" / "pip"), "install", "--quiet", "--no-compile"),
+                    *("--disable-pip-version-check", "mcp-server-sqlite", "mcp<2"),
+                ],
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
     return server

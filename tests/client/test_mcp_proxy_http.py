@@ -70,16 +70,9 @@ def proxy(live_server, ledger_token: str, shim: Shim, repo: Path) -> Iterator[Ht
     yield from _serving(live_server, ledger_token, shim, repo, "127.0.0.1")
 
 
-#: The listener on the default address, on another loopback address and on every address: the
-#: token, Host and Origin are checked alike on each.
-BINDS = ["127.0.0.1", "127.0.0.2", "0.0.0.0"]  # noqa: S104 - the addresses under test
-
-
-@pytest.fixture(params=BINDS)
-def any_proxy(
-    request: pytest.FixtureRequest, live_server, ledger_token: str, shim: Shim, repo: Path
-) -> Iterator[HttpProxy]:
-    yield from _serving(live_server, ledger_token, shim, repo, request.param)
+#: The listener on another loopback address and on every address: the token, Host and Origin
+#: are checked there as on the default one (the tests below).
+OTHER_BINDS = ["127.0.0.2", "0.0.0.0"]  # noqa: S104 - the addresses under test
 
 
 def _post(proxy: HttpProxy, message: dict[str, Any], **headers: str) -> httpx.Response:
@@ -95,10 +88,8 @@ def _bearer(proxy: HttpProxy) -> str:
     return f"Bearer {proxy.token}"
 
 
-def test_a_request_without_the_token_is_401_and_runs_nothing(
-    any_proxy: HttpProxy, shim: Shim
-) -> None:
-    answers = [_post(any_proxy, message) for message in (INITIALIZE, STATUS)]
+def test_a_request_without_the_token_is_401_and_runs_nothing(proxy: HttpProxy, shim: Shim) -> None:
+    answers = [_post(proxy, message) for message in (INITIALIZE, STATUS)]
     assert [answer.status_code for answer in answers] == [401, 401]
     assert all(a.headers["WWW-Authenticate"].startswith("Bearer") for a in answers)
     assert shim.calls("git_status") == []
@@ -109,25 +100,41 @@ def test_a_wrong_token_is_401(proxy: HttpProxy) -> None:
         assert _post(proxy, INITIALIZE, Authorization=wrong).status_code == 401, wrong
 
 
-def test_a_foreign_host_is_refused(any_proxy: HttpProxy) -> None:
-    port = urlsplit(any_proxy.url).port
+def _foreign_hosts_refused(proxy: HttpProxy) -> None:
+    port = urlsplit(proxy.url).port
     for host in (f"attacker.example:{port}", "attacker.example", f"{ALLOWED_HOST}.attacker:{port}"):
-        answer = _post(any_proxy, INITIALIZE, Authorization=_bearer(any_proxy), Host=host)
+        answer = _post(proxy, INITIALIZE, Authorization=_bearer(proxy), Host=host)
         assert answer.status_code in (421, 403), host
 
 
-def test_a_foreign_origin_is_refused(any_proxy: HttpProxy) -> None:
-    port = urlsplit(any_proxy.url).port
+def _foreign_origins_refused(proxy: HttpProxy) -> None:
+    port = urlsplit(proxy.url).port
     for origin in ("http://attacker.example", f"http://attacker.example:{port}", "null"):
-        answer = _post(any_proxy, INITIALIZE, Authorization=_bearer(any_proxy), Origin=origin)
+        answer = _post(proxy, INITIALIZE, Authorization=_bearer(proxy), Origin=origin)
         assert answer.status_code == 403, origin
 
 
-def test_the_address_it_is_reached_at_is_served(any_proxy: HttpProxy) -> None:
-    """The foreign answers above are the checks', not a listener that serves nothing."""
-    host = urlsplit(any_proxy.url).netloc
-    answer = _post(any_proxy, INITIALIZE, Authorization=_bearer(any_proxy), Host=host)
-    assert answer.status_code == 200, answer.text
+def test_a_foreign_host_is_refused(proxy: HttpProxy) -> None:
+    _foreign_hosts_refused(proxy)
+
+
+def test_a_foreign_origin_is_refused(proxy: HttpProxy) -> None:
+    _foreign_origins_refused(proxy)
+
+
+@pytest.mark.parametrize("bind", OTHER_BINDS)
+def test_on_any_address_the_token_host_and_origin_are_checked(
+    bind: str, live_server, ledger_token: str, shim: Shim, repo: Path
+) -> None:
+    for proxy in _serving(live_server, ledger_token, shim, repo, bind):
+        assert [_post(proxy, m).status_code for m in (INITIALIZE, STATUS)] == [401, 401]
+        assert shim.calls("git_status") == []
+        _foreign_hosts_refused(proxy)
+        _foreign_origins_refused(proxy)
+        # The refusals are the checks', not a listener that serves nothing.
+        host = urlsplit(proxy.url).netloc
+        answer = _post(proxy, INITIALIZE, Authorization=_bearer(proxy), Host=host)
+        assert answer.status_code == 200, answer.text
 
 
 def test_the_bound_address_its_localhost_forms_and_allowed_hosts_are_served(
