@@ -1,10 +1,11 @@
 """Real Chromium through Playwright against Django's live server; screenshots are kept in
-test-artifacts/screenshots/ for every page a test visits."""
+test-artifacts/screenshots/ for every page a test visits, each checked with axe-core first."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from playwright.sync_api import Browser, Page, sync_playwright
 from ledger.models import Membership, Tenant
 from ledger.services import metrics
 from tests.api.conftest import ApiClient, client_for
+from tests.browser import axe
 from tests.console.conftest import make_pending
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +60,10 @@ document.addEventListener("securitypolicyviolation", (e) => {
 """
 
 
+#: Pages opened with JavaScript off, which axe-core (a script) cannot check.
+SCRIPTLESS: weakref.WeakSet[Page] = weakref.WeakSet()
+
+
 def _page(browser: Browser, *, javascript: bool) -> Iterator[Page]:
     """A page that fails its test if the console breaks its own Content-Security-Policy:
     Chromium reports a violation on the console and (with JavaScript on) as an event."""
@@ -69,6 +75,8 @@ def _page(browser: Browser, *, javascript: bool) -> Iterator[Page]:
         context.expose_function("reportCspViolation", lambda text: violations.append(text))
         context.add_init_script(REPORT_VIOLATIONS)
     page = context.new_page()
+    if not javascript:
+        SCRIPTLESS.add(page)
     page.on(
         "console",
         lambda message: (
@@ -91,6 +99,9 @@ def page_without_js(browser: Browser) -> Iterator[Page]:
 
 
 def shot(page: Page, name: str) -> None:
+    """Keeps the page as a screenshot, once axe-core has found nothing wrong with it (where
+    the page runs scripts)."""
+    assert page in SCRIPTLESS or axe.violations(page) == [], name
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 

@@ -1,6 +1,7 @@
 """A walk through the console as each demo role, in real Chromium at 1440 x 900: every link the
 role is shown (top bar, inbox tiles, lists, detail pages) opens a page it may see, the top bar
-stays on one line, and every page it reaches is kept as a screenshot. A page the role may not
+stays on one line, axe-core finds no accessibility violation on any page it reaches, and every
+page is kept as a screenshot. A page the role may not
 open is the console's own 403 page, naming the role needed and who holds it, in the user's
 language."""
 
@@ -12,6 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from tests.browser import axe
 from tests.browser.conftest import PASSWORD, SHOTS, console_user
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -88,10 +90,12 @@ def shape(path: str) -> str:
     return re.sub(r"/\d+(?=/|$)", "/N", url.path) + (f"?{'&'.join(names)}" if names else "")
 
 
-def _walk(page: Page, base_url: str, role: str) -> dict[str, int]:
+def _walk(page: Page, base_url: str, role: str) -> tuple[dict[str, int], dict[str, list[str]]]:
     """Visit the links reachable from the inbox (breadth first, ``PER_SHAPE`` of each shape);
-    the status of each. A download is fetched, not opened."""
+    the status of each, and axe-core's violations on each page that has any. A download is
+    fetched, not opened."""
     seen: dict[str, int] = {}
+    inaccessible: dict[str, list[str]] = {}
     shapes: dict[str, int] = {}
     queue = [("/", False)]
     while queue and len(seen) < MAX_PAGES:
@@ -107,10 +111,12 @@ def _walk(page: Page, base_url: str, role: str) -> dict[str, int]:
         seen[path] = response.status
         bar = page.evaluate(TOPBAR_ONE_LINE)
         assert bar["wrapped"] == [] and bar["spread"] <= 4 and bar["overflow"] <= 0, (path, bar)
+        if found := axe.violations(page):
+            inaccessible[path] = found
         slug = re.sub(r"[^a-z0-9]+", "-", path.lower()).strip("-") or "inbox"
         page.screenshot(path=str(SHOTS / f"walk-{role}-{slug}.png"), full_page=True)
         queue.extend(link for link in _links(page) if link[0] not in seen)
-    return seen
+    return seen, inaccessible
 
 
 #: Each role's walk in English, and the admin's (who sees every page) in Simplified Chinese too.
@@ -132,8 +138,11 @@ def test_every_link_a_role_sees_opens(
         page.select_option("#language-switch", language)
         page.click("#language-switch + button")
         expect(page.locator("header.topbar nav")).not_to_contain_text("Inbox")
-    statuses = _walk(page, live_server.url, role if language == "en" else f"{role}-{language}")
+    statuses, inaccessible = _walk(
+        page, live_server.url, role if language == "en" else f"{role}-{language}"
+    )
     page.context.close()
+    assert inaccessible == {}, "axe-core found accessibility violations"
     refused = {path: status for path, status in statuses.items() if status >= 400}
     assert refused == {}, f"{role} was shown links it cannot open"
     assert len(statuses) >= 5, statuses  # the walk got past the inbox
