@@ -1,12 +1,18 @@
 """Charts of the metrics dashboard: one time series per combination over 5-minute buckets,
 as data for the vendored uPlot (``static/console/charts.js``: axes with units and ticks, hover
-values) and as the table a browser without JavaScript shows instead."""
+values, a dashed line per threshold on the metric) and as the table a browser without
+JavaScript shows instead."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from django.utils.translation import gettext as _
+
+from ledger.models import Threshold
 
 
 @dataclass(frozen=True)
@@ -17,6 +23,7 @@ class Chart:
     span: tuple[datetime, datetime]  # the range shown, whatever times have data
     times: list[datetime]
     series: list[tuple[str, list[float | None]]]  # (combination, a value per time or None)
+    limits: list[tuple[float, str]] = field(default_factory=list)  # (value in unit, its label)
 
     def data(self) -> dict[str, Any]:
         """What charts.js draws: the range and the times in epoch seconds, one list of values
@@ -27,6 +34,7 @@ class Chart:
             "end": int(self.span[1].timestamp()),
             "times": [int(t.timestamp()) for t in self.times],
             "series": [{"label": label, "values": values} for label, values in self.series],
+            "limits": [{"value": value, "label": label} for value, label in self.limits],
         }
 
     def rows(self) -> list[tuple[datetime, list[float | None]]]:
@@ -52,7 +60,30 @@ def time_chart(
     span: tuple[datetime, datetime],
     times: list[datetime],
     values: dict[str, list[float | None]],
+    limits: list[tuple[float, str]] | None = None,
 ) -> Chart:
     """A chart of ``values`` over ``span`` (one list per series, aligned with ``times``; None:
-    no data)."""
-    return Chart(key, title, unit, span, times, list(values.items()))
+    no data), with a line at each of ``limits``."""
+    return Chart(key, title, unit, span, times, list(values.items()), limits or [])
+
+
+def threshold_limits(thresholds: Iterable[Threshold]) -> dict[str, list[tuple[float, str]]]:
+    """The enabled thresholds as lines on their metric's chart, in the chart's unit (a rate's
+    limit in percent), each labelled with what crossing it does and over which window: the
+    charts plot 5-minute or hourly buckets, the threshold judges its whole window."""
+    limits: dict[str, list[tuple[float, str]]] = {}
+    for threshold in thresholds:
+        if not threshold.enabled:
+            continue
+        rate = threshold.metric == Threshold.Metric.DEDUP_HIT_RATE
+        value = round(threshold.above * 100, 4) if rate else threshold.above
+        shown = {
+            "value": f"{value:g} %" if rate else f"{value:g}",
+            "window": threshold.window_minutes,
+        }
+        if threshold.action == Threshold.Action.HALT:
+            label = _("halts above %(value)s over %(window)d min") % shown
+        else:
+            label = _("alerts above %(value)s over %(window)d min") % shown
+        limits.setdefault(threshold.metric, []).append((value, label))
+    return limits

@@ -25,6 +25,7 @@ from pathlib import Path
 from types import FrameType
 
 import django
+from django.conf import settings
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     # may reach only when private networks are allowed (ledger/outbound.py).
     os.environ.update(DEBUG="true", PYTHONUNBUFFERED="1", LEDGER_OUTBOUND_ALLOW_PRIVATE="true")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    # The demo's alerts and notifications (seed_demo.ON_CALL) are kept as files to read.
+    os.environ.setdefault("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
     django.setup()  # the settings every process of the stack reads, the workspace among them
+    os.environ.setdefault("EMAIL_FILE_PATH", str(settings.VAR_DIR / "demo-mail"))
     from console.management.commands.seed_demo import demo_workspace
 
     env = dict(os.environ)

@@ -312,6 +312,8 @@ LEDGER_ADAPTER_MODULES: list[str] = env.list("LEDGER_ADAPTER_MODULES", default=[
 
 # --- Alerts and /metrics ------------------------------------------------------------------
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+# Where the file-based backend (the live demo's) writes each message, one file per connection.
+EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH", default=str(VAR_DIR / "mail"))
 EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
 EMAIL_PORT = positive_int(env, "EMAIL_PORT", default=25)
 # Django waits on a mail server forever by default; a delivery task must give up and retry.

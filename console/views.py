@@ -767,9 +767,18 @@ def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
         }
 
     calls = _("calls")
+    guards = Threshold.objects.filter(tenant=tenant).order_by("pk")
+    limits = charts_mod.threshold_limits(guards)
+    Metric = Threshold.Metric
     charts = [
         charts_mod.time_chart(
-            "dedup", _("Dedup hit rate"), "%", span, buckets, values("dedup_hit_rate", 100)
+            "dedup",
+            _("Dedup hit rate"),
+            "%",
+            span,
+            buckets,
+            values("dedup_hit_rate", 100),
+            limits.get(Metric.DEDUP_HIT_RATE),
         ),
         charts_mod.time_chart(
             "uncertain",
@@ -778,6 +787,7 @@ def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             span,
             buckets,
             values("became_uncertain"),
+            limits.get(Metric.UNCERTAIN_RESULTS),
         ),
         charts_mod.time_chart(
             "duplicates",
@@ -786,6 +796,7 @@ def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             span,
             buckets,
             values("duplicate_side_effects"),
+            limits.get(Metric.DUPLICATE_SIDE_EFFECTS),
         ),
     ]
     tools = sorted(metrics.by_tool(tenant, since=since).items())
@@ -799,7 +810,7 @@ def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             tools=tools,
             tool=tool or "",
             window=window,
-            thresholds=Threshold.objects.filter(tenant=tenant).order_by("pk"),
+            thresholds=guards,
             alerts=tenant.alerts.select_related("combination").order_by("-created_at")[:20],
             metric_choices=Threshold.Metric.choices,
         ),

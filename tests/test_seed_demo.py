@@ -14,8 +14,23 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from console.management.commands.seed_demo import DEMO_DOWNSTREAMS, demo_workspace
-from ledger.models import Compensation, IdempotencyRecord, Tenant
+from console.management.commands.demo_agent import Command as DemoAgent
+from console.management.commands.demo_agent import backfill_history
+from console.management.commands.seed_demo import (
+    DEMO_DOWNSTREAMS,
+    DEMO_THRESHOLDS,
+    ON_CALL,
+    demo_workspace,
+)
+from ledger.clock import db_now
+from ledger.models import (
+    Compensation,
+    IdempotencyRecord,
+    NotificationChannel,
+    Tenant,
+    Threshold,
+)
+from ledger.services import thresholds
 from reconcile.models import CompensationAdapter, DownstreamAdapter, WorkspaceRoot
 from reconcile.tasks import run_compensations
 from sandbox.server import SandboxServer
@@ -58,6 +73,25 @@ def test_seeding_again_follows_the_sandbox_url_and_adds_nothing() -> None:
     urls = set(DownstreamAdapter.objects.values_list("url_template", flat=True))
     urls |= set(CompensationAdapter.objects.values_list("url_template", flat=True))
     assert all(url.startswith("http://127.0.0.1:8100/") for url in urls)
+    assert Threshold.objects.count() == len(DEMO_THRESHOLDS)
+    assert NotificationChannel.objects.count() == len(NotificationChannel.Role.values)
+
+
+def test_the_demos_candidate_is_announced_to_on_call_and_its_baseline_is_not(
+    mailoutbox: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    """Over the day of history the demo starts with, its thresholds alert on the candidate's
+    uncertain results, by e-mail to the on-call address, and say nothing of the baseline."""
+    with override_settings(DEBUG=True):
+        call_command("seed_demo")
+    tenant = Tenant.objects.get(slug="demo")
+    made = DemoAgent()._combinations(tenant)  # baseline active, candidate a canary
+    backfill_history(tenant, made, until=db_now())
+    with django_capture_on_commit_callbacks(execute=True):
+        raised = thresholds.evaluate()
+    assert [(a.combination.label, a.metric) for a in raised] == [("candidate", "uncertain_results")]
+    assert [message.to for message in mailoutbox] == [[ON_CALL]]
+    assert "candidate" in mailoutbox[0].body
 
 
 def test_a_sandbox_url_that_is_not_http_is_refused_and_changes_nothing() -> None:

@@ -98,3 +98,56 @@ def test_the_charts_legend_is_in_the_users_language(
     moment = chart.locator(".u-legend .u-series .u-value").first
     expect(moment).to_have_text(re.compile(r"^\d{1,2}月\d{1,2}日 [0-2]\d:[0-5]\d$"))
     shot(page, "metrics-charts-zh")
+
+
+#: Pixels of the threshold colour (charts.js LIMIT, #b91c1c) on a chart's canvas: no series is
+#: drawn in it.
+LIMIT_PIXELS = """canvas => {
+  const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+  let found = 0;
+  for (let i = 0; i < data.length; i += 4) {
+    if (Math.abs(data[i] - 185) < 8 && Math.abs(data[i + 1] - 28) < 8
+        && Math.abs(data[i + 2] - 28) < 8 && data[i + 3] > 200) found++;
+  }
+  return found;
+}"""
+
+
+def test_a_threshold_is_a_labelled_line_on_its_metrics_chart(
+    page: Page, live_server, django_user_model, history
+):
+    from ledger.services import thresholds
+
+    for metric, above, action in [
+        ("uncertain_results", 40, "alert"),
+        ("dedup_hit_rate", 0.5, "halt"),
+    ]:
+        thresholds.add_threshold(
+            tenant=history,
+            actor="maria",
+            source="test",
+            metric=metric,
+            above=above,
+            window_minutes=60,
+            action=action,
+        )
+    console_user(django_user_model, history, "maria", "manager")
+    sign_in(page, live_server.url, "maria")
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(f"{live_server.url}/metrics/")
+    dedup, uncertain, duplicates = (
+        page.locator(f"#chart-{key}") for key in ("dedup", "uncertain", "duplicates")
+    )
+    expect(dedup.locator("ul.limits li")).to_have_text(["Threshold: halts above 50 % over 60 min"])
+    expect(uncertain.locator("ul.limits li")).to_have_text(
+        ["Threshold: alerts above 40 over 60 min"]
+    )
+    expect(duplicates.locator("ul.limits")).to_have_count(0)
+    for chart in (dedup, uncertain):
+        canvas = chart.locator(".uplot canvas")
+        width = canvas.evaluate("c => c.width")
+        # A dashed line across the plot: well over a third of the canvas's width in pixels, even
+        # when the count's axis had to grow to reach it (the demo's history stays below 40).
+        assert canvas.evaluate(LIMIT_PIXELS) > width / 3
+    assert duplicates.locator(".uplot canvas").evaluate(LIMIT_PIXELS) == 0
+    shot(page, "metrics-charts-thresholds")

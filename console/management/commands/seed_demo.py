@@ -5,7 +5,10 @@ agent calls is the downstream adapter of its tool (looked up by key at ``--sandb
 the sandbox's workspace is the ``demo`` workspace root, so the file checks can read it. And it
 sets up one compensation, so a new user sees one run: ``create_order`` is undone by
 ``cancel_order`` (the sandbox's ``POST /orders/objects/{id}/cancel``, its cancellation looked up
-by key), as a manager would on the Tools page.
+by key), as a manager would on the Tools page. And it guards the demo as seed 001 asks: a
+threshold on uncertain results and one on duplicate side effects, whose alerts, with every
+notification of what waits on a human, go to the demo's on-call address (``make run`` writes
+the e-mails to ``var/demo-mail/``), so the regression the demo's candidate brings is announced.
 
 Idempotent: running it again changes nothing that is already there (an adapter's URL follows
 ``--sandbox-url``). The demo accounts are for a local machine only and the command refuses to
@@ -25,13 +28,30 @@ from django.db import transaction
 from console.demo import DEMO_PASSWORD, DEMO_USERS
 from ledger.classification.catalogue import CATALOGUE
 from ledger.domain import Idempotency
-from ledger.models import DeclaredCompensation, Membership, Tenant, Tool
+from ledger.models import (
+    DeclaredCompensation,
+    Membership,
+    NotificationChannel,
+    Tenant,
+    Threshold,
+    Tool,
+)
+from ledger.services import notifications, thresholds
 from ledger.services.registry import ensure_catalogue_tool, register_tool
 from reconcile.compensations import declare_compensation
 from reconcile.models import CompensationAdapter, DownstreamAdapter, WorkspaceRoot
 
 #: The sandbox service each of the demo's side-effecting tools calls (demo_agent).
 DEMO_DOWNSTREAMS = {"create_order": "orders", "charge_customer": "payments", "send_email": "email"}
+#: Where the demo's alerts and notifications go, for every role.
+ON_CALL = "on-call@demo.example"
+#: The demo's thresholds, alerting: its candidate's calls that became uncertain cross the first
+#: within the hour of history before the demo (about 17 an hour against the baseline's 2); any
+#: duplicate side effect crosses the second.
+DEMO_THRESHOLDS = [
+    {"metric": Threshold.Metric.UNCERTAIN_RESULTS, "above": 8, "window_minutes": 60},
+    {"metric": Threshold.Metric.DUPLICATE_SIDE_EFFECTS, "above": 0, "window_minutes": 60},
+]
 #: A sandbox's "not found" settles a demo call this long after it went unknown: long enough
 #: for a slow create to land, short enough that the demo's calls settle within a minute.
 DEMO_GRACE_SECONDS = 15
@@ -79,6 +99,7 @@ class Command(BaseCommand):
                     },
                 )
             _set_up_cancel_order(tenant, tools["create_order"], sandbox)
+            _set_up_on_call(tenant)
             WorkspaceRoot.objects.update_or_create(
                 tenant=tenant, name="demo", defaults={"path": demo_workspace()}
             )
@@ -136,4 +157,24 @@ def _set_up_cancel_order(tenant: Tenant, create_order: Tool, sandbox: str) -> No
             arguments={"order_id": "result.id"},
             actor="seed_demo",
             source="cli",
+        )
+
+
+def _set_up_on_call(tenant: Tenant) -> None:
+    """The demo's thresholds (each added once, audited, never changed by seeding again) and an
+    e-mail channel per role, all to ``ON_CALL``."""
+    for fields in DEMO_THRESHOLDS:
+        if not Threshold.objects.filter(tenant=tenant, metric=fields["metric"]).exists():
+            thresholds.add_threshold(
+                tenant=tenant, actor="seed_demo", source="cli", email=ON_CALL, **fields
+            )
+    for role in NotificationChannel.Role.values:
+        notifications.add_channel(
+            tenant=tenant,
+            actor="seed_demo",
+            source="cli",
+            role=role,
+            tier=1,
+            kind=NotificationChannel.Kind.EMAIL,
+            target=ON_CALL,
         )
