@@ -25,8 +25,8 @@ from pathlib import Path
 from types import FrameType
 
 import django
-from django.conf import settings
 import httpx
+from django.conf import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The worker of ``make worker``: every queue (look-ups, the sweeps, on-call deliveries), two

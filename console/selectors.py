@@ -291,6 +291,12 @@ def unknown_calls(
     return list(unknown.order_by("uncertain_since", "pk")[:limit])
 
 
+def unknown_call(tenant: Tenant, pk: int) -> IdempotencyRecord | None:
+    """The tenant's unknown call ``pk`` as the queue reads it (with its latest approval), or
+    None when it is no unknown call of this tenant (any more)."""
+    return _unknown(tenant).filter(pk=pk).first()
+
+
 def all_unknown_calls(
     tenant: Tenant,
     *,

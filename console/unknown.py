@@ -259,6 +259,12 @@ def _queue(
 @console_view(Role.OPERATOR, target="idempotencyrecord")
 def unknown_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
     record = _get_unknown_for_user(request, tenant, pk)
+    queued = selectors.unknown_call(tenant, record.pk)
+    step = (
+        states.next_step(queued, looking_up=selectors.reconciler().running, now=db_now())
+        if queued is not None
+        else None
+    )
     return render(
         request,
         "console/unknown_detail.html",
@@ -267,6 +273,7 @@ def unknown_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespons
             tenant,
             record=record,
             escalated=states.escalated_now(record),
+            step=step,
             # A file check found the write did not land: "did not happen" is what it shows.
             not_landed=not_landed(record),
             **selectors.record_page(record),

@@ -422,7 +422,13 @@ def _everything_of_both_tenants() -> dict[str, Any]:
 
 
 # Arguments built from the module's rows, when the selector is called.
-SELECTOR_ROWS = {"rollback_changes": _everything_of_both_tenants}
+SELECTOR_ROWS = {
+    "rollback_changes": _everything_of_both_tenants,
+    # The newest unknown call: one tenant's own, the other's to be refused.
+    "unknown_call": lambda: {
+        "pk": IdempotencyRecord.objects.filter(state="unknown").order_by("pk").last().pk
+    },
+}
 
 
 @pytest.mark.parametrize("selector", _tenant_selectors())

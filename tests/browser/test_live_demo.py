@@ -1,25 +1,33 @@
 """``make run`` is a live demo: the same supervisor it runs (``console.demo_stack``) starts the
 sandbox, the web server, a worker with beat and the demo agent on an embedded PostgreSQL with
 the file-system broker (no Redis), and an unknown call is looked up, settled, and gone from the
-operator's screen within a minute, without a reload."""
+operator's screen within a minute, without a reload. On that demo each role does its day's
+work in Chromium at 1440 and 390 px: the manager is told of the candidate's regression (on the
+first screen, on the charts, by e-mail to on-call), the approver decides and lands on the next
+item while the operator's queue follows each decision, and any id pasted in the search box
+opens its page."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Page, expect
 
 from console import embedded
 from console.demo import DEMO_PASSWORD
 from sandbox.process import free_port
+from tests.browser import axe
+from tests.browser.conftest import SHOTS
 
 # The whole demo stack and a browser for two minutes: an acceptance run at full size (`make
 # drill`). `make test` starts the same embedded demo in tests/test_demo_agent.py.
@@ -38,9 +46,10 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.fixture
-def stack(tmp_path):
-    """The demo stack on free ports, its state under a folder of its own; its URLs and env."""
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """The demo stack on free ports, its state under a folder of its own; its URLs, env and
+    state folder."""
     # The embedded PostgreSQL runs as a user of its own, who cannot enter pytest's private
     # temporary folders: its state goes to a folder that user may traverse.
     var = Path(tempfile.mkdtemp(prefix="ledger-demo-"))
@@ -49,11 +58,12 @@ def stack(tmp_path):
     for name in ("DATABASE_URL", "CELERY_BROKER_URL", "DEBUG"):
         env.pop(name, None)  # as on a fresh clone: the embedded defaults
     port, sandbox_port = free_port(), free_port()
-    log_path = tmp_path / "stack.log"
+    log_path = tmp_path_factory.mktemp("demo") / "stack.log"
     with log_path.open("w") as log:
         ports = ["--port", str(port), "--sandbox-port", str(sandbox_port)]
         process = subprocess.Popen(
-            [sys.executable, "-m", "console.demo_stack", *ports, "--runs", "1"],
+            # Three runs a combination: enough writes that did not land for the walk to decide.
+            [sys.executable, "-m", "console.demo_stack", *ports, "--runs", "3"],
             cwd=ROOT,
             env=env,
             stdout=log,
@@ -71,6 +81,7 @@ def stack(tmp_path):
                 "sandbox": f"http://127.0.0.1:{sandbox_port}",
                 "env": {**env, "DEBUG": "true"},
                 "log": log_path,
+                "var": var,
             }
         finally:
             process.terminate()  # what Ctrl-C does: the supervisor stops every process
@@ -152,3 +163,121 @@ def test_an_unknown_demo_call_settles_on_screen_within_a_minute(browser: Browser
     again = api.post("/calls", json={**body, "step_id": "order-retry"}).json()
     assert again["decision"] == "recorded_result", again
     assert "Agent Ledger: http://" in stack["log"].read_text()
+
+
+#: The widths each role's pages are kept at: a desk and a phone.
+WIDTHS = {"1440": {"width": 1440, "height": 900}, "390": {"width": 390, "height": 844}}
+
+
+def _signed_in(browser: Browser, url: str, role: str, width: str) -> Page:
+    page = browser.new_context(viewport=WIDTHS[width]).new_page()
+    page.goto(f"{url}/login/")
+    page.fill("#id_username", role)
+    page.fill("#id_password", DEMO_PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{url}/")
+    return page
+
+
+def _keep(page: Page, name: str) -> None:
+    assert axe.violations(page) == [], name
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"{name} is {overflow}px wider than the window"
+    page.screenshot(path=str(SHOTS / f"live-{name}.png"), full_page=True)
+
+
+def _waiting_on_an_approver(page: Page) -> list[str]:
+    """The unknown calls of the operator's queue whose next step is an approver's decision,
+    by their record ids."""
+    return page.eval_on_selector_all(
+        "#unknown-list tbody tr",
+        """rows => rows.filter(r => r.querySelector('.next-step')?.textContent
+                                      .includes('An approver decides'))
+                       .map(r => r.querySelector('input[name=ids]').value)""",
+    )
+
+
+def test_each_role_does_its_days_work_on_the_demo(browser: Browser, stack) -> None:
+    url = stack["url"]
+    # The manager: the candidate's regression on the first screen, a line on its chart, and
+    # an alert to on-call once the worker has judged the thresholds (every 30 s).
+    for width in WIDTHS:
+        manager = _signed_in(browser, url, "manager", width)
+        expect(manager.locator("#regressions")).to_contain_text("candidate")
+        assert manager.locator("#regressions").bounding_box()["y"] < WIDTHS[width]["height"]
+        _keep(manager, f"manager-inbox-{width}")
+        manager.goto(f"{url}/metrics/")
+        limit = manager.locator("#chart-uncertain ul.limits")
+        expect(limit).to_contain_text("above 8 over 60 min")
+        _wait_for(
+            lambda page=manager: (
+                "candidate" in (page.reload() and page.locator("#alerts").inner_text())
+            ),
+            90,
+            "the candidate's alert",
+        )
+        _keep(manager, f"manager-metrics-{width}")
+        manager.context.close()
+    mail = "".join(p.read_text() for p in (stack["var"] / "demo-mail").glob("*.log"))
+    assert "To: on-call@demo.example" in mail and "candidate" in mail
+
+    # The operator's queue of unknown calls: writes that did not land wait on an approver.
+    operator = _signed_in(browser, url, "operator", "390")
+    # (once the worker's file check has found each write did not land).
+    operator.goto(f"{url}/unknown/")
+    _wait_for(
+        lambda: operator.reload() and len(_waiting_on_an_approver(operator)) >= 2,
+        90,
+        "two writes that did not land",
+    )
+    waiting = _waiting_on_an_approver(operator)
+    _keep(operator, "operator-unknown-390")
+
+    # The approver rejects applying one again (at a desk) and approves another (on a phone),
+    # reaching each from its call's page: after each decision the next item opens, with a
+    # message naming the call.
+    decided = {}
+    for record, decision, width in zip(waiting, ("reject", "approve"), WIDTHS, strict=False):
+        approver = _signed_in(browser, url, "approver", width)
+        approver.goto(f"{url}/ledger/records/{record}/")
+        approver.locator("main a[href*='/approvals/']").last.click()
+        decided[decision] = urlsplit(approver.url).path
+        _keep(approver, f"approver-approval-{width}")
+        if decision == "reject":
+            approver.fill("#reason", "not this change")
+        approver.click(f"button[value={decision}]")
+        expect(approver.locator(".messages")).to_contain_text(f"{decision.rstrip('e')}ed")
+        assert urlsplit(approver.url).path != decided[decision]  # on the next item
+        _keep(approver, f"approver-next-{width}")
+        approver.goto(f"{url}{decided[decision]}")
+        expect(approver.locator("button[value=approve]")).to_have_count(0)  # no second offer
+        approver.context.close()
+
+    # The operator's queue follows: the rejected write is settled as not happened and gone;
+    # the approved one says who applies it.
+    operator.goto(f"{url}/unknown/")
+    expect(operator.locator(f"#pick-{waiting[0]}")).to_have_count(0)
+    row = operator.locator("#unknown-list tbody tr", has=operator.locator(f"#pick-{waiting[1]}"))
+    expect(row.locator(".next-step")).to_contain_text("Approved by approver")
+    _keep(operator, "operator-unknown-after-390")
+    operator.context.close()
+
+    # Any id pasted in the search box opens its page: a run, and an order id that only the
+    # downstream's answer holds.
+    orders = httpx.get(f"{stack['sandbox']}/orders/objects", timeout=5).json()["objects"]
+    for width in WIDTHS:
+        operator = _signed_in(browser, url, "operator", width)
+        operator.goto(f"{url}/ledger/runs/")
+        run_path = urlsplit(
+            operator.locator("table.list tbody a[href*='/ledger/runs/']").first.get_attribute(
+                "href"
+            )
+        ).path
+        run_id = operator.locator("table.list tbody [data-copy]").first.get_attribute("data-copy")
+        box = operator.locator("header.topbar form[role=search] input[name=id]")
+        for text, page in [(run_id, run_path), (orders[0]["id"], "/ledger/records/")]:
+            box.fill(text)
+            box.press("Enter")
+            operator.wait_for_url(re.compile(re.escape(page)))
+        _keep(operator, f"operator-found-order-{width}")
+        operator.context.close()

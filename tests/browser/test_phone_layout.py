@@ -43,6 +43,9 @@ def test_the_on_call_pages_fit_a_phone_with_their_actions_on_the_first_screen(
     card = page.locator("table.stack tbody tr").first
     expect(card.locator("td.status")).to_be_visible()
     assert card.locator("td.status").bounding_box()["x"] < PHONE["width"]
+    # ... and read in full, not cut with an ellipsis.
+    step = card.locator(".next-step .clip")
+    assert step.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), step.inner_text()
     page.goto(f"{live_server.url}/unknown/{pending.record_id}/")
     _fits(page)
     shot(page, f"phone-unknown-call-{language}")

@@ -128,3 +128,21 @@ def test_after_a_decision_the_approver_is_on_the_next_approval(
     answer = ann.post(f"/approvals/{first.pk}/decide", {"decision": "approve", "reason": ""})
     assert answer["Location"] == f"/approvals/{second.pk}/"
     assert "write_file (a.py): approved." in ann.get(answer["Location"]).content.decode()
+
+
+def test_a_calls_page_says_its_next_step_as_the_queue_does(
+    tenant: Tenant, approver: Any, operator: Any
+) -> None:
+    """The page of one unknown call names who acts next and how, in full (an operator cannot
+    open approvals: no link to one); once approved, that the runtime's retry applies it."""
+    pending = make_pending(tenant)
+    record = pending.record
+    page = operator.get(f"/unknown/{record.pk}/").content.decode()
+    step = re.search(r'<p id="next-step">(.*?)</p>', page, re.S)
+    assert step, "no next step on the call's page"
+    assert "An approver decides whether to apply it again." in step.group(1)
+    assert "/approvals/" not in step.group(1)
+    decide_approval(approval=pending, user=approver, approve=True, reason="")
+    page = operator.get(f"/unknown/{record.pk}/").content.decode()
+    step = re.search(r'<p id="next-step">(.*?)</p>', page, re.S)
+    assert step and "Approved by ann" in step.group(1)

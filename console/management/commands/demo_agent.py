@@ -47,8 +47,8 @@ from ledger.models import (
     VersionCombination,
 )
 from ledger.permissions import Role
+from ledger.records import decide_approval
 from ledger.services import combinations, metrics
-from ledger.services.approvals import decide
 from ledger.services.audit import audit
 from sandbox.server import SandboxServer, serve
 
@@ -424,7 +424,8 @@ class Command(BaseCommand):
 
     def _reject_one(self, tenant: Tenant) -> None:
         """One rejected approval, so the console shows what a rejection looks like, decided
-        by an approver of this tenant."""
+        by an approver of this tenant as the console decides (a write that did not land is
+        settled by its rejection)."""
         approver = (
             get_user_model()
             .objects.filter(
@@ -436,7 +437,7 @@ class Command(BaseCommand):
         pending = ApprovalRequest.objects.filter(tenant=tenant, state="pending").order_by("pk")
         first = pending.first()
         if approver is not None and first is not None and pending.count() > 1:
-            decide(
+            decide_approval(
                 approval=first,
                 user=approver,
                 approve=False,
