@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.apps import apps
 from django.contrib import admin
@@ -322,3 +324,14 @@ def test_a_compensation_adapter_to_a_non_public_address_is_not_registered(
     assert response.status_code == 200
     assert "non-public address" in response.content.decode()
     assert not CompensationAdapter.objects.exists()
+
+
+def test_every_admin_table_is_named_in_proper_english_plural() -> None:
+    """Django's default plural adds an "s": "policys", "entrys". Each table the admin lists
+    is named as a reader would write it."""
+    wrong = [
+        str(model._meta.verbose_name_plural)
+        for model in admin.site._registry
+        if re.search(r"[^aeiou]ys$|[^s]ss$|sss$", str(model._meta.verbose_name_plural))
+    ]
+    assert wrong == []

@@ -36,6 +36,7 @@ class ApprovalPolicy(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name_plural = "approval policies"
         constraints: ClassVar = [
             models.UniqueConstraint(fields=["tenant", "name"], name="approvalpolicy_unique_name"),
             models.CheckConstraint(

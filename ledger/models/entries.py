@@ -108,6 +108,7 @@ class LedgerEntry(models.Model):
     )
 
     class Meta:
+        verbose_name_plural = "ledger entries"
         constraints: ClassVar = [
             models.CheckConstraint(
                 condition=one_of("status", EntryStatus), name="entry_status_valid"

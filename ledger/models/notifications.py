@@ -25,6 +25,7 @@ class OnCallPolicy(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        verbose_name_plural = "on-call policies"
         constraints: ClassVar = [
             models.CheckConstraint(
                 condition=Q(first_sla_minutes__gte=1)
