@@ -214,6 +214,8 @@ CELERY_TASK_ROUTES = {
     "reconcile.tasks.run_compensations": {"queue": "reconcile"},
     "reconcile.tasks.compensate_run": {"queue": "reconcile"},
     "reconcile.tasks.sweep_compensations": {"queue": "maintenance"},
+    # the worker applies approved writes into the workspaces, which "reconcile" workers read;
+    "reconcile.tasks.apply_approved_writes": {"queue": "reconcile"},
     "reconcile.tasks.evaluate_rollouts": {"queue": "maintenance"},
     "reconcile.tasks.seal_audit_chains": {"queue": "maintenance"},
 }
@@ -253,6 +255,7 @@ CELERY_BEAT_SCHEDULE = {
     "roll-up-metrics": {"task": "reconcile.tasks.roll_up_metrics", "schedule": 30.0},
     "sweep-notifications": {"task": "reconcile.tasks.sweep_notifications", "schedule": 30.0},
     "sweep-compensations": {"task": "reconcile.tasks.sweep_compensations", "schedule": 30.0},
+    "apply-approved-writes": {"task": "reconcile.tasks.apply_approved_writes", "schedule": 30.0},
     "evaluate-rollouts": {
         "task": "reconcile.tasks.evaluate_rollouts",
         "schedule": float(ROLLOUT_EVALUATE_SECONDS),

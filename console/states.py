@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 from ledger.domain import EscalationKind, RecordState
 from ledger.models import ApprovalRequest, IdempotencyRecord
 from ledger.services import approvals
+from reconcile import approved_writes
 
 Approval = ApprovalRequest.State
 
@@ -106,10 +107,13 @@ def next_step(record: IdempotencyRecord, *, looking_up: bool, now: datetime) -> 
             )
         if state == Approval.APPROVED:
             what = _(
-                "Approved by %(who)s: the runtime's next retry of this call applies it. If the "
-                "runtime is gone, nothing else will: apply the diff by hand and mark it "
-                "succeeded, or mark it did not happen."
-            ) % {"who": getattr(record, "approval_decided_by", None) or "?"}
+                "Approved by %(who)s: the runtime's next retry of this call applies it; once "
+                "its run is over, or %(minutes)d minutes on, the ledger's worker applies it if "
+                "the file is still as planned."
+            ) % {
+                "who": getattr(record, "approval_decided_by", None) or "?",
+                "minutes": int(approved_writes.RUNTIME_GRACE.total_seconds() // 60),
+            }
             return NextStep("runtime", what, approval)
         if state in (Approval.PENDING, Approval.EXPIRED):
             what = _("Its approval expired undecided: look it up again to ask anew, or settle it.")

@@ -16,7 +16,7 @@ from django.db.models.functions import Now
 from ledger.records import expire_leases
 from ledger.services import audit_sealing, metrics, notifications, rollouts, thresholds
 from ledger.services.cleanup import cleanup_expired_records
-from reconcile import compensation_runs, services
+from reconcile import approved_writes, compensation_runs, services
 from reconcile.compensations import unsent_sagas
 from reconcile.models import Heartbeat
 
@@ -162,6 +162,14 @@ def run_compensations(compensation_ids: list[int]) -> list[str]:
 def compensate_run(run_pk: int) -> dict[str, object]:
     """Compensate a run as a whole, newest action first, stopping at the first failure."""
     return compensation_runs.run_saga(run_pk, worker=services.worker_name())
+
+
+@shared_task(soft_time_limit=50, time_limit=60)
+def apply_approved_writes() -> list[str]:
+    """Apply the approved writes no runtime will retry (``approved_writes``): on the
+    "reconcile" queue, whose workers read the workspaces as the file checks do."""
+    worker = services.worker_name()
+    return [approved_writes.apply_approved_write(pk, worker=worker) for pk in approved_writes.due()]
 
 
 @shared_task(soft_time_limit=50, time_limit=60)

@@ -231,6 +231,12 @@ def test_each_role_does_its_days_work_on_the_demo(browser: Browser, stack) -> No
         "two writes that did not land",
     )
     waiting = _waiting_on_an_approver(operator)
+    paths = [
+        operator.locator(f"#unknown-list tbody tr:has(#pick-{pk}) td:nth-child(2) .mono")
+        .inner_text()
+        .strip()
+        for pk in waiting
+    ]
     _keep(operator, "operator-unknown-390")
 
     # The approver rejects applying one again (at a desk) and approves another (on a phone),
@@ -254,12 +260,20 @@ def test_each_role_does_its_days_work_on_the_demo(browser: Browser, stack) -> No
         approver.context.close()
 
     # The operator's queue follows: the rejected write is settled as not happened and gone;
-    # the approved one says who applies it.
+    # the approved one, whose run is over, the ledger's worker applies to the file within a
+    # beat or two, and it is gone too.
     operator.goto(f"{url}/unknown/")
     expect(operator.locator(f"#pick-{waiting[0]}")).to_have_count(0)
-    row = operator.locator("#unknown-list tbody tr", has=operator.locator(f"#pick-{waiting[1]}"))
-    expect(row.locator(".next-step")).to_contain_text("Approved by approver")
+    _wait_for(
+        lambda: operator.reload() and operator.locator(f"#pick-{waiting[1]}").count() == 0,
+        90,
+        "the worker to apply the approved write",
+    )
     _keep(operator, "operator-unknown-after-390")
+    operator.goto(f"{url}/ledger/records/{waiting[1]}/")
+    expect(operator.locator("main")).to_contain_text("Applied by the ledger's worker")
+    written = (stack["var"] / "workspaces" / "demo" / paths[1]).read_text()
+    assert written.startswith("retries: ") and int(written.split()[1]) >= 3, written
     operator.context.close()
 
     # Any id pasted in the search box opens its page: a run, and an order id that only the
