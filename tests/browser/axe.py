@@ -52,7 +52,8 @@ def violations(page: Page) -> list[str]:
     if not page.evaluate("() => typeof window.axe === 'object'"):
         page.evaluate(source())
     found = page.evaluate(
-        "async (tags) => (await axe.run(document, {runOnly: {type: 'tag', values: tags}}))"
+        "async (tags) => (await axe.run(document, {runOnly: {type: 'tag', values: tags},"
+        " resultTypes: ['violations']}))"
         ".violations.map(v => `${v.id} (${v.impact}): ` +"
         " v.nodes.map(n => n.target.join(' ')).slice(0, 5).join(', '))",
         TAGS,
