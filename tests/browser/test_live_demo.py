@@ -208,7 +208,7 @@ def test_each_role_does_its_days_work_on_the_demo(browser: Browser, stack) -> No
         _keep(manager, f"manager-inbox-{width}")
         manager.goto(f"{url}/metrics/")
         limit = manager.locator("#chart-uncertain ul.limits")
-        expect(limit).to_contain_text("above 8 over 60 min")
+        expect(limit).to_contain_text("above 12 over 60 min")
         _wait_for(
             lambda page=manager: (
                 "candidate" in (page.reload() and page.locator("#alerts").inner_text())
@@ -216,6 +216,7 @@ def test_each_role_does_its_days_work_on_the_demo(browser: Browser, stack) -> No
             90,
             "the candidate's alert",
         )
+        expect(manager.locator("#alerts")).not_to_contain_text("baseline")  # no false alarm
         _keep(manager, f"manager-metrics-{width}")
         manager.context.close()
     mail = "".join(p.read_text() for p in (stack["var"] / "demo-mail").glob("*.log"))
