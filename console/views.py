@@ -767,7 +767,7 @@ def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
         }
 
     calls = _("calls")
-    guards = Threshold.objects.filter(tenant=tenant).order_by("pk")
+    guards = list(Threshold.objects.filter(tenant=tenant).order_by("pk"))  # the lines and table
     limits = charts_mod.threshold_limits(guards)
     Metric = Threshold.Metric
     charts = [

@@ -111,10 +111,10 @@ def console_user(django_user_model, tenant: Tenant, name: str, role: str = ""):
     return user
 
 
-def sign_in(page: Page, base_url: str, name: str) -> None:
+def sign_in(page: Page, base_url: str, name: str, password: str = PASSWORD) -> None:
     page.goto(f"{base_url}/login/")
     page.fill("#id_username", name)
-    page.fill("#id_password", PASSWORD)
+    page.fill("#id_password", password)
     page.click("button[type=submit]")
     page.wait_for_url(f"{base_url}/")
 

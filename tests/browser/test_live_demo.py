@@ -27,7 +27,7 @@ from console import embedded
 from console.demo import DEMO_PASSWORD
 from sandbox.process import free_port
 from tests.browser import axe
-from tests.browser.conftest import SHOTS
+from tests.browser.conftest import SHOTS, sign_in
 
 # The whole demo stack and a browser for two minutes: an acceptance run at full size (`make
 # drill`). `make test` starts the same embedded demo in tests/test_demo_agent.py.
@@ -171,11 +171,7 @@ WIDTHS = {"1440": {"width": 1440, "height": 900}, "390": {"width": 390, "height"
 
 def _signed_in(browser: Browser, url: str, role: str, width: str) -> Page:
     page = browser.new_context(viewport=WIDTHS[width]).new_page()
-    page.goto(f"{url}/login/")
-    page.fill("#id_username", role)
-    page.fill("#id_password", DEMO_PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{url}/")
+    sign_in(page, url, role, DEMO_PASSWORD)
     return page
 
 

@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser import axe
-from tests.browser.conftest import PASSWORD, SHOTS, console_user
+from tests.browser.conftest import SHOTS, console_user, sign_in
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -57,13 +57,8 @@ TOPBAR_ONE_LINE = """() => {
 
 
 def _signed_in_page(browser: Browser, base_url: str, name: str) -> Page:
-    context = browser.new_context(viewport={"width": 1440, "height": 900})
-    page = context.new_page()
-    page.goto(f"{base_url}/login/")
-    page.fill("#id_username", name)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base_url}/")
+    page = browser.new_context(viewport={"width": 1440, "height": 900}).new_page()
+    sign_in(page, base_url, name)
     return page
 
 
