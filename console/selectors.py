@@ -495,6 +495,39 @@ def record_page(record: IdempotencyRecord) -> dict[str, object]:
     }
 
 
+@dataclass(frozen=True)
+class FileNow:
+    """A conditional write's file as the worker last read it, when that look-up kept a
+    snapshot (a write conflict's: ``reconcile.file_snapshots``), for the human settling it."""
+
+    at: datetime
+    current_hash: str
+    size: int
+    content: str | None
+    plan_applies: bool | None
+    applying_now: str
+
+
+def file_now(attempts: list[Any]) -> FileNow | None:
+    """What the newest look-up of the file among ``attempts`` (oldest first) kept of it, if
+    it kept a snapshot (None for restricted data, which keeps only a hash)."""
+    from reconcile.models import ReconcileAttempt
+
+    looked = [a for a in attempts if a.kind == ReconcileAttempt.Kind.FILE_HASH]
+    evidence = looked[-1].evidence if looked else None
+    if not isinstance(evidence, dict) or not isinstance(evidence.get("snapshot"), dict):
+        return None
+    kept = evidence["snapshot"]
+    return FileNow(
+        at=looked[-1].created_at,
+        current_hash=str(evidence.get("current_hash", "")),
+        size=int(kept.get("size") or 0),
+        content=kept.get("content"),
+        plan_applies=kept.get("plan_applies"),
+        applying_now=str(kept.get("applying_now") or ""),
+    )
+
+
 def combination_page(combination: VersionCombination) -> dict[str, object]:
     """One combination's runs (newest 20, and how many by status), its rollout plans, the
     combination it replaced, and its audit events, oldest first."""

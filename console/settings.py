@@ -216,6 +216,7 @@ CELERY_TASK_ROUTES = {
     "reconcile.tasks.sweep_compensations": {"queue": "maintenance"},
     # the worker applies approved writes into the workspaces, which "reconcile" workers read;
     "reconcile.tasks.apply_approved_writes": {"queue": "reconcile"},
+    "reconcile.tasks.snapshot_write_conflicts": {"queue": "reconcile"},
     "reconcile.tasks.evaluate_rollouts": {"queue": "maintenance"},
     "reconcile.tasks.seal_audit_chains": {"queue": "maintenance"},
 }
@@ -256,6 +257,10 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-notifications": {"task": "reconcile.tasks.sweep_notifications", "schedule": 30.0},
     "sweep-compensations": {"task": "reconcile.tasks.sweep_compensations", "schedule": 30.0},
     "apply-approved-writes": {"task": "reconcile.tasks.apply_approved_writes", "schedule": 30.0},
+    "snapshot-write-conflicts": {
+        "task": "reconcile.tasks.snapshot_write_conflicts",
+        "schedule": 30.0,
+    },
     "evaluate-rollouts": {
         "task": "reconcile.tasks.evaluate_rollouts",
         "schedule": float(ROLLOUT_EVALUATE_SECONDS),

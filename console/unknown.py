@@ -87,6 +87,17 @@ def apply_action(record: IdempotencyRecord, action: str, note: str, actor: str) 
     raise InvalidInput(_("Unknown action."))
 
 
+def likely_resolution(record: IdempotencyRecord) -> str:
+    """The resolve action the evidence points to, the page's default button: "failed" where a
+    file check found the write did not land; none for a write conflict (a human decides from
+    the file as it is now); else "succeeded"."""
+    if not_landed(record):
+        return "failed"
+    if record.escalation_kind == EscalationKind.WRITE_CONFLICT:
+        return ""
+    return "succeeded"
+
+
 #: Why a call was escalated to a human, for each ``EscalationKind``, as the queue says it.
 ESCALATION_KINDS = {
     EscalationKind.WRITE_CONFLICT: gettext_lazy("write conflict"),
@@ -259,6 +270,9 @@ def _queue(
 @console_view(Role.OPERATOR, target="idempotencyrecord")
 def unknown_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpResponse:
     record = _get_unknown_for_user(request, tenant, pk)
+    page = selectors.record_page(record)
+    attempts = page["attempts"]
+    assert isinstance(attempts, list)
     queued = selectors.unknown_call(tenant, record.pk)
     step = (
         states.next_step(queued, looking_up=selectors.reconciler().running, now=db_now())
@@ -274,9 +288,9 @@ def unknown_detail(request: HttpRequest, tenant: Tenant, pk: int) -> HttpRespons
             record=record,
             escalated=states.escalated_now(record),
             step=step,
-            # A file check found the write did not land: "did not happen" is what it shows.
-            not_landed=not_landed(record),
-            **selectors.record_page(record),
+            likely=likely_resolution(record),
+            file_now=selectors.file_now(attempts),
+            **page,
         ),
     )
 

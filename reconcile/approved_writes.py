@@ -28,7 +28,6 @@ import tempfile
 from datetime import timedelta
 from pathlib import Path
 
-import whatthepatch
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Now
@@ -42,6 +41,7 @@ from ledger.services import approvals
 from ledger.stored_text import StoredText
 from reconcile.filehash import EMPTY_SHA256, PathRefused, confined_path
 from reconcile.models import WorkspaceRoot
+from reconcile.patches import apply_diff
 
 logger = logging.getLogger(__name__)
 
@@ -173,10 +173,8 @@ def _patched(content: bytes, plan: WritePlan) -> bytes | None:
     if plan.after_hash == EMPTY_SHA256 or not plan.diff:
         return None
     try:
-        text = content.decode("utf-8")
-        diff = next(iter(whatthepatch.parse_patch(plan.diff)), None)
-        lines = None if diff is None else whatthepatch.apply_diff(diff, text)
-    except (UnicodeDecodeError, whatthepatch.exceptions.WhatThePatchException):
+        lines = apply_diff(content.decode("utf-8"), plan.diff)
+    except UnicodeDecodeError:
         return None
     if lines is None:
         return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 from django.core.exceptions import ValidationError
@@ -136,6 +136,14 @@ class ReconcileAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.record_id} #{self.attempt} {self.outcome}"
+
+    @property
+    def evidence_shown(self) -> Any:
+        """The evidence as a look-up's line shows it: a file's snapshot has a card of its own
+        on the call's page (``console.selectors.file_now``)."""
+        if isinstance(self.evidence, dict) and "snapshot" in self.evidence:
+            return {key: value for key, value in self.evidence.items() if key != "snapshot"}
+        return self.evidence
 
 
 class Heartbeat(models.Model):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cache, partial
@@ -57,6 +58,7 @@ from ledger.services.statements import (
 from ledger.stored_text import StoredText
 from reconcile.adapters import LookupOutcome, LookupResult, lookup_for
 from reconcile.coverage import plan_check
+from reconcile.file_snapshots import file_snapshot
 from reconcile.filehash import PathRefused, file_sha256
 from reconcile.models import DownstreamAdapter, ReconcileAttempt, WorkspaceRoot
 
@@ -197,12 +199,14 @@ def _find(
         return Finding(check.kind, Attempt.NO_CHECK, check.missing)
     if check.kind == ReconcileAttempt.Kind.FILE_HASH:
         assert plan is not None and root is not None
-        return _check_file(record, plan, root)
+        return file_finding(plan, root)
     assert adapter is not None
     return _look_up(record, adapter)
 
 
-def _check_file(record: IdempotencyRecord, plan: WritePlan, root: WorkspaceRoot) -> Finding:
+def file_finding(plan: WritePlan, root: WorkspaceRoot) -> Finding:
+    """What the file of ``plan`` under ``root`` says of the write: landed, not landed, or a
+    conflict, which keeps a snapshot of the file for the human who settles it."""
     kind = ReconcileAttempt.Kind.FILE_HASH
     try:
         current = file_sha256(root.path, plan.path)
@@ -218,13 +222,11 @@ def _check_file(record: IdempotencyRecord, plan: WritePlan, root: WorkspaceRoot)
         WriteCheck.APPLY_AGAIN: Attempt.APPLY_AGAIN,
         WriteCheck.CONFLICT: Attempt.CONFLICT,
     }[check]
-    return Finding(
-        kind,
-        outcome,
-        f"{plan.path}: sha256 {current[:12]}…",
-        write_check_evidence(plan, current),
-        check,
-    )
+    evidence: dict[str, Any] = write_check_evidence(plan, current)
+    if check is WriteCheck.CONFLICT:
+        with suppress(PathRefused, OSError):  # changed again since it was hashed: hash only
+            evidence["snapshot"] = file_snapshot(root.path, plan)
+    return Finding(kind, outcome, f"{plan.path}: sha256 {current[:12]}…", evidence, check)
 
 
 def _look_up(record: IdempotencyRecord, adapter: DownstreamAdapter) -> Finding:
@@ -260,28 +262,8 @@ def _apply(
         ):
             # Too early to believe "not found": the downstream may not have caught up yet.
             finding = Finding(finding.kind, Attempt.NOT_FOUND_IN_GRACE, finding.detail)
-        # Downstream error texts may carry URLs with credentials or personal data.
-        finding = replace(finding, detail=redact_text(finding.detail, limit=1000))
-        attempt = ReconcileAttempt(
-            tenant_id=locked.tenant_id,
-            record=locked,
-            attempt=attempt_no,
-            kind=finding.kind,
-            outcome=finding.outcome,
-            detail=finding.detail,
-            evidence=_stored_evidence(locked, finding.evidence),
-            worker=worker,
-        )
-        event = audit_event(
-            tenant=locked.tenant_id,
-            actor=actor,
-            action=RECONCILE_ATTEMPT_ACTION,
-            target=locked,
-            source=AuditEvent.Source.WORKER,
-            after={"attempt": attempt_no, "outcome": finding.outcome},
-            detail=finding.detail,
-        )
-        insert_all(attempt, event)
+        finding = _redacted(finding)
+        _insert_attempt(locked, finding, worker, attempt_no)
         changes: dict[str, Any] = {
             "reconcile_attempts": attempt_no,
             "reconcile_claimed_until": None,
@@ -293,6 +275,47 @@ def _apply(
         "reconcile", extra={"record": record.pk, "outcome": finding.outcome, "result": result}
     )
     return result
+
+
+def record_attempt(locked: IdempotencyRecord, finding: Finding, worker: str) -> None:
+    """Keep a look-up of a locked record that settles nothing (a human decides it): its
+    attempt and audit event, and the record's count of look-ups."""
+    attempt_no = locked.reconcile_attempts + 1
+    _insert_attempt(locked, _redacted(finding), worker, attempt_no)
+    execute_update(IdempotencyRecord, {"pk": locked.pk}, {"reconcile_attempts": attempt_no})
+    locked.reconcile_attempts = attempt_no
+
+
+def _redacted(finding: Finding) -> Finding:
+    # Downstream error texts may carry URLs with credentials or personal data.
+    return replace(finding, detail=redact_text(finding.detail, limit=1000))
+
+
+def _insert_attempt(
+    locked: IdempotencyRecord, finding: Finding, worker: str, attempt_no: int
+) -> None:
+    """The attempt ``attempt_no`` of a locked record and its audit event, in one statement;
+    its evidence redacted for storage."""
+    attempt = ReconcileAttempt(
+        tenant_id=locked.tenant_id,
+        record=locked,
+        attempt=attempt_no,
+        kind=finding.kind,
+        outcome=finding.outcome,
+        detail=finding.detail,
+        evidence=_stored_evidence(locked, finding.evidence),
+        worker=worker,
+    )
+    event = audit_event(
+        tenant=locked.tenant_id,
+        actor=f"worker:{worker}",
+        action=RECONCILE_ATTEMPT_ACTION,
+        target=locked,
+        source=AuditEvent.Source.WORKER,
+        after={"attempt": attempt_no, "outcome": finding.outcome},
+        detail=finding.detail,
+    )
+    insert_all(attempt, event)
 
 
 def _stored_evidence(record: IdempotencyRecord, evidence: Any) -> Any:

@@ -16,7 +16,7 @@ from django.db.models.functions import Now
 from ledger.records import expire_leases
 from ledger.services import audit_sealing, metrics, notifications, rollouts, thresholds
 from ledger.services.cleanup import cleanup_expired_records
-from reconcile import approved_writes, compensation_runs, services
+from reconcile import approved_writes, compensation_runs, services, write_conflicts
 from reconcile.compensations import unsent_sagas
 from reconcile.models import Heartbeat
 
@@ -170,6 +170,14 @@ def apply_approved_writes() -> list[str]:
     "reconcile" queue, whose workers read the workspaces as the file checks do."""
     worker = services.worker_name()
     return [approved_writes.apply_approved_write(pk, worker=worker) for pk in approved_writes.due()]
+
+
+@shared_task(soft_time_limit=50, time_limit=60)
+def snapshot_write_conflicts() -> list[str]:
+    """Keep a snapshot of the file of each write conflict escalated without one
+    (``write_conflicts``): on the "reconcile" queue, whose workers read the workspaces."""
+    worker = services.worker_name()
+    return [write_conflicts.snapshot_conflict(pk, worker=worker) for pk in write_conflicts.due()]
 
 
 @shared_task(soft_time_limit=50, time_limit=60)

@@ -81,6 +81,7 @@ def test_every_task_has_a_named_queue() -> None:
         "reconcile.tasks.compensate_run": "reconcile",
         "reconcile.tasks.sweep_compensations": "maintenance",
         "reconcile.tasks.apply_approved_writes": "reconcile",
+        "reconcile.tasks.snapshot_write_conflicts": "reconcile",
         "reconcile.tasks.evaluate_rollouts": "maintenance",
         "reconcile.tasks.seal_audit_chains": "maintenance",
     }
