@@ -5,7 +5,6 @@ mcp-server-sqlite, for the tests that put the MCP proxy in front of it."""
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ import pytest
 from agent_ledger_client import AsyncLedgerClient, AsyncRun, LedgerClient
 from ledger.models import ApiToken, Tenant
 from ledger.permissions import SERVICE_ACCOUNT_SCOPES
+from tests.shared_builds import once_per_run
 
 
 @pytest.fixture
@@ -114,23 +114,20 @@ def client(request, live_server, ledger_token: str) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def sqlite_server(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
     """mcp-server-sqlite in a virtual environment of its own, with the 1.x MCP SDK it is
-    written for (it cannot import under the client's 2.x); made once a run (about 15 s), in
-    the folder the xdist workers share, the first worker to need it making it under a lock."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if worker_id != "master" else base
-    venv = shared / "mcp-server-sqlite"
-    server = venv / "bin" / "mcp-server-sqlite"
-    with (shared / "mcp-server-sqlite.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not server.exists():
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-            subprocess.run(
-                [
-                    *(str(venv / "bin" / "pip"), "install", "--quiet", "--no-compile"),
-                    *("--disable-pip-version-check", "mcp-server-sqlite", "mcp<2"),
-                ],
-                check=True,
-                capture_output=True,
-                timeout=300,
-            )
-    return server
+    written for (it cannot import under the client's 2.x); made once a run and shared by the
+    xdist workers (``shared_builds``)."""
+
+    def build(venv: Path) -> None:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [
+                *(str(venv / "bin" / "pip"), "install", "--quiet", "--no-compile"),
+                *("--disable-pip-version-check", "mcp-server-sqlite", "mcp<2"),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+
+    venv = once_per_run(tmp_path_factory, worker_id, "mcp-server-sqlite", build)
+    return venv / "bin" / "mcp-server-sqlite"

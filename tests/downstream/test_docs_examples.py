@@ -24,6 +24,7 @@ from sandbox.invoices import async_url
 from sandbox.process import ServiceProcess, drop_database, free_port, fresh_database
 from tests.factories import refresh, reserve
 from tests.processes import server_url
+from tests.shared_builds import once_per_run
 
 pytestmark = [
     pytest.mark.django_db,
@@ -72,23 +73,26 @@ def _shell(venv: Path, line: str, cwd: Path) -> str:
     return result.stdout
 
 
-@pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv outside the repository with the guide's install lines run in it."""
-    fresh = tmp_path_factory.mktemp("fresh")
-    # The build writes into the folder it installs from: a copy keeps the repository clean.
-    checkout = fresh / "checkout"
-    shutil.copytree(
-        ROOT / "downstream",
-        checkout / "downstream",
-        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
-    )
-    path = fresh / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=120)
-    for line in _example("install", "sh").splitlines():
-        if line.strip():
-            _shell(path, line, checkout)
-    return path
+@pytest.fixture(scope="session")
+def venv(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """A fresh venv outside the repository with the guide's install lines run in it, made once
+    a run and shared by the xdist workers (``shared_builds``): the tests only read it."""
+
+    def build(fresh: Path) -> None:
+        # The build writes into the folder it installs from: a copy keeps the repository clean.
+        checkout = fresh / "checkout"
+        shutil.copytree(
+            ROOT / "downstream",
+            checkout / "downstream",
+            ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+        )
+        path = fresh / "venv"
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=120)
+        for line in _example("install", "sh").splitlines():
+            if line.strip():
+                _shell(path, line, checkout)
+
+    return once_per_run(tmp_path_factory, worker_id, "docs-downstream", build) / "venv"
 
 
 def _server() -> str:
