@@ -342,6 +342,9 @@ LEDGER_NOTIFY_RETRY_SECONDS = positive_int(env, "LEDGER_NOTIFY_RETRY_SECONDS", d
 LEDGER_NOTIFY_CLAIM_SECONDS = positive_int(env, "LEDGER_NOTIFY_CLAIM_SECONDS", default=120)
 if LEDGER_NOTIFY_CLAIM_SECONDS <= 60:
     raise ImproperlyConfigured("LEDGER_NOTIFY_CLAIM_SECONDS must exceed the delivery's 60 s limit.")
+# The function a notification's link comes from: the console's page of its subject (the ledger
+# names no console URL itself).
+LEDGER_NOTIFICATION_LINKS = "console.notification_links.console_path"
 # Approved compensations no worker started (their message was lost): the sweep sends them again
 # once their approval is this many seconds old (the commit's own send has had time to arrive),
 # at most this many runs' sagas per sweep (reconcile.tasks.sweep_compensations).

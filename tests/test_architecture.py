@@ -168,3 +168,17 @@ def test_hand_written_sql_takes_its_column_names_from_the_models() -> None:
             if found := _literal_columns(path.read_text()):
                 literal[name] = found
     assert literal == {}
+
+
+def test_the_lower_apps_name_no_console_url() -> None:
+    """The ledger and the reconciler link to the console only through what the console gives
+    them (``LEDGER_NOTIFICATION_LINKS``): a URL name of the console's in them would be an
+    upward dependency that no import shows."""
+    named = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for app in ("ledger", "reconcile")
+        for path in (ROOT / app).rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"""["']console:""", line)
+    ]
+    assert named == []

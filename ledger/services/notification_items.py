@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.models import QuerySet
-from django.urls import reverse
+from django.utils.module_loading import import_string
 
 from ledger.clock import db_now
 from ledger.domain import RecordState
@@ -49,6 +50,7 @@ def compose(notification: Notification) -> Message | None:
     now = db_now()
     tier = notification.channel.tier
     subject_type, subject_id = notification.subject_type, notification.subject_id
+    path = link(subject_type, subject_id)
     facts: dict[str, Any] = {
         "event": notification.event,
         "tier": tier,
@@ -66,7 +68,7 @@ def compose(notification: Notification) -> Message | None:
             record.state,
             since,
             now,
-            reverse("console:unknown_call", args=[record.pk]),
+            path,
         )
         what = f"{record.tool.name}: outcome unknown for {_minutes(now, since)} min"
         if notification.event == Event.UNKNOWN_ESCALATED:
@@ -82,7 +84,7 @@ def compose(notification: Notification) -> Message | None:
             approval.state,
             approval.created_at,
             now,
-            reverse("console:approval", args=[approval.pk]),
+            path,
         )
         facts["expires_at"] = approval.expires_at.isoformat()
         what = f"{tool}: approval waiting for {_minutes(now, approval.created_at)} min"
@@ -102,7 +104,7 @@ def compose(notification: Notification) -> Message | None:
             threshold=alert.threshold.above,
             action=alert.action,
             combination=alert.combination.label,
-            console_path=reverse("console:metrics"),
+            console_path=path,
         )
         what = (
             f"{alert.metric} = {alert.observed:.4g} on combination {alert.combination.label} "
@@ -117,7 +119,7 @@ def compose(notification: Notification) -> Message | None:
         facts.update(
             combination=combination.label,
             state=combination.state,
-            console_path=reverse("console:combinations"),
+            console_path=path,
         )
         what = f"combination {combination.label} halted: {combination.halted_reason[:200]}"
     headline = {
@@ -130,6 +132,13 @@ def compose(notification: Notification) -> Message | None:
     }[Event(notification.event)]
     text = f"Agent Ledger ({notification.tenant.slug}), {headline}: {what}. {facts['console_path']}"
     return Message(subject=f"Agent Ledger: {headline}", text=text, payload={**facts, "text": text})
+
+
+def link(subject_type: str, subject_id: int) -> str:
+    """Where a person acts on the subject: the function ``LEDGER_NOTIFICATION_LINKS`` names
+    (the console's pages, ``console.notification_links``) gives its path; without one, none."""
+    name = getattr(settings, "LEDGER_NOTIFICATION_LINKS", "")
+    return str(import_string(name)(subject_type, subject_id)) if name else ""
 
 
 def _waiting(
