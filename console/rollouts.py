@@ -31,19 +31,39 @@ def _candidates(tenant: Tenant) -> list[VersionCombination]:
     )
 
 
+#: What the form to start a rollout holds until the manager types something else.
+FORM_DEFAULTS = {
+    "candidate": "",
+    "shares": "shadow, 5, 25, 50, 100",
+    "min_minutes": "15",
+    "min_samples": "50",
+}
+
+
 @console_view(Role.MANAGER, export=False)
 def rollout_plans(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """The tenant's plans, newest first, with the step each is at."""
+    return _plans_page(request, tenant)
+
+
+def _plans_page(
+    request: HttpRequest, tenant: Tenant, *, typed: dict[str, str] | None = None, error: str = ""
+) -> HttpResponse:
+    """The plans and the form to start one: after an error, the error beside what was typed."""
     plans = list(
         RolloutPlan.objects.filter(tenant=tenant)
         .select_related("candidate")
         .prefetch_related("steps")
         .order_by("-pk")[:PAGE_SIZE]
     )
+    form = {**FORM_DEFAULTS, **{k: v for k, v in (typed or {}).items() if k in FORM_DEFAULTS}}
     return render(
         request,
         "console/rollouts.html",
-        context_for(request, tenant, plans=plans, candidates=_candidates(tenant)),
+        context_for(
+            request, tenant, plans=plans, candidates=_candidates(tenant), form=form, error=error
+        ),
+        status=400 if error else 200,
     )
 
 
@@ -79,8 +99,7 @@ def rollout_create(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             source="console",
         )
     except LedgerError as exc:
-        messages.error(request, exc.message)
-        return redirect("console:rollouts")
+        return _plans_page(request, tenant, typed=request.POST.dict(), error=exc.message)
     messages.success(request, _("Rollout started at its first step."))
     return redirect("console:rollout", pk=plan.pk)
 

@@ -67,23 +67,29 @@ def translate(text: str) -> str:
     return _reading(text, get_language())[1]
 
 
+def begins_with_name(text: str) -> bool:
+    """Whether ``text`` is a stored text that begins with a parameter (a name, such as a
+    combination's label, which is shown as it was written), by its best reading."""
+    return _reading(text, get_language())[2]
+
+
 @lru_cache(maxsize=4096)
-def _reading(text: str, language: str | None) -> tuple[int, str]:
+def _reading(text: str, language: str | None) -> tuple[int, str, bool]:
     """The reading of ``text`` whose templates cover the most of it: (how many characters
-    they cover, ``text`` in the active language). One per text and language: a list shows a
-    few texts on every row."""
+    they cover, ``text`` in the active language, whether its template begins with a
+    parameter). One per text and language: a list shows a few texts on every row."""
     exact = _EXACT.get(text)
     if exact is not None:
-        return len(text), exact.translated({})
-    best = (0, text)
+        return len(text), exact.translated({}), False
+    best = (0, text, False)
     for stored in _PARAMETRISED:
         match = stored.pattern.fullmatch(text)
         if match is None:
             continue
         covered, params = stored.literal, match.groupdict()
         for name in stored.texts:
-            inner, params[name] = _reading(params[name], language)
+            inner, params[name], _named = _reading(params[name], language)
             covered += inner
         if covered > best[0]:
-            best = (covered, stored.translated(params))
+            best = (covered, stored.translated(params), stored.template.startswith("%("))
     return best

@@ -1,4 +1,6 @@
-"""``{{ rate|percent }}``: a rate between 0 and 1 as a percentage, ``0.245`` → ``24.5%``."""
+"""``{{ rate|percent }}``: a rate between 0 and 1 as a percentage, ``0.245`` → ``24.5%``;
+``{{ value|metric_value:name }}``: a metric's value as every page shows it, a rate as a
+percentage and a count without decimals it does not have."""
 
 from __future__ import annotations
 
@@ -13,3 +15,16 @@ def percent(rate: float | None) -> str:
     if rate is None:
         return "—"
     return f"{floatformat(float(rate) * 100, 1)}%"
+
+
+#: The metrics that are rates between 0 and 1 (``ledger.services.metrics``); the rest count.
+RATES = frozenset({"dedup_hit_rate"})
+
+
+@register.filter
+def metric_value(value: float | None, metric: str) -> str:
+    if value is None:
+        return "—"
+    if metric in RATES:
+        return percent(value)
+    return floatformat(value, -2)

@@ -12,7 +12,7 @@ from django.utils.translation import gettext_lazy as _
 
 from console import states
 from ledger.models import ApprovalRequest, IdempotencyRecord
-from ledger.stored_text import translate
+from ledger.stored_text import begins_with_name, translate
 
 register = template.Library()
 
@@ -21,7 +21,7 @@ TERMS = {
     "reserved": _("reserved"),
     "executing": _("executing"),
     "succeeded": _("succeeded"),
-    "failed_final": _("did not happen / failed"),
+    "failed_final": _("failed (did not happen)"),
     "unknown": _("unknown"),
     # ledger entries
     "planned": _("planned"),
@@ -107,11 +107,16 @@ TERMS = {
     "intended": _("intended (dry run)"),
     "approvals": _("approvals asked"),
     "rejections": _("rejections"),
-    "met": _("met"),
+    "met": _("within the threshold"),
     "crossed": _("crossed"),
     "too_few_samples": _("too few samples"),
     "no_threshold": _("no threshold"),
     "advance": _("advance"),
+    # what a rollout step still waits for
+    "duration": _("its minimum time"),
+    "samples": _("enough samples"),
+    "threshold_samples": _("enough samples for a threshold's window"),
+    "in_flight": _("calls still in flight"),
     "passed": _("passed"),
     "skipped": _("skipped"),
     "paused": _("paused"),
@@ -132,6 +137,23 @@ def term(value: object) -> str:
 def _term(text: str, language: str | None) -> str:
     """One translation per identifier and language: a list shows a few terms on every row."""
     return str(TERMS.get(text, text.replace("_", " ")))
+
+
+@register.filter
+def said(value: object) -> str:
+    """``{{ error|said }}``: an error shown to a person, in their language where it is a
+    stored text, as a sentence: its first letter capital (unless it begins with a name, which
+    is shown as written) and a full stop at its end. The services write their errors as
+    clauses, which the API's problem documents carry as they are."""
+    english = str(value).strip()
+    text = translate(english)
+    if not text:
+        return text
+    if not begins_with_name(english):
+        text = text[0].upper() + text[1:]
+    if text[-1].isascii() and (text[-1].isalnum() or text[-1] in ")'\"`"):
+        text += "."
+    return text
 
 
 @register.filter

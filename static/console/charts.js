@@ -2,7 +2,8 @@
 // from the JSON each figure carries (json_script): a time axis with ticks, a y axis with its
 // unit, a line and points per combination, a dashed line at each threshold on the metric, and
 // the values under the pointer in the legend.
-// Without JavaScript (or uPlot) the figure's table stays; with it the table is hidden.
+// Without JavaScript (or uPlot) the figure's table stays, folded in a <details> (a day is 288
+// rows a chart); with it the table is hidden.
 (function () {
   "use strict";
 
@@ -41,7 +42,7 @@
   function format(percent) {
     return function (u, value) {
       if (value === null || value === undefined) return "—";
-      return percent ? value.toFixed(1) + " %" : String(Math.round(value * 100) / 100);
+      return percent ? value.toFixed(1) + "%" : String(Math.round(value * 100) / 100);
     };
   }
 
@@ -110,15 +111,15 @@
           label: plot.getAttribute("data-y-label"),
           size: 60,
           values: function (u, ticks) {
-            return ticks.map(function (t) { return percent ? t + " %" : String(t); });
+            return ticks.map(function (t) { return percent ? t + "%" : String(t); });
           },
         },
       ],
     };
     plot.hidden = false;
     new window.uPlot(options, [data.times].concat(data.series.map(function (s) { return s.values; })), plot);
-    var table = plot.parentNode.querySelector("table.chart-table");
-    if (table) table.hidden = true;
+    var numbers = plot.parentNode.querySelector("details.chart-numbers");
+    if (numbers) numbers.hidden = true;
   }
 
   document.addEventListener("DOMContentLoaded", function () {

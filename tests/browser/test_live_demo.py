@@ -4,8 +4,8 @@ the file-system broker (no Redis), and an unknown call is looked up, settled, an
 operator's screen within a minute, without a reload. On that demo each role does its day's
 work in Chromium at 1440 and 390 px: the manager is told of the candidate's regression (on the
 first screen, on the charts, by e-mail to on-call), the approver decides and lands on the next
-item while the operator's queue follows each decision, and any id pasted in the search box
-opens its page."""
+item while the operator's queue follows each decision, any id pasted in the search box opens
+its page, and an order is compensated from the console alone, cancelled once."""
 
 from __future__ import annotations
 
@@ -292,3 +292,47 @@ def test_each_role_does_its_days_work_on_the_demo(browser: Browser, stack) -> No
             operator.wait_for_url(re.compile(re.escape(page)))
         _keep(operator, f"operator-found-order-{width}")
         operator.context.close()
+
+    # A demo order that should not have happened is compensated from the console alone: the
+    # manager finds create_order's compensation on the Tools page (make run sets it up there,
+    # no /admin/), the operator asks for it with a reason, the approver approves it, and the
+    # worker cancels the sandbox's order once.
+    manager = _signed_in(browser, url, "manager", "1440")
+    manager.goto(f"{url}/tools/?compensation=create_order#compensation-form")
+    assert manager.input_value("#comp-compensating_tool") == "cancel_order"
+    assert manager.input_value("#comp-url_template").endswith("/orders/objects/{order_id}/cancel")
+    _keep(manager, "manager-compensation-1440")
+    manager.context.close()
+    cancelled = httpx.get(f"{stack['sandbox']}/orders/stats", timeout=5).json()
+    order = next(o["id"] for o in orders if o["id"] not in cancelled["cancellations_per_object"])
+    operator = _signed_in(browser, url, "operator", "390")
+    box = operator.locator("header.topbar form[role=search] input[name=id]")
+    box.fill(order)
+    box.press("Enter")
+    operator.wait_for_url(re.compile("/ledger/records/"))
+    operator.click("main a[href^='/compensations/records/']")
+    operator.fill("#request-reason", "the customer cancelled the cart")
+    operator.click("form[action$='/request'] button[type=submit]")
+    expect(operator.locator("#compensation-state")).to_have_count(1)
+    _keep(operator, "operator-compensation-requested-390")
+    operator.context.close()
+    approver = _signed_in(browser, url, "approver", "390")
+    approver.goto(f"{url}/approvals/")
+    approver.locator("main table.list tbody tr", has_text="cancel_order").locator("a").first.click()
+    expect(approver.locator("main")).to_contain_text("the customer cancelled the cart")
+    _keep(approver, "approver-compensation-390")
+    approver.fill("#reason", "the customer asked")
+    approver.click("button[value=approve]")
+    approver.context.close()
+    _wait_for(
+        lambda: (
+            httpx.get(f"{stack['sandbox']}/orders/stats", timeout=5)
+            .json()["cancellations_per_object"]
+            .get(order)
+            == 1
+        ),
+        60,
+        "the worker to cancel the order",
+    )
+    stats = httpx.get(f"{stack['sandbox']}/orders/stats", timeout=5).json()
+    assert stats["cancellations_per_object"] == {**cancelled["cancellations_per_object"], order: 1}

@@ -22,10 +22,12 @@ def test_the_operator_reads_the_conflicting_file_and_the_plan_at_any_width(
 ) -> None:
     record = replay_conflict(tenant, workspace_file(tenant, tmp_path), ELSEWHERE)
     snapshot_write_conflicts()
-    user = console_user(django_user_model, tenant, "olga", "operator")
-    sign_in(page, live_server.url, "olga")
     for language in ("en", "zh-hans"):
-        Preferences.objects.update_or_create(user=user, defaults={"language": language})
+        user = console_user(django_user_model, tenant, f"olga-{language}", "operator")
+        Preferences.objects.create(user=user, language=language)
+        page.context.clear_cookies()
+        sign_in(page, live_server.url, user.username)
+        expect(page.locator("html")).to_have_attribute("lang", language)
         for width, height in ((1440, 900), (390, 844)):
             page.set_viewport_size({"width": width, "height": height})
             page.goto(f"{live_server.url}/unknown/{record.pk}/")

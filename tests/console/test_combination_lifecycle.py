@@ -111,7 +111,7 @@ def test_only_a_halted_combination_is_resumed_and_a_second_resume_changes_nothin
 ) -> None:
     canary = _canary(tenant, combos)
     page = manager.get(_url(canary, "resume"), secure=True).content.decode()
-    assert "only a halted combination can be resumed (good is canary)" in page
+    assert "Only a halted combination can be resumed (good is canary)." in page
     assert 'name="reason"' not in page and 'id="change-effects"' not in page
     refused = _post(manager, canary, "resume", reason="r")
     assert refused.status_code == 409 and _state(canary) == "canary"
@@ -119,7 +119,7 @@ def test_only_a_halted_combination_is_resumed_and_a_second_resume_changes_nothin
     _done(manager, canary, "resume", reason="first click")
     again = _post(manager, canary, "resume", reason="second click")
     assert again.status_code == 409
-    assert "only a halted combination can be resumed" in again.content.decode()
+    assert "Only a halted combination can be resumed" in again.content.decode()
     assert AuditEvent.objects.filter(action="combination.resumed").count() == 1
 
 
@@ -266,7 +266,7 @@ def test_the_active_combination_cannot_be_put_in_or_taken_out_of_shadow(manager,
     assert _post(manager, bad, "shadow", share_bp="100", reason="r").status_code == 409
     refused = _post(manager, bad, "unshadow", reason="r")
     assert refused.status_code == 409
-    assert "only a combination in shadow can be taken out of it" in refused.content.decode()
+    assert "Only a combination in shadow can be taken out of it" in refused.content.decode()
     assert _state(bad) == "active"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -227,3 +228,13 @@ def test_a_long_runs_timeline_is_paged_in_order(operator, tenant, monkeypatch):
         LedgerEntry.objects.order_by("created_at", "pk").values_list("pk", flat=True)
     )
     assert operator.get(f"/ledger/runs/{run.pk}/", {"after": "x"}, secure=True).status_code == 404
+
+
+def test_a_runs_timeline_gives_each_time_with_its_zone(operator, tenant):
+    api = client_for(tenant)
+    api.start_run("run-1")
+    api.call("read_file", {"n": 1})
+    run = Run.objects.get()
+    html = operator.get(f"/ledger/runs/{run.pk}/", secure=True).content.decode()
+    times = re.findall(r'<div class="when mono">([^<]*)</div>', html)
+    assert times and all(re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3} UTC", t) for t in times), times

@@ -98,3 +98,23 @@ def test_the_look_ups_section_and_their_count_are_different_words(
     html = signed_in(user).get(f"/unknown/{unknown.pk}/", secure=True).content.decode()
     assert "<dt>查询次数</dt>" in html  # "number of look-ups", beside the number
     assert "<h3>查询记录</h3>" in html  # the look-ups themselves, a list
+
+
+@pytest.mark.django_db
+def test_the_queues_next_step_is_in_the_users_language(django_user_model, tenant, tmp_path):
+    from django.utils import translation
+
+    from ledger.domain import WRITE_CONFLICT_ESCALATION
+    from tests.write_conflicts import ELSEWHERE, replay_conflict, workspace_file
+
+    replay_conflict(tenant, workspace_file(tenant, tmp_path), ELSEWHERE)
+    user = make_user(django_user_model, "olga", tenant, "operator")
+    Preferences.objects.create(user=user, language="zh-hans")
+    with translation.override("zh-hans"):
+        chinese = translation.gettext(str(WRITE_CONFLICT_ESCALATION))
+    assert chinese != str(WRITE_CONFLICT_ESCALATION)
+
+    page = signed_in(user).get("/unknown/", secure=True).content.decode()
+
+    step = page.split('class="next-step"')[1].split("</span>")[0]
+    assert chinese in step and str(WRITE_CONFLICT_ESCALATION) not in step

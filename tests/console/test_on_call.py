@@ -131,7 +131,7 @@ def test_another_tenants_channel_cannot_be_removed(manager) -> None:
     page = manager.post(
         URL, {"action": "remove_channel", "channel": str(other.pk)}, secure=True, follow=True
     ).content.decode()
-    assert "no notification channel" in page
+    assert "No notification channel" in page
     assert NotificationChannel.objects.filter(pk=other.pk).exists()
 
 

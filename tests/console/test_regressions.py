@@ -63,8 +63,8 @@ def test_a_worse_candidate_is_on_the_managers_first_screen_with_the_gap_and_the_
     html = page.content.decode()
     assert 'id="regressions"' in html
     assert "candidate" in html and "baseline" in html
-    assert "11.2 % against 27.1 % (-15.9 points)" in html  # dedup hit rate
-    assert "20.0 % against 0.9 % (+19.1 points)" in html  # executions that became uncertain
+    assert "11.2% against 27.1% (-15.9 points)" in html  # dedup hit rate
+    assert "20.0% against 0.9% (+19.1 points)" in html  # executions that became uncertain
     assert "1 against 0" in html  # duplicate side effects
     assert f"/combinations/{candidate.pk}/halt" in html
     assert f"/combinations/{candidate.pk}/rollback" in html

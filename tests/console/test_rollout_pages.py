@@ -56,15 +56,22 @@ def test_a_manager_starts_a_rollout_and_follows_its_steps(manager, candidate, te
     evaluate_rollouts()
     page = manager.get(reverse("console:rollout", args=[plan.pk]), secure=True).content.decode()
     assert "Step 1" in page and "Step 3" in page and "passed" in page
-    assert "uncertain results" in page and "met" in page  # the analysis the step passed by
+    # The analysis the step passed by; the steps to come are not started.
+    assert "uncertain results" in page and "within the threshold" in page
     listing = manager.get(reverse("console:rollouts"), secure=True).content.decode()
     assert f'href="{reverse("console:rollout", args=[plan.pk])}"' in listing and "10%" in listing
 
 
-def test_bad_steps_start_nothing(manager, candidate) -> None:
+def test_bad_steps_start_nothing_and_the_form_keeps_what_was_typed(manager, candidate) -> None:
     for shares in ("10, 5, 100", "ten, 100", "10, 50"):
         response = _start(manager, candidate, shares)
-        assert response.status_code == 302 and response.url == reverse("console:rollouts")
+        assert response.status_code == 400
+        page = response.content.decode()
+        assert f'name="shares" value="{shares}"' in page and 'name="min_minutes" value="0"' in page
+        assert f'<option value="{candidate.pk}" selected>' in page
+        error = page.split('id="rollout-error"')[1].split("</p>")[0]
+        text = error.split(">", 1)[1]
+        assert text[0].isupper() and text.endswith("."), text  # a sentence, not a clause
     assert not RolloutPlan.objects.exists()
 
 

@@ -59,7 +59,7 @@ def test_every_step_where_the_decisions_differ_is_listed(tenant) -> None:
     assert pair.steps[0].live == pair.steps[0].shadow  # the read is the same in both
 
 
-def test_the_shadow_is_judged_against_each_threshold(tenant) -> None:
+def test_the_shadow_is_judged_against_each_threshold(django_user_model, tenant) -> None:
     make_shadow_pair(tenant)
     api = client_for(tenant)
     for metric, above in (("uncertain_results", 0), ("dedup_hit_rate", 0.5)):
@@ -78,6 +78,11 @@ def test_the_shadow_is_judged_against_each_threshold(tenant) -> None:
     assert rows["uncertain_results"].verdict == "crossed" and rows["uncertain_results"].shadow == 1
     assert rows["dedup_hit_rate"].verdict == "too_few_samples"
     assert rows["duplicate_side_effects"].verdict == "no_threshold"
+    # A rate reads as a percentage, as on every other page; a count without decimals.
+    manager = signed_in(make_user(django_user_model, "boss", tenant, "manager"))
+    html = manager.get(reverse("console:shadow_pairs"), secure=True).content.decode()
+    assert "&gt; 50.0%" in html and "&gt; 0.5" not in html
+    assert "&gt; 0 ·" in html  # the uncertain-results threshold
     assert rows["approvals"].live == 0 and rows["rejections"].shadow == 0
 
 

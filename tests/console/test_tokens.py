@@ -54,7 +54,7 @@ def test_a_revocation_needs_a_reason_and_changes_nothing_without_one(admin, tena
     response = signed_in(admin).post(
         "/tokens/revoke", {"token": token.pk, "reason": " "}, follow=True
     )
-    assert "say why" in response.content.decode()
+    assert "Say why" in response.content.decode()
     token.refresh_from_db()
     assert token.revoked_at is None
     assert not AuditEvent.objects.filter(action="token.revoked").exists()
@@ -91,3 +91,13 @@ def test_the_page_shows_what_a_former_members_token_may_do_now(
     former.memberships.all().delete()
     page = signed_in(admin).get("/tokens/").content.decode()
     assert token.prefix in page and "not a member" in page
+
+
+def test_a_token_revoked_by_nobody_named_says_when_without_an_empty_by(admin, tenant) -> None:
+    from django.utils import timezone
+
+    token, _ = _issue(tenant, "expired-by-script")
+    ApiToken.objects.filter(pk=token.pk).update(revoked_at=timezone.now(), revoked_by="")
+    html = signed_in(admin).get("/tokens/").content.decode()
+    cell = html.split(token.prefix)[1].split("</tr>")[0]
+    assert "revoked " in cell and " by " not in cell and " by <" not in cell

@@ -367,7 +367,7 @@ def test_a_bad_threshold_is_a_clear_error_not_a_500(django_user_model, tenant, b
     manager = signed_in(make_user(django_user_model, "maria", tenant, "manager"))
     response = manager.post("/metrics/", bad, secure=True, follow=True)
     assert response.status_code == 200
-    assert "invalid threshold" in response.content.decode()
+    assert "Invalid threshold" in response.content.decode()
     assert not Threshold.objects.exists()
 
 
