@@ -187,11 +187,13 @@ def test_the_compensation_shows_no_outcome_before_anyone_approved(
     olga.post(f"/compensations/records/{ordered.pk}/request")
     page = alice.get(f"/compensations/records/{ordered.pk}/").content.decode()
     assert "Compensated by" not in page and _state_of(page) == "awaiting approval"
+    assert "Ask again" not in page  # it waits on an approver: there is nothing to ask again
     alice.post(
         f"/compensations/records/{ordered.pk}/decide", {"decision": "approve", "reason": "dup"}
     )
     page = alice.get(f"/compensations/records/{ordered.pk}/").content.decode()
     assert "Compensated by" not in page and _state_of(page) == "approved; a worker sends it"
+    assert "Ask again" not in page
     record_page = olga.get(f"/ledger/records/{ordered.pk}/").content.decode()
     assert "approved; a worker sends it" in record_page and ">reserved<" not in record_page
 
