@@ -138,7 +138,7 @@ def _preview(tenant: Tenant, change: Change, combination: VersionCombination) ->
         .exclude(pk=combination.pk)
         .first()
     )
-    runs = Run.objects.filter(tenant=tenant, combination=combination, status=Run.Status.RUNNING)
+    runs = Run.in_flight(combination)
     preview: dict[str, Any] = {
         "active": active,
         "runs": list(runs.order_by("pk")[:100]),

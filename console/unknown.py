@@ -27,7 +27,7 @@ from console.filters import RANGES
 from console.navigation import context_for
 from console.params import parse_id
 from ledger.clock import db_now
-from ledger.domain import NOT_EXECUTED, EscalationKind, RecordState
+from ledger.domain import EscalationKind, RecordState, not_executed
 from ledger.errors import InvalidInput, LedgerError
 from ledger.models import IdempotencyRecord, Tenant
 from ledger.permissions import Role
@@ -78,7 +78,7 @@ def apply_action(record: IdempotencyRecord, action: str, note: str, actor: str) 
             actor=actor,
             source="console",
             detail=note,
-            error={"code": NOT_EXECUTED, "message": note},
+            error=not_executed(note),
         )
         return _("Marked as not happened; a retry with the same key may run it.")
     if action == "escalate":

@@ -107,6 +107,11 @@ class ObservationCode(StrEnum):
 NOT_EXECUTED = "NOT_EXECUTED"
 
 
+def not_executed(message: str) -> dict[str, str]:
+    """The error an action settled as not happened records: a retry with its key may run it."""
+    return {"code": NOT_EXECUTED, "message": message}
+
+
 class EscalationKind(StrEnum):
     """Why an unknown call was handed to a human (``ledger.records.escalation.escalate``)."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from ledger.domain import EscalationKind, RecordState
+from ledger.domain import EscalationKind
 from ledger.errors import InvalidInput, InvalidTransition
 from ledger.models import AuditEvent, IdempotencyRecord
 from ledger.records import escalation
@@ -17,10 +17,7 @@ from reconcile.tasks import enqueue_reconciliation
 def request_lookup(*, record: IdempotencyRecord, actor: str) -> None:
     """A human asks for a look-up now: clear the back-off and any escalation, then enqueue."""
     with transaction.atomic():
-        updated = IdempotencyRecord.objects.filter(pk=record.pk, state=RecordState.UNKNOWN).update(
-            next_reconcile_at=None, escalated_at=None, escalation_reason="", escalation_kind=""
-        )
-        if not updated:
+        if not escalation.look_up_again(record):
             raise InvalidTransition("only a call whose outcome is unknown can be looked up")
         audit(
             tenant=record.tenant_id,

@@ -32,7 +32,7 @@ from django.utils.translation import gettext_noop
 from ledger import tracing
 from ledger.clock import backoff
 from ledger.decisions import WriteCheck, WriteCheckAction, answer_write_check, check_write_plan
-from ledger.domain import NOT_EXECUTED, EscalationKind, RecordState
+from ledger.domain import EscalationKind, RecordState, not_executed
 from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tool, WritePlan
 from ledger.records import (
     Outcome,
@@ -376,11 +376,9 @@ def _settle(
     if outcome == Attempt.NOT_FOUND:
         resolve(
             outcome=Outcome.FAILED,
-            error={
-                "code": NOT_EXECUTED,
-                "message": "The downstream has no action with this key; "
-                "it is safe to retry with the same key.",
-            },
+            error=not_executed(
+                "The downstream has no action with this key; it is safe to retry with the same key."
+            ),
         )
         return "failed_final"
     if outcome in (Attempt.NO_CHECK, Attempt.REFUSED):

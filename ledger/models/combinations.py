@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 from typing import ClassVar
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from ledger.models.constraints import SHA256_HEX
 from ledger.models.tenancy import Tenant
@@ -175,6 +176,21 @@ class Run(models.Model):
         return self.status == Run.Status.HALTED or (
             self.combination is not None
             and self.combination.state == VersionCombination.State.HALTED
+        )
+
+    @staticmethod
+    def in_flight(combination: VersionCombination) -> QuerySet[Run]:
+        """The runs of ``combination`` still running (its tenant's, as the combination is)."""
+        return Run.objects.filter(
+            tenant_id=combination.tenant_id, combination=combination, status=Run.Status.RUNNING
+        )
+
+    @staticmethod
+    def halt_in_flight(combination: VersionCombination, *, now: datetime, reason: str) -> int:
+        """Halt the runs of ``combination`` still running, ended ``now`` for ``reason``; how
+        many (a rollback's, or a halted combination's retirement)."""
+        return Run.in_flight(combination).update(
+            status=Run.Status.HALTED, finished_at=now, termination_reason=reason
         )
 
     @staticmethod

@@ -16,7 +16,7 @@ from contextlib import suppress
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils.translation import gettext_noop
 
-from ledger.domain import NOT_EXECUTED, EscalationKind, RecordState
+from ledger.domain import EscalationKind, RecordState, not_executed
 from ledger.errors import InvalidTransition
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord
 from ledger.records.resolve import resolve_unknown
@@ -56,7 +56,7 @@ def decide_approval(
                 outcome=Outcome.FAILED,
                 actor=user.get_username(),
                 source=source,
-                error={"code": NOT_EXECUTED, "message": message},
+                error=not_executed(message),
                 detail=message,
             )
     return decided

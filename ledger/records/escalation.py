@@ -4,7 +4,7 @@ A worker escalates what its look-ups cannot settle, the runtime's replay a write
 operator whatever they choose; each goes through ``escalate``. An escalated call
 (``IdempotencyRecord.escalated``) is no longer looked up automatically
 (``IdempotencyRecord.awaiting_lookup_q``, ``claimable_sql``) until an operator asks for a
-look-up again.
+look-up again (``look_up_again``).
 """
 
 from __future__ import annotations
@@ -51,6 +51,16 @@ def escalate(
             after={"kind": kind.value},
         )
     return bool(escalated)
+
+
+def look_up_again(record: IdempotencyRecord) -> bool:
+    """Take ``record`` back from the humans for a look-up now (an operator's request): its
+    escalation and its back-off cleared, if it is still unknown. Whether it was."""
+    return bool(
+        IdempotencyRecord.objects.filter(pk=record.pk, state=RecordState.UNKNOWN).update(
+            next_reconcile_at=None, escalated_at=None, escalation_reason="", escalation_kind=""
+        )
+    )
 
 
 def escalated_as(kind: EscalationKind) -> Q:

@@ -86,11 +86,7 @@ def halt(
                 "halted_from_share_bp",
             ]
         )
-        runs = list(
-            Run.objects.filter(tenant=tenant, combination=combination, status=Run.Status.RUNNING)
-            .order_by("pk")
-            .values_list("run_id", flat=True)
-        )
+        runs = list(Run.in_flight(combination).order_by("pk").values_list("run_id", flat=True))
         # An approval given now would let a halted combination's action run.
         voided = approvals.void_open_approvals(
             combination_id=combination.pk,
@@ -214,11 +210,7 @@ def plan_retire(*, tenant: Tenant, combination_id: int) -> RetirePlan:
 
 
 def _retire_plan(tenant: Tenant, combination: VersionCombination) -> RetirePlan:
-    runs = list(
-        Run.objects.filter(tenant=tenant, combination=combination, status=Run.Status.RUNNING)
-        .order_by("pk")
-        .values_list("run_id", flat=True)
-    )
+    runs = list(Run.in_flight(combination).order_by("pk").values_list("run_id", flat=True))
     plan = RetirePlan(combination, runs, halts_runs=combination.state == State.HALTED)
     plan.refused = refusal(combination, "retire")
     halted = not plan.refused and combination.state == State.HALTED
@@ -248,11 +240,7 @@ def retire(
             raise InvalidTransition(plan.refused)
         before = state_of(target)
         if plan.halts_runs and plan.runs_in_flight:
-            Run.objects.filter(tenant=tenant, combination=target, status=Run.Status.RUNNING).update(
-                status=Run.Status.HALTED,
-                finished_at=db_now(),
-                termination_reason=_RETIRED_WHILE_HALTED(),
-            )
+            Run.halt_in_flight(target, now=db_now(), reason=_RETIRED_WHILE_HALTED())
         target.state = State.RETIRED
         target.canary_share_bp = 0
         target.halted_from, target.halted_from_share_bp = "", 0

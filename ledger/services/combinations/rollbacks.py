@@ -104,7 +104,7 @@ def rollback(
         dry_run=dry_run, combination=bad.pk, restored=restore.pk if restore else None
     )
     restores = restore is not None and restore.state != State.ACTIVE  # else it stays active
-    running = Run.objects.filter(tenant=tenant, combination=bad, status=Run.Status.RUNNING)
+    running = Run.in_flight(bad)
     pending = list(
         IdempotencyRecord.objects.filter(
             tenant=tenant, combination=bad, state__in=[RecordState.EXECUTING, RecordState.UNKNOWN]
@@ -180,9 +180,7 @@ def rollback(
             )
         )
         now = db_now()
-        halted_runs = running.update(
-            status=Run.Status.HALTED, finished_at=now, termination_reason=_ROLLED_BACK()
-        )
+        halted_runs = Run.halt_in_flight(bad, now=now, reason=_ROLLED_BACK())
         audit_step("rollback.runs_halted", {"runs": report.halted_runs}, detail=reason)
         report.steps.append(_step("runs_halted", count=halted_runs))
         audit_step(
