@@ -155,3 +155,22 @@ def test_an_approval_that_expires_before_delivery_is_skipped(tenant: Tenant, mai
     _expire(approval)
     assert notifications.deliver(due) == "skipped"
     assert mailoutbox == []
+
+
+def test_a_request_that_loses_the_race_joins_the_open_approval(tenant, monkeypatch) -> None:
+    """Two requests for one action at once: the second's INSERT meets the open approval the
+    first made (the database's unique constraint) and joins it instead of failing."""
+    from ledger.services import approvals
+    from tests.console.conftest import make_pending
+
+    first = make_pending(tenant)
+    looked = iter([None])  # the first look finds nothing open, as a racing request would
+    real = approvals.open_approval
+    monkeypatch.setattr(approvals, "open_approval", lambda record: next(looked, real(record)))
+
+    joined = approvals.request_approval(
+        record=first.record, entry=first.entry, requested_by="other", requester_id=None
+    )
+
+    assert joined.pk == first.pk
+    assert ApprovalRequest.objects.filter(record=first.record).count() == 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -29,6 +29,7 @@ from ledger.models import (
 from ledger.permissions import Role
 from ledger.redaction import redact_text
 from ledger.services.audit import audit
+from ledger.services.statements import DbTime, insert_all
 from ledger.stored_text import StoredText
 
 Approval = ApprovalRequest.State
@@ -82,7 +83,10 @@ def request_approval(
         return existing
     try:
         with transaction.atomic():
-            approval = ApprovalRequest.objects.create(
+            # Stamped by the database's clock, its creation too: the service levels of on-call
+            # count its wait from ``created_at`` (DESIGN section 3, one clock).
+            expires: Any = DbTime(settings.LEDGER_APPROVAL_EXPIRY_SECONDS)
+            approval = ApprovalRequest(
                 tenant_id=record.tenant_id,
                 record=record,
                 entry=entry,
@@ -91,8 +95,9 @@ def request_approval(
                 requested_by_user_id=requester_id,
                 principal_ids=[requester_id] if requester_id is not None else [],
                 policy_id=policy.id if policy is not None else None,
-                expires_at=db_now() + timedelta(seconds=settings.LEDGER_APPROVAL_EXPIRY_SECONDS),
+                expires_at=expires,
             )
+            insert_all(approval)
             audit(
                 tenant=record.tenant_id,
                 actor=requested_by,

@@ -140,3 +140,17 @@ def test_no_module_of_the_service_reads_the_process_clock() -> None:
         if readers.search(line)
     ]
     assert found == []
+
+
+def test_an_approvals_request_time_is_the_databases(tenant, skewed_process) -> None:
+    """The on-call service levels count an approval's wait from its ``created_at`` against the
+    database's clock (``services.notifications``): a skewed web process must not make it look
+    an hour older, or younger, than it is."""
+    from tests.console.conftest import make_pending
+
+    before = db_now()
+    approval = make_pending(tenant)
+    after = db_now()
+    approval.refresh_from_db()
+    assert before <= approval.created_at <= after
+    assert approval.expires_at > after
