@@ -5,7 +5,8 @@ operator's screen within a minute, without a reload. On that demo each role does
 work in Chromium at 1440 and 390 px: the manager is told of the candidate's regression (on the
 first screen, on the charts, by e-mail to on-call), the approver decides and lands on the next
 item while the operator's queue follows each decision, any id pasted in the search box opens
-its page, and an order is compensated from the console alone, cancelled once."""
+its page, an order is compensated from the console alone, cancelled once, and the admin revokes
+a leaked token, refused at once."""
 
 from __future__ import annotations
 
@@ -94,9 +95,9 @@ def stack(tmp_path_factory):
     assert leftover.stdout == b"", "the web server outlived the supervisor"
 
 
-def _token(env: dict[str, str]) -> str:
+def _token(env: dict[str, str], name: str = "live-test") -> str:
     done = subprocess.run(
-        [sys.executable, "manage.py", "issue_token", "demo", "live-test", "--service-account", "x"],
+        [sys.executable, "manage.py", "issue_token", "demo", name, "--service-account", "x"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -336,3 +337,21 @@ def test_each_role_does_its_days_work_on_the_demo(browser: Browser, stack) -> No
     )
     stats = httpx.get(f"{stack['sandbox']}/orders/stats", timeout=5).json()
     assert stats["cancellations_per_object"] == {**cancelled["cancellations_per_object"], order: 1}
+
+    # The admin: a runtime's token has leaked; revoked on the phone, it is refused at once.
+    leaked = _token(stack["env"], "leaked-runtime")
+    runtime = httpx.Client(
+        base_url=f"{url}/api/v1", headers={"Authorization": f"Bearer {leaked}"}, timeout=10
+    )
+    assert runtime.get("/tools").status_code == 200
+    admin = _signed_in(browser, url, "admin", "390")
+    admin.goto(f"{url}/tokens/")
+    row = admin.locator("main table.list tbody tr", has_text="leaked-runtime")
+    row.locator("input[name=reason]").fill("pasted in a public issue")
+    row.locator("button[type=submit]").click()
+    expect(admin.locator("main table.list tbody tr", has_text="leaked-runtime")).to_contain_text(
+        "revoked"
+    )
+    _keep(admin, "admin-tokens-390")
+    admin.context.close()
+    assert runtime.get("/tools").status_code == 401
