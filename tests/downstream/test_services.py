@@ -21,6 +21,7 @@ import pytest
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from agent_ledger_downstream.asgi import delete_expired
+from agent_ledger_downstream.protocol import lock_id
 from ledger.domain import RecordState
 from ledger.models import IdempotencyRecord
 from ledger.records import Outcome, complete_execution
@@ -220,6 +221,40 @@ def test_a_request_in_progress_is_looked_up_again_later(
     assert reconcile_record(record.pk, worker="w1") == "succeeded"
     outcomes = ReconcileAttempt.objects.filter(record=record).order_by("attempt")
     assert list(outcomes.values_list("outcome", flat=True)) == ["unreachable", "found"]
+
+
+def test_a_look_up_in_flight_never_turns_the_request_away(service: Service) -> None:
+    """A look-up holds the key's lock (shared) for one read: a request arriving then waits it
+    out and runs, instead of being told its own key is in progress."""
+    key, customer = str(uuid.uuid4()), str(uuid.uuid4())
+    with psycopg.connect(service.database_url) as lookup:
+        lookup.execute("SELECT pg_advisory_xact_lock_shared(%s)", [lock_id(key)])
+        posted = ThreadPoolExecutor(1).submit(_post, service, key, _invoice(customer))
+        time.sleep(0.2)
+        assert not posted.done(), posted.result()  # waiting behind the look-up's read
+        lookup.rollback()
+    assert posted.result(timeout=15).status_code == 201
+    assert _count(service, customer) == 1
+
+
+def test_a_second_request_while_the_first_runs_is_answered_409_after_a_bounded_wait(
+    service: Service,
+) -> None:
+    key, customer = str(uuid.uuid4()), str(uuid.uuid4())
+    with psycopg.connect(service.database_url) as running:
+        running.execute("SELECT pg_advisory_xact_lock(%s)", [lock_id(key)])  # the first request
+        started = time.monotonic()
+        second = _post(service, key, _invoice(customer))
+        waited = time.monotonic() - started
+        running.rollback()
+    assert second.status_code == 409, second.text
+    assert waited >= 0.45  # it waited for the lock (500 ms) before answering
+    assert _count(service, customer) == 0
+    # The look-up says the same while a request runs, without waiting.
+    with psycopg.connect(service.database_url) as running:
+        running.execute("SELECT pg_advisory_xact_lock(%s)", [lock_id(key)])
+        assert _lookup(service, key).status_code == 409
+        running.rollback()
 
 
 def test_a_key_with_slashes_and_percent_signs_is_found_by_the_ledger(

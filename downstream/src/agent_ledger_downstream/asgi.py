@@ -33,6 +33,7 @@ from sqlalchemy import (
     select,
     text,
 )
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 from starlette.requests import Request
@@ -42,7 +43,9 @@ from starlette.types import Scope as ASGIScope
 
 from agent_ledger_downstream.protocol import (
     HEADER,
+    LOCK_NOT_AVAILABLE,
     MAX_KEY_LENGTH,
+    REQUEST_LOCK_WAIT,
     SCOPE_PARAMETER,
     TABLE,
     Answer,
@@ -181,7 +184,7 @@ class IdempotencyMiddleware:
         async with self.sessionmaker() as session:
             # The lock comes before the body: while a slow upload is still arriving the
             # look-up already answers "in progress", never "not found" for a request that runs.
-            if not await _try_lock(session, caller, key):
+            if not await _lock_for_request(session, caller, key):
                 await session.rollback()
                 return await _send(send, in_progress().answer())
             body = await _read_body(receive)
@@ -261,7 +264,7 @@ class IdempotencyMiddleware:
                 # A new transaction at READ COMMITTED: the re-load after the lock sees a request
                 # that committed since the first load, whatever isolation the engine defaults to.
                 await session.execute(text("SET TRANSACTION ISOLATION LEVEL READ COMMITTED"))
-                if not await _try_lock(session, caller, key):
+                if not await _lock_for_lookup(session, caller, key):
                     await session.rollback()
                     return await _send(send, lookup_in_progress(key))
                 stored = await _load(session, caller, key)
@@ -307,9 +310,25 @@ def _route(route: str) -> tuple[str, Any]:
     return method.upper(), pattern
 
 
-async def _try_lock(session: AsyncSession, caller: str, key: str) -> bool:
-    """Take the key's transaction-scoped advisory lock without waiting."""
-    lock = func.pg_try_advisory_xact_lock(lock_id(key, caller))
+async def _lock_for_request(session: AsyncSession, caller: str, key: str) -> bool:
+    """Take the key's lock for a request, exclusive until the transaction ends, waiting at
+    most ``REQUEST_LOCK_WAIT`` (a look-up's read); False: a request with the key runs."""
+    previous = await session.scalar(select(func.current_setting("lock_timeout")))
+    try:
+        async with session.begin_nested():  # a savepoint, and the timeout's scope
+            await session.execute(select(func.set_config("lock_timeout", REQUEST_LOCK_WAIT, True)))
+            await session.execute(select(func.pg_advisory_xact_lock(lock_id(key, caller))))
+            await session.execute(select(func.set_config("lock_timeout", previous, True)))
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            raise
+        return False  # the wait ran out
+    return True
+
+
+async def _lock_for_lookup(session: AsyncSession, caller: str, key: str) -> bool:
+    """Take the key's lock for a look-up, shared, without waiting; False: a request runs."""
+    lock = func.pg_try_advisory_xact_lock_shared(lock_id(key, caller))
     return bool(await session.scalar(select(lock)))
 
 

@@ -139,10 +139,20 @@ def fingerprint(*, method: str, path: str, body: bytes, content_type: str = "") 
     return digest.hexdigest()
 
 
+#: How long a request waits for its key's lock (exclusive). A look-up holds the lock shared,
+#: for one read, which a request waits out; one held longer is a request with the same key that
+#: runs: the second is answered 409. PostgreSQL queues a waiting request ahead of the look-ups
+#: that come after it, so look-ups cannot starve it. The wait is PostgreSQL's ``lock_timeout``,
+#: set for the lock alone in a savepoint (a lock that times out undoes only the savepoint).
+REQUEST_LOCK_WAIT = "500ms"
+#: PostgreSQL's SQLSTATE for a lock not taken within ``lock_timeout``.
+LOCK_NOT_AVAILABLE = "55P03"
+
+
 def lock_id(key: str, scope: str = "") -> int:
     """The signed 64-bit number of the PostgreSQL advisory lock a request with ``key`` (from
     the caller ``scope``) holds for its whole transaction: another request, or a look-up, that
-    cannot take it knows the key is in progress."""
+    cannot take it knows the key is in progress (``REQUEST_LOCK``, ``LOOKUP_LOCK``)."""
     digest = hashlib.blake2b(_json([TABLE, scope, key]), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any, TypeVar, overload
 
 from django.conf import settings
-from django.db import connections, router, transaction
+from django.db import OperationalError, connections, router, transaction
 from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
@@ -18,6 +18,8 @@ from django.views.decorators.http import require_GET
 from agent_ledger_downstream.django.models import IdempotencyKey
 from agent_ledger_downstream.protocol import (
     HEADER,
+    LOCK_NOT_AVAILABLE,
+    REQUEST_LOCK_WAIT,
     SCOPE_PARAMETER,
     Answer,
     Problem,
@@ -95,7 +97,7 @@ def _idempotent(view: View, *, scope: CallerScope, redact: Redact) -> View:
         with transaction.atomic(using=using):
             # The lock comes before the body: while a slow upload is still arriving the
             # look-up already answers "in progress", never "not found" for a request that runs.
-            if not _try_lock(using, caller, key):
+            if not _lock_for_request(using, caller, key):
                 return _response(in_progress().answer())
             request_fingerprint = fingerprint(
                 method=request.method or "",
@@ -180,7 +182,7 @@ def look_up(key: str, *, scope: str = "") -> Answer:
             if outermost:
                 with connections[using].cursor() as cursor:
                     cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            if not _try_lock(using, scope, key):
+            if not _lock_for_lookup(using, scope, key):
                 return lookup_in_progress(key)
             stored = _load(using, scope, key)
     return lookup_found(stored) if stored else lookup_not_found(key)
@@ -212,10 +214,28 @@ def delete_expired(
     return deleted
 
 
-def _try_lock(using: str, scope: str, key: str) -> bool:
-    """Take the key's transaction-scoped advisory lock without waiting."""
+def _lock_for_request(using: str, scope: str, key: str) -> bool:
+    """Take the key's lock for a request, exclusive until the transaction ends, waiting at
+    most ``REQUEST_LOCK_WAIT`` (a look-up's read); False: a request with the key runs."""
     with connections[using].cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [lock_id(key, scope)])
+        cursor.execute("SELECT current_setting('lock_timeout')")
+        (previous,) = cursor.fetchone() or ("0",)
+        try:
+            with transaction.atomic(using=using):  # a savepoint, and the timeout's scope
+                cursor.execute("SELECT set_config('lock_timeout', %s, true)", [REQUEST_LOCK_WAIT])
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [lock_id(key, scope)])
+                cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            return False  # the wait ran out
+    return True
+
+
+def _lock_for_lookup(using: str, scope: str, key: str) -> bool:
+    """Take the key's lock for a look-up, shared, without waiting; False: a request runs."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock_shared(%s)", [lock_id(key, scope)])
         row = cursor.fetchone()
     return bool(row and row[0])
 
