@@ -21,7 +21,8 @@ from tests.browser.test_console_pages import UNLABELLED_CONTROLS
 from tests.console.conftest import make_pending
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-LANGUAGES = ["en", "zh-hans"]
+#: Each walk in English in `make test`, in Chinese too in `make drill` (docs/testing.md).
+LANGUAGES = ["en", pytest.param("zh-hans", marks=pytest.mark.scale)]
 
 
 def _combo(tenant: Tenant, label: str) -> VersionCombination:
