@@ -67,6 +67,10 @@ def time_chart(
     return Chart(key, title, unit, span, times, list(values.items()), limits or [])
 
 
+#: The metrics that are rates between 0 and 1, shown as percentages; the others are counts.
+RATES = frozenset({Threshold.Metric.DEDUP_HIT_RATE.value})
+
+
 def threshold_limits(thresholds: Iterable[Threshold]) -> dict[str, list[tuple[float, str]]]:
     """The enabled thresholds as lines on their metric's chart, in the chart's unit (a rate's
     limit in percent), each labelled with what crossing it does and over which window: the
@@ -75,10 +79,10 @@ def threshold_limits(thresholds: Iterable[Threshold]) -> dict[str, list[tuple[fl
     for threshold in thresholds:
         if not threshold.enabled:
             continue
-        rate = threshold.metric == Threshold.Metric.DEDUP_HIT_RATE
+        rate = threshold.metric in RATES
         value = round(threshold.above * 100, 4) if rate else threshold.above
         shown = {
-            "value": f"{value:g} %" if rate else f"{value:g}",
+            "value": f"{value:g}%" if rate else f"{value:g}",
             "window": threshold.window_minutes,
         }
         if threshold.action == Threshold.Action.HALT:

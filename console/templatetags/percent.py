@@ -7,6 +7,8 @@ from __future__ import annotations
 from django import template
 from django.template.defaultfilters import floatformat
 
+from console.charts import RATES
+
 register = template.Library()
 
 
@@ -15,10 +17,6 @@ def percent(rate: float | None) -> str:
     if rate is None:
         return "—"
     return f"{floatformat(float(rate) * 100, 1)}%"
-
-
-#: The metrics that are rates between 0 and 1 (``ledger.services.metrics``); the rest count.
-RATES = frozenset({"dedup_hit_rate"})
 
 
 @register.filter

@@ -142,7 +142,7 @@ def test_a_threshold_is_a_labelled_line_on_its_metrics_chart(
     dedup, uncertain, duplicates = (
         page.locator(f"#chart-{key}") for key in ("dedup", "uncertain", "duplicates")
     )
-    expect(dedup.locator("ul.limits li")).to_have_text(["Threshold: halts above 50 % over 60 min"])
+    expect(dedup.locator("ul.limits li")).to_have_text(["Threshold: halts above 50% over 60 min"])
     expect(uncertain.locator("ul.limits li")).to_have_text(
         ["Threshold: alerts above 40 over 60 min"]
     )
