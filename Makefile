@@ -91,12 +91,12 @@ drill: install services
 # which fails when a module has more surviving mutants than its budget. Outside `make test`.
 mutate: install services
 	rm -rf mutants && mkdir -p var
-	@# The record transitions share one test database: one mutant at a time.
+	@# The record transitions and the observations share one test database: one mutant at a time.
 	$(TEST_ENV) HYPOTHESIS_PROFILE=mutate $(VENV)/bin/mutmut run --max-children 1 \
-		"ledger.records.*" > var/mutmut.log 2>&1 \
+		"ledger.records.*" "ledger.calls.observations.*" > var/mutmut.log 2>&1 \
 		|| { tail -c 2000 var/mutmut.log; exit 1; }
 	$(TEST_ENV) HYPOTHESIS_PROFILE=mutate $(VENV)/bin/mutmut run --max-children 2 \
-		$(foreach m,decisions keys classification redaction observations,"ledger.$(m).*") \
+		$(foreach m,decisions keys classification redaction,"ledger.$(m).*") \
 		>> var/mutmut.log 2>&1 || { tail -c 2000 var/mutmut.log; exit 1; }
 	$(PY) -m tests.mutation_budget mutants
 

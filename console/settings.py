@@ -345,6 +345,9 @@ if LEDGER_NOTIFY_CLAIM_SECONDS <= 60:
 # The function a notification's link comes from: the console's page of its subject (the ledger
 # names no console URL itself).
 LEDGER_NOTIFICATION_LINKS = "console.notification_links.console_path"
+# The function that says which unknown calls no look-up worker can settle (a rollback asks
+# before it halts): the reconcile app's, which knows its adapters and workspace roots.
+LEDGER_LOOKUP_CHECK = "reconcile.coverage.cannot_look_up"
 # Approved compensations no worker started (their message was lost): the sweep sends them again
 # once their approval is this many seconds old (the commit's own send has had time to arrive),
 # at most this many runs' sagas per sweep (reconcile.tasks.sweep_compensations).

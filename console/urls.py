@@ -19,8 +19,8 @@ from console import (
     unknown,
     views,
 )
+from console.api import api
 from console.prometheus import metrics_view
-from ledger.api import api
 
 console_patterns = [
     path("", views.home, name="home"),

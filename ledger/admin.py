@@ -153,6 +153,12 @@ class McpServerAdmin(AuditedAdmin):
     list_filter = ("tenant", "trust")
 
 
+@admin.register(models.WorkspaceRoot)
+class WorkspaceRootAdmin(AuditedAdmin):
+    list_display = ("name", "tenant", "path", "created_at")
+    list_filter = ("tenant",)
+
+
 @admin.register(models.Tool)
 class ToolAdmin(ReadOnlyAdmin):
     list_display = ("name", "tenant", "kind", "idempotency", "replay_policy", "destructive", "rule")

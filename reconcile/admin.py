@@ -14,12 +14,6 @@ _SECRET_QUERY_VALUE = re.compile(
 )
 
 
-@admin.register(models.WorkspaceRoot)
-class WorkspaceRootAdmin(admin.ModelAdmin):
-    list_display = ("name", "tenant", "path", "created_at")
-    list_filter = ("tenant",)
-
-
 class _MaskedUrlAdmin(admin.ModelAdmin):
     @admin.display(description="URL template")
     def url(self, adapter: models.DownstreamAdapter | models.CompensationAdapter) -> str:

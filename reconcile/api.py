@@ -1,6 +1,6 @@
-"""Compensation endpoints of the JSON API (docs/compensation.md), added to it by this app's
-``ready()``: declare, preview, request, and the same for a
-run as a whole. Deciding is for a human approver on the console; the API never decides."""
+"""Compensation endpoints of the JSON API (docs/compensation.md), mounted with the others by
+``console.api``: declare, preview, request, and the same for a run as a whole. Deciding is for
+a human approver on the console; the API never decides."""
 
 from __future__ import annotations
 

@@ -34,13 +34,19 @@ from django.db.models.functions import Now
 from django.utils.translation import gettext_noop
 
 from ledger.domain import EscalationKind, RecordState
-from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, Run, WritePlan
+from ledger.models import (
+    ApprovalRequest,
+    AuditEvent,
+    IdempotencyRecord,
+    Run,
+    WorkspaceRoot,
+    WritePlan,
+)
 from ledger.records import Outcome, lock_record, resolve_locked
 from ledger.records.escalation import escalate, escalated_as
 from ledger.services import approvals
 from ledger.stored_text import StoredText
 from reconcile.filehash import EMPTY_SHA256, PathRefused, confined_path
-from reconcile.models import WorkspaceRoot
 from reconcile.patches import apply_diff
 
 logger = logging.getLogger(__name__)

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from django.utils.translation import gettext_noop
 
-from ledger.models import IdempotencyRecord
+from ledger.models import IdempotencyRecord, WorkspaceRoot
 from ledger.stored_text import StoredText
-from reconcile.models import DownstreamAdapter, ReconcileAttempt, WorkspaceRoot
+from reconcile.models import DownstreamAdapter, ReconcileAttempt
 
 #: Why no worker can settle a call; the worker escalates it in the same words.
 NO_ADAPTER = StoredText(gettext_noop("%(tool)s has no downstream adapter to look the key up"))

@@ -1,4 +1,4 @@
-"""What the reconciliation workers need: workspace roots, downstream adapters, attempts."""
+"""What the reconciliation workers need: downstream adapters, attempts, heartbeats."""
 
 from __future__ import annotations
 
@@ -12,33 +12,6 @@ from django.db.models import Q
 from ledger import outbound
 from ledger.compensation import example_url
 from ledger.models import IdempotencyRecord, Tenant, Tool
-
-
-class WorkspaceRoot(models.Model):
-    """A directory the workers may read to check conditional writes (never outside it)."""
-
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="workspaces")
-    name = models.CharField(max_length=200, help_text="The write plan's ``workspace``.")
-    path = models.CharField(max_length=1024, help_text="Absolute path on the worker machines.")
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints: ClassVar = [
-            models.UniqueConstraint(fields=["tenant", "name"], name="workspace_unique_name"),
-            models.CheckConstraint(
-                condition=Q(path__startswith="/"), name="workspace_path_absolute"
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.name} -> {self.path}"
-
-    @staticmethod
-    def paths_of(tenant_id: int) -> list[str]:
-        """The paths of the tenant's workspace roots (what the classifier checks a path against)."""
-        return list(
-            WorkspaceRoot.objects.filter(tenant_id=tenant_id).values_list("path", flat=True)
-        )
 
 
 class DownstreamAdapter(models.Model):

@@ -33,7 +33,7 @@ from ledger import tracing
 from ledger.clock import backoff
 from ledger.decisions import WriteCheck, WriteCheckAction, answer_write_check, check_write_plan
 from ledger.domain import EscalationKind, RecordState, not_executed
-from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tool, WritePlan
+from ledger.models import AuditEvent, IdempotencyRecord, LedgerEntry, Tool, WorkspaceRoot, WritePlan
 from ledger.records import (
     Outcome,
     apply_write_check,
@@ -60,7 +60,7 @@ from reconcile.adapters import LookupOutcome, LookupResult, lookup_for
 from reconcile.coverage import plan_check
 from reconcile.file_snapshots import file_snapshot
 from reconcile.filehash import PathRefused, file_sha256
-from reconcile.models import DownstreamAdapter, ReconcileAttempt, WorkspaceRoot
+from reconcile.models import DownstreamAdapter, ReconcileAttempt
 
 logger = logging.getLogger(__name__)
 Attempt = ReconcileAttempt.Outcome

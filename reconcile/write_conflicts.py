@@ -14,11 +14,11 @@ from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
 
 from ledger.domain import EscalationKind, RecordState
-from ledger.models import IdempotencyRecord
+from ledger.models import IdempotencyRecord, WorkspaceRoot
 from ledger.records import lock_record
 from ledger.records.escalation import escalated_as
 from reconcile import services
-from reconcile.models import ReconcileAttempt, WorkspaceRoot
+from reconcile.models import ReconcileAttempt
 
 
 def _due() -> QuerySet[IdempotencyRecord]:

@@ -45,7 +45,7 @@ BUDGET = {
     "ledger/classification/sql.py": 147,
     "ledger/classification/words.py": 85,
     "ledger/redaction.py": 97,
-    "ledger/observations.py": 1,
+    "ledger/calls/observations.py": 1,
     "ledger/records/transitions.py": 9,
     "ledger/records/reserve.py": 28,
     "ledger/records/as_seen.py": 7,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from ledger.calls.observations import CallContext, refusal, success
 from ledger.domain import DataClassification, Idempotency, ObservationCode, ReplayPolicy
-from ledger.observations import CallContext, refusal, success
 from ledger.redaction import redact, redact_for_storage
 
 CONTEXT = CallContext(

@@ -12,10 +12,17 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
-from ledger.models import ApiToken, ApprovalRequest, AuditEvent, IdempotencyRecord, Tenant
+from ledger.models import (
+    ApiToken,
+    ApprovalRequest,
+    AuditEvent,
+    IdempotencyRecord,
+    Tenant,
+    WorkspaceRoot,
+)
 from ledger.services import approval_policies
 from ledger.services.approvals import DeciderRefused, decide
-from reconcile.models import CompensationAdapter, WorkspaceRoot
+from reconcile.models import CompensationAdapter
 from reconcile.services import reconcile_record
 from tests.api.conftest import ApiClient, client_for
 from tests.console.conftest import make_user, signed_in

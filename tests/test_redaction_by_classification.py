@@ -15,10 +15,10 @@ from django.apps import apps
 from django.db import connection
 
 from ledger.domain import DataClassification
-from ledger.models import IdempotencyRecord
+from ledger.models import IdempotencyRecord, WorkspaceRoot
 from ledger.records import Outcome, complete_execution, resolve_unknown
 from ledger.redaction import CONFIDENTIAL_MAX_TEXT
-from reconcile.models import DownstreamAdapter, ReconcileAttempt, WorkspaceRoot
+from reconcile.models import DownstreamAdapter, ReconcileAttempt
 from reconcile.services import reconcile_record
 from sandbox.server import SandboxServer
 from tests.api.conftest import ApiClient, client_for

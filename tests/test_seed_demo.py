@@ -29,9 +29,10 @@ from ledger.models import (
     NotificationChannel,
     Tenant,
     Threshold,
+    WorkspaceRoot,
 )
 from ledger.services import thresholds
-from reconcile.models import CompensationAdapter, DownstreamAdapter, WorkspaceRoot
+from reconcile.models import CompensationAdapter, DownstreamAdapter
 from reconcile.tasks import run_compensations
 from sandbox.server import SandboxServer
 from tests.api.conftest import client_for

@@ -23,7 +23,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, resolve
 
 from console import selectors
-from ledger.api import api as ninja_api
+from console.api import api as ninja_api
 from ledger.models import ApiToken, ApprovalRequest, AuditEvent, IdempotencyRecord, Run, Tenant
 from ledger.services import approval_policies, combinations, metrics, notifications, rollouts
 from ledger.services.approvals import decide

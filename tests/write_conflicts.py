@@ -7,8 +7,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from ledger.models import IdempotencyRecord, Tenant
-from reconcile.models import WorkspaceRoot
+from ledger.models import IdempotencyRecord, Tenant, WorkspaceRoot
 from tests.api.conftest import ApiClient, client_for
 
 REST = "mode: fast\nlog: info\nport: 80\n"

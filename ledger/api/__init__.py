@@ -47,6 +47,26 @@ def _text_only(schema: dict[str, Any]) -> None:
 
 
 class LedgerAPI(NinjaAPI):
+    """The JSON API at /api/v1/, its routers mounted by the project (``console.api``): token
+    auth, the strict JSON parser and every error as problem+json."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            title="Agent Ledger API",
+            version="1",
+            description=(
+                "Record every tool call before it runs and get a decision for every retry. "
+                "Bodies are JSON (at most LEDGER_MAX_BODY_BYTES); strings must not contain NUL "
+                "(U+0000), and NaN or Infinity are not JSON. Errors are application/problem+json."
+            ),
+            urls_namespace="api-v1",
+            auth=TokenAuth(),
+            docs_url="/docs",
+            parser=StrictJSONParser(),
+        )
+        for exception, handler in _HANDLERS.items():
+            self.add_exception_handler(exception, handler)
+
     def get_openapi_schema(self, *args: Any, **kwargs: Any) -> Any:
         """Error responses are documented as problem+json, as they are served."""
         schema = super().get_openapi_schema(*args, **kwargs)
@@ -105,27 +125,10 @@ class LedgerAPI(NinjaAPI):
         return schema
 
 
-api = LedgerAPI(
-    title="Agent Ledger API",
-    version="1",
-    description=(
-        "Record every tool call before it runs and get a decision for every retry. "
-        "Bodies are JSON (at most LEDGER_MAX_BODY_BYTES); strings must not contain NUL "
-        "(U+0000), and NaN or Infinity are not JSON. Errors are application/problem+json."
-    ),
-    urls_namespace="api-v1",
-    auth=TokenAuth(),
-    docs_url="/docs",
-    parser=StrictJSONParser(),
-)
-
-
-@api.exception_handler(LedgerError)
 def _ledger_error(request: HttpRequest, exc: LedgerError) -> HttpResponse:
     return problem(exc.http_status, exc.code, exc.message, extra=exc.extra)
 
 
-@api.exception_handler(DatabaseError)
 def _database_error(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
     """Store trouble is 503 with Retry-After (``ledger.store``); any other database error is
     a fault, raised on to be logged as one."""
@@ -135,12 +138,10 @@ def _database_error(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
     return answer
 
 
-@api.exception_handler(RunHalted)
 def _run_halted(request: HttpRequest, exc: RunHalted) -> HttpResponse:
     return problem(409, exc.code, str(exc), extra={"combination_id": exc.combination.pk})
 
 
-@api.exception_handler(ValidationError)
 def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     errors = [
         {"loc": [str(part) for part in error.get("loc", [])], "msg": error.get("msg", "")}
@@ -151,12 +152,10 @@ def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespons
     return problem(400, "INVALID_INPUT", f"{where}: {first['msg']}", extra={"errors": errors})
 
 
-@api.exception_handler(AuthenticationError)
 def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
     return problem(401, "UNAUTHENTICATED", "A valid bearer token for this tenant is required.")
 
 
-@api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     if isinstance(exc.__cause__, LedgerError):  # the parser's own refusal, with its status
         return _ledger_error(request, exc.__cause__)
@@ -167,27 +166,16 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     return problem(exc.status_code, code, detail)
 
 
-@api.exception_handler(Http404)
 def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return problem(404, "NOT_FOUND", "No such resource.")
 
 
-from ledger.api import (  # noqa: E402  (routers need ``api``)
-    approvals,
-    calls,
-    combinations,
-    rollouts,
-    runs,
-    tools,
-)
-
-api.add_router("/tools", tools.router)
-api.add_router("/runs", runs.router)
-api.add_router("/calls", calls.router)
-api.add_router("/records", calls.records_router)
-api.add_router("/combinations", combinations.router)
-api.add_router("/metrics", combinations.metrics_router)
-api.add_router("/thresholds", combinations.thresholds_router)
-api.add_router("/rollouts", rollouts.router)
-api.add_router("/approvals", approvals.router)
-api.add_router("/approval-policies", approvals.policies_router)
+_HANDLERS: dict[type[Exception], Any] = {
+    LedgerError: _ledger_error,
+    DatabaseError: _database_error,
+    RunHalted: _run_halted,
+    ValidationError: _validation_error,
+    AuthenticationError: _unauthenticated,
+    HttpError: _http_error,
+    Http404: _not_found,
+}

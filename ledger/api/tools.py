@@ -18,7 +18,7 @@ from ledger.api.schemas import (
 from ledger.classification.calls import classify_tool_call, stored_classification
 from ledger.domain import ServerTrust
 from ledger.errors import NotFound
-from ledger.models import Tool
+from ledger.models import Tool, WorkspaceRoot
 from ledger.permissions import Scope
 from ledger.services.registry import (
     declare_key_fields,
@@ -124,7 +124,8 @@ def classify(request: HttpRequest, payload: ClassifyIn) -> ClassificationOut:
     tool = Tool.objects.filter(tenant=caller.tenant, name=payload.tool).first()
     if tool is None:
         tool = unsaved_builtin_tool(tenant=caller.tenant, name=payload.tool)
-    return ClassificationOut.of(classify_tool_call(tool, payload.input))
+    roots = WorkspaceRoot.paths_for(tool)
+    return ClassificationOut.of(classify_tool_call(tool, payload.input, roots=roots))
 
 
 @router.get(

@@ -8,7 +8,7 @@ model is told.
 """
 
 from ledger.calls.lifecycle import complete_call, heartbeat_call, start_call
-from ledger.calls.observe import observation_for
+from ledger.calls.observations import observation_for
 from ledger.calls.record import record_call
 from ledger.calls.recover import replay_call
 from ledger.calls.selectors import call_status, record_by_key

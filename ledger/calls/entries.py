@@ -13,7 +13,15 @@ from ledger.classification import Classification
 from ledger.classification.calls import classify_tool_call
 from ledger.domain import DataClassification, Decision, EntryStatus, InputSource, RecordState
 from ledger.keys import fingerprint
-from ledger.models import IdempotencyRecord, LedgerEntry, Run, Tenant, Tool, VersionCombination
+from ledger.models import (
+    IdempotencyRecord,
+    LedgerEntry,
+    Run,
+    Tenant,
+    Tool,
+    VersionCombination,
+    WorkspaceRoot,
+)
 from ledger.records.reserve import count_duplicate_sql
 from ledger.redaction import redact_for_storage
 from ledger.services.statements import DbTime, insert_returning_id, run_precompiled
@@ -114,7 +122,7 @@ def compensating_call(
         step_id=step_id,
         input=redact_for_storage(arguments, data_classification),
         input_hash=fingerprint(arguments),
-        classification=classify_tool_call(tool, arguments),
+        classification=classify_tool_call(tool, arguments, roots=WorkspaceRoot.paths_for(tool)),
         key=key,
         input_source=InputSource.USER,
         end_user_id="",

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from ledger import records, shadow
-from ledger.calls.observe import observation_for
+from ledger.calls.observations import observation_for
 from ledger.calls.same_input import refuse_other_input
 from ledger.calls.selectors import entry_for, entry_with_locked_record
 from ledger.calls.values import Caller, CallResult, Lease, entry_classification

@@ -15,7 +15,7 @@ from ledger import records, shadow
 from ledger.approval_policies import PolicySpec, asking_policy
 from ledger.calls import entries
 from ledger.calls.approval import ask_for_approval
-from ledger.calls.observe import observation_for
+from ledger.calls.observations import observation_for
 from ledger.calls.selectors import run_and_tool
 from ledger.calls.values import Caller, CallInput, CallResult, Lease, WritePlanInput
 from ledger.classification import Classification
@@ -35,6 +35,7 @@ from ledger.models import (
     Run,
     Tenant,
     Tool,
+    WorkspaceRoot,
     WritePlan,
 )
 from ledger.paths import workspace_path_problem
@@ -42,9 +43,11 @@ from ledger.redaction import redact_for_column, redact_text
 from ledger.services.registry import ensure_catalogue_tool, validate_tool_name
 
 
-def _tool(tenant: Tenant, name: str, actor: str, registered: Tool | None = None) -> Tool:
+def _tool(tenant: Tenant, name: str, actor: str) -> Tool:
+    """The tool a call names that was not found registered: registered since, or a catalogue
+    tool registered by its first use."""
     validate_tool_name(name)
-    tool = registered or Tool.objects.filter(tenant=tenant, name=name).first()
+    tool = Tool.objects.filter(tenant=tenant, name=name).first()
     return tool or ensure_catalogue_tool(tenant=tenant, name=name, actor=actor, source="api")
 
 
@@ -99,26 +102,23 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
     if request.write_plan is not None:
         _check_write_plan(request.write_plan)
     run, registered, policies = run_and_tool(caller.tenant, request.run_id, request.tool)
-    input_hash = _fingerprint(request.input)
-    classified = None
+    # A registered tool's call is made once, for the one-statement way and the general one.
+    call = _new_call(caller, run, registered, request) if registered is not None else None
     taken = False  # the one-statement way found the key taken
-    if registered is not None:  # classified once, for the one-statement way and the general one
-        classified = _classify(caller, run, registered, request)
-        dry_run = shadow.dry_run_required(run, classified[0].idempotency)
-        asked = policies and _asking_policy(policies, run, registered, request, classified[0])
-        if request.write_plan is None and not run.halted and not dry_run and not asked:
-            fast = _first_call_of_key(
-                entries.new_call(caller, run, registered, request, input_hash, *classified)
-            )
+    if call is not None and request.write_plan is None and not run.halted:
+        asked = policies and _asking_policy(policies, run, request, call.classification)
+        if not asked and not shadow.dry_run_required(run, call.classification.idempotency):
+            fast = _first_call_of_key(call)
             if fast is not None:
                 return fast
             taken = True
     # One transaction: a first use of a catalogue tool registers it, and an error anywhere
     # below (a bad key, say) must leave nothing behind.
     with transaction.atomic():
-        tool = _tool(caller.tenant, request.tool, caller.identity, registered)
-        classification, key = classified or _classify(caller, run, tool, request)
-        call = entries.new_call(caller, run, tool, request, input_hash, classification, key)
+        if call is None:
+            tool = _tool(caller.tenant, request.tool, caller.identity)
+            call = _new_call(caller, run, tool, request)
+        tool, classification, key = call.tool, call.classification, call.key
         if run.halted:
             entry = entries.add(
                 call,
@@ -131,12 +131,12 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
             return CallResult(entry, Decision.FORBIDDEN, classification, observation)
         if shadow.dry_run_required(run, classification.idempotency):
             return _shadow_dry_run(call, request.write_plan)
-        policy = _asking_policy(policies, run, tool, request, classification)
+        policy = _asking_policy(policies, run, request, classification)
         reservation = records.reserve_key(
             tenant=caller.tenant,
             tool=tool,
             key=key,
-            fingerprint=input_hash,
+            fingerprint=call.input_hash,
             replay_policy=classification.replay_policy,
             data_classification=request.data_classification,
             lease_owner=caller.identity,
@@ -170,17 +170,13 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
 
 
 def _asking_policy(
-    policies: list[PolicySpec],
-    run: Run,
-    tool: Tool,
-    request: CallInput,
-    classification: Classification,
+    policies: list[PolicySpec], run: Run, request: CallInput, classification: Classification
 ) -> PolicySpec | None:
     """The tenant's policy that asks a human before this call first runs, if any."""
     return asking_policy(
         policies,
         idempotency=classification.idempotency,
-        tool=tool.name,
+        tool=request.tool,
         tool_input=request.input,
         write_path=request.write_plan.path if request.write_plan else None,
         combination_id=run.combination_id,
@@ -201,12 +197,13 @@ def _shadow_dry_run(call: entries.NewCall, write_plan: WritePlanInput | None) ->
     return CallResult(entry, Decision.SHADOW_DRY_RUN, call.classification, observation)
 
 
-def _classify(
-    caller: Caller, run: Run, tool: Tool, request: CallInput
-) -> tuple[Classification, str]:
-    """The call's classification and its idempotency key (raises on a bad input or key)."""
-    classification = classify_tool_call(tool, request.input)
-    return classification, _key(caller.tenant, run, tool, request, classification)
+def _new_call(caller: Caller, run: Run, tool: Tool, request: CallInput) -> entries.NewCall:
+    """The call as the ledger records it: classified (handed the tenant's workspace roots), its
+    idempotency key built and its input fingerprinted (raises on a bad input or key)."""
+    classification = classify_tool_call(tool, request.input, roots=WorkspaceRoot.paths_for(tool))
+    key = _key(caller.tenant, run, tool, request, classification)
+    input_hash = _fingerprint(request.input)
+    return entries.new_call(caller, run, tool, request, input_hash, classification, key)
 
 
 def _first_call_of_key(call: entries.NewCall) -> CallResult | None:

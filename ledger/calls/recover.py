@@ -12,7 +12,7 @@ from django.db import transaction
 from ledger import records, shadow
 from ledger.calls import entries
 from ledger.calls.approval import rejected, rejection_of
-from ledger.calls.observe import observation_for
+from ledger.calls.observations import observation_for
 from ledger.calls.same_input import refuse_other_input
 from ledger.calls.selectors import entry_for
 from ledger.calls.values import Caller, CallResult, Lease, entry_classification

@@ -9,10 +9,11 @@ clear a statement or command the SQL or shell classifier refuses.
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from ledger.classification import Classification, most_conservative
-from ledger.classification.files import classify_file_write, workspace_roots
+from ledger.classification.files import classify_file_write
 from ledger.classification.shell import classify_command
 from ledger.classification.sql import classify_sql
 from ledger.classification.words import NAME_SAYS, name_write, read_name
@@ -95,9 +96,13 @@ def _decided(tool: Tool, tool_input: dict[str, Any], stored: Classification) -> 
     return most_conservative(stored, refused)
 
 
-def classify_tool_call(tool: Tool, tool_input: dict[str, Any]) -> Classification:
+def classify_tool_call(
+    tool: Tool, tool_input: dict[str, Any], *, roots: Collection[str] = ()
+) -> Classification:
     """The classification of one call of ``tool`` with ``tool_input`` (raises InvalidInput
-    when the argument that decides it is missing or not a string)."""
+    when the argument that decides it is missing or not a string). ``roots``: the paths of the
+    tenant's workspace roots, which a whole-file write's path is checked against
+    (``WorkspaceRoot.paths_for``); none given, none covers it."""
     stored = stored_classification(tool)
     if tool.override_idempotency or tool.rule.startswith("policy."):
         return _decided(tool, tool_input, stored)
@@ -112,7 +117,5 @@ def classify_tool_call(tool: Tool, tool_input: dict[str, Any]) -> Classification
         return _code_call(tool, classify_command(_string_argument(tool, tool_input, argument)))
     if kind is PerCall.FILE_WRITE:
         path = tool_input.get(argument)
-        return classify_file_write(
-            path, workspace_roots(tool.tenant_id), stored=stored, argument=argument
-        )
+        return classify_file_write(path, roots, stored=stored, argument=argument)
     return stored  # other code (a script): nothing reads it, so the stored ``never`` stands

@@ -1,18 +1,16 @@
 """Whole-file writes (``write_file(path, content)``): replayable after a base-hash check.
 
-Where a registered workspace root covers the path, a reconcile worker can read the file and
+Where a registered workspace root (``ledger.models.WorkspaceRoot``, handed in by the caller: the
+classifier reads no table) covers the path, a reconcile worker can read the file and
 compare its hash with the write plan's before and after hashes (DESIGN section 5), so the call
 is ``conditional``/``ask`` whoever registered the tool: the hash, not the server's word,
 decides a replay. Outside every root nothing can be checked, and the tool's own classification
 stands.
-
-The roots are the reconcile app's (its workers read the files), so that app registers how to
-list them (``register_workspace_roots``); until it does, no root covers any path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import PurePosixPath
 
 from django.utils.translation import gettext_noop
@@ -21,25 +19,6 @@ from ledger.classification import Classification
 from ledger.domain import Idempotency
 from ledger.paths import workspace_path_problem
 from ledger.stored_text import StoredText
-
-
-def _no_roots(tenant_id: int) -> list[str]:
-    return []
-
-
-_roots_of: Callable[[int], list[str]] = _no_roots
-
-
-def register_workspace_roots(lookup: Callable[[int], list[str]]) -> None:
-    """Name the function that lists a tenant's registered workspace roots (paths)."""
-    global _roots_of
-    _roots_of = lookup
-
-
-def workspace_roots(tenant_id: int) -> list[str]:
-    """The paths of the tenant's registered workspace roots."""
-    return _roots_of(tenant_id)
-
 
 _NOT_COVERED = StoredText(
     gettext_noop(

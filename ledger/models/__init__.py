@@ -19,7 +19,7 @@ from ledger.models.metrics import (
 )
 from ledger.models.notifications import Notification, NotificationChannel, OnCallPolicy
 from ledger.models.records import IdempotencyRecord, WritePlan
-from ledger.models.registry import McpServer, PolicyRule, Tool
+from ledger.models.registry import McpServer, PolicyRule, Tool, WorkspaceRoot
 from ledger.models.tenancy import ApiToken, Membership, ServiceAccount, Tenant
 
 __all__ = [
@@ -49,5 +49,6 @@ __all__ = [
     "Threshold",
     "Tool",
     "VersionCombination",
+    "WorkspaceRoot",
     "WritePlan",
 ]

@@ -1,4 +1,5 @@
-"""The tool registry: MCP servers, tools with their classification, and policy rules."""
+"""The tool registry: MCP servers, tools with their classification, policy rules and the
+workspace roots the workers may read."""
 
 from __future__ import annotations
 
@@ -124,3 +125,36 @@ class PolicyRule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pattern} -> {self.idempotency}"
+
+
+class WorkspaceRoot(models.Model):
+    """A directory the workers may read to check conditional writes (never outside it). The
+    classifier is handed the tenant's roots: a whole-file write under one is replayable after a
+    hash check (``classification.files``)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="workspaces")
+    name = models.CharField(max_length=200, help_text="The write plan's ``workspace``.")
+    path = models.CharField(max_length=1024, help_text="Absolute path on the worker machines.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="workspace_unique_name"),
+            models.CheckConstraint(
+                condition=Q(path__startswith="/"), name="workspace_path_absolute"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} -> {self.path}"
+
+    @staticmethod
+    def paths_for(tool: Tool) -> list[str]:
+        """The roots the classifier is handed for a call of ``tool``: the paths of its tenant's
+        roots for a whole-file write (its path is checked against them), none otherwise (no
+        query)."""
+        if tool.per_call_kind != PerCall.FILE_WRITE:
+            return []
+        return list(
+            WorkspaceRoot.objects.filter(tenant_id=tool.tenant_id).values_list("path", flat=True)
+        )

@@ -14,11 +14,11 @@ from ledger.models import (
     AuditEvent,
     IdempotencyRecord,
     LedgerEntry,
+    WorkspaceRoot,
     WritePlan,
 )
 from ledger.records import Outcome, resolve_unknown
 from ledger.services.approvals import decide
-from reconcile.models import WorkspaceRoot
 from reconcile.services import reconcile_record
 from tests.api.conftest import ApiClient
 from tests.factories import make_approver

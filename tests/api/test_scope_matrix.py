@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import get_resolver
 
-from ledger.api import api
+from console.api import api
 from ledger.api.auth import TokenAuth
 from ledger.models import ApiToken, Membership, Tenant
 from ledger.permissions import (

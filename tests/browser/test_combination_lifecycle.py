@@ -11,10 +11,16 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from console.models import Preferences
-from ledger.models import ApprovalRequest, IdempotencyRecord, Run, Tenant, VersionCombination
+from ledger.models import (
+    ApprovalRequest,
+    IdempotencyRecord,
+    Run,
+    Tenant,
+    VersionCombination,
+    WorkspaceRoot,
+)
 from ledger.services import combinations
 from ledger.services.runs import pick_combination
-from reconcile.models import WorkspaceRoot
 from reconcile.operator_actions import escalate
 from tests.browser.conftest import VERSIONS, console_user, shot, sign_in
 from tests.browser.test_console_pages import UNLABELLED_CONTROLS

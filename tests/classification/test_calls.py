@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from ledger.classification import files
+from ledger.classification.calls import classify_tool_call
 from ledger.domain import Idempotency
-from ledger.models import ApprovalRequest, IdempotencyRecord, Tool
+from ledger.models import ApprovalRequest, IdempotencyRecord, Tool, WorkspaceRoot
 from ledger.services.registry import override_tool
-from reconcile.models import WorkspaceRoot
 from reconcile.services import reconcile_record
 from tests.api.conftest import ApiClient, client_for
 
@@ -115,15 +114,24 @@ def test_another_tenants_workspace_root_does_not_cover_a_path(
     assert mine["replay_policy"] == "never"
 
 
-def test_without_the_reconcile_apps_roots_no_root_covers_a_path(
-    api: ApiClient, tenant, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_the_classifier_is_handed_the_roots_and_reads_no_table(
+    api: ApiClient, tenant, tmp_path: Path, django_assert_num_queries: Any
 ) -> None:
     _import(api, "fs", "server_filesystem")
     WorkspaceRoot.objects.create(tenant=tenant, name="ws", path=str(tmp_path))
-    monkeypatch.setattr(files, "_roots_of", files._no_roots)  # as before the app registers
-    unregistered = _classify(api, "fs/write_file", {"path": f"{tmp_path}/a.txt", "content": "x"})
-    assert unregistered["replay_policy"] == "never"
-    assert files.workspace_roots(tenant.pk) == []
+    tool = Tool.objects.get(tenant=tenant, name="fs/write_file")
+    roots = WorkspaceRoot.paths_for(tool)
+    tool_input = {"path": f"{tmp_path}/a.txt", "content": "x"}
+    with django_assert_num_queries(0):
+        covered = classify_tool_call(tool, tool_input, roots=roots)
+        uncovered = classify_tool_call(tool, tool_input)
+    assert roots == [str(tmp_path)]
+    assert covered.idempotency is Idempotency.CONDITIONAL
+    assert uncovered.replay_policy.value == "never"
+    # A tool whose calls no root decides is handed none, without asking the database.
+    reader = Tool.objects.get(tenant=tenant, name="fs/read_text_file")
+    with django_assert_num_queries(0):
+        assert WorkspaceRoot.paths_for(reader) == []
 
 
 def test_a_lost_filesystem_write_file_settles_by_hash_without_a_human(

@@ -20,8 +20,14 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from agent_ledger_client import AsyncLedgerClient
 from agent_ledger_client.mcp_guard import KEY_META_KEY, LEDGER_META_KEY, LedgerGuard
-from ledger.models import ApprovalRequest, IdempotencyRecord, PolicyRule, Tenant, WritePlan
-from reconcile.models import WorkspaceRoot
+from ledger.models import (
+    ApprovalRequest,
+    IdempotencyRecord,
+    PolicyRule,
+    Tenant,
+    WorkspaceRoot,
+    WritePlan,
+)
 from tests.client.mcp_shim import notifications_log
 from tests.client.test_seed_eval_cases import _approve_when_asked
 

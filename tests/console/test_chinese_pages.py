@@ -15,10 +15,10 @@ from django.core.management import call_command
 from django.test import Client, override_settings
 
 from console.models import Preferences
-from ledger.models import IdempotencyRecord, Tenant, VersionCombination
+from ledger.models import IdempotencyRecord, Tenant, VersionCombination, WorkspaceRoot
 from ledger.services import combinations
 from reconcile import services as reconcile_services
-from reconcile.models import DownstreamAdapter, WorkspaceRoot
+from reconcile.models import DownstreamAdapter
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -17,9 +17,9 @@ from ledger.models import (
     LedgerEntry,
     Run,
     VersionCombination,
+    WorkspaceRoot,
 )
 from ledger.services import combinations
-from reconcile.models import WorkspaceRoot
 from reconcile.operator_actions import escalate
 from tests.api.conftest import client_for
 from tests.console.conftest import make_pending, make_user, signed_in

@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 from django.db.models.functions import Now
 
-from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry, Tenant
+from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry, Tenant, WorkspaceRoot
 from ledger.records import decide_approval
 from reconcile.approved_writes import RUNTIME_GRACE, apply_approved_write, due
-from reconcile.models import WorkspaceRoot
 from reconcile.tasks import apply_approved_writes
 from tests.api.conftest import client_for
 from tests.console.conftest import make_user

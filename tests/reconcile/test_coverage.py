@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ledger.models import IdempotencyRecord, Tenant, WritePlan
+from ledger.models import IdempotencyRecord, Tenant, WorkspaceRoot, WritePlan
 from ledger.records import Outcome, complete_execution
 from reconcile.coverage import NO_ADAPTER, NOT_REGISTERED, PlannedCheck, cannot_look_up, plan_check
-from reconcile.models import DownstreamAdapter, ReconcileAttempt, WorkspaceRoot
+from reconcile.models import DownstreamAdapter, ReconcileAttempt
 from reconcile.services import reconcile_record
 from tests.factories import make_entry, make_tool, refresh, reserve
 

@@ -14,10 +14,17 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from ledger.domain import EscalationKind, RecordState
-from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry, WritePlan
+from ledger.models import (
+    ApprovalRequest,
+    AuditEvent,
+    IdempotencyRecord,
+    LedgerEntry,
+    WorkspaceRoot,
+    WritePlan,
+)
 from ledger.records import Outcome, complete_execution
 from reconcile.filehash import PathRefused, confined_path, file_sha256
-from reconcile.models import DownstreamAdapter, ReconcileAttempt, WorkspaceRoot
+from reconcile.models import DownstreamAdapter, ReconcileAttempt
 from reconcile.operator_actions import escalate
 from reconcile.services import due_records, reconcile_record
 from sandbox.server import SandboxServer

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from ledger.models import IdempotencyRecord, Tenant
-from reconcile.models import ReconcileAttempt, WorkspaceRoot
+from ledger.models import IdempotencyRecord, Tenant, WorkspaceRoot
+from reconcile.models import ReconcileAttempt
 from reconcile.services import reconcile_record
 from reconcile.tasks import snapshot_write_conflicts
 from reconcile.write_conflicts import due

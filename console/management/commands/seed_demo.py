@@ -35,11 +35,12 @@ from ledger.models import (
     Tenant,
     Threshold,
     Tool,
+    WorkspaceRoot,
 )
 from ledger.services import notifications, thresholds
 from ledger.services.registry import ensure_catalogue_tool, register_tool
 from reconcile.compensations import declare_compensation
-from reconcile.models import CompensationAdapter, DownstreamAdapter, WorkspaceRoot
+from reconcile.models import CompensationAdapter, DownstreamAdapter
 
 #: The sandbox service each of the demo's side-effecting tools calls (demo_agent).
 DEMO_DOWNSTREAMS = {"create_order": "orders", "charge_customer": "payments", "send_email": "email"}
