@@ -25,7 +25,7 @@ from django.test.utils import CaptureQueriesContext
 
 from bench.load import Http, LoadResult, run_load
 from ledger.models import ApiToken, LedgerEntry, Run, Tenant
-from ledger.services.raw_cursor import numbered
+from ledger.sql.raw_cursor import numbered
 
 TOOL = "create_order"
 RUN_ID = "bench-run"

@@ -13,9 +13,9 @@ from django.shortcuts import render
 from console.access import console_view, get_for_tenant
 from console.params import parse_id
 from console.views import context_for
+from ledger.combinations import comparison
 from ledger.models import Run, Tenant, VersionCombination
 from ledger.permissions import Role
-from ledger.services import comparison
 
 PAGE_SIZE = 50
 

@@ -101,7 +101,7 @@ def record_denial(
             action=action,
             target=target,
             source=source_of(request),
-            outcome=AuditEvent.Outcome.DENIED,
+            outcome=AuditEvent.Result.DENIED,
             after=facts,
             detail=detail,
         )
@@ -167,7 +167,7 @@ def _summarise_before(start: datetime) -> None:
                 action="console.denied.suppressed",
                 target=("denials", row.key),
                 source=AuditEvent.Source.SYSTEM,
-                outcome=AuditEvent.Outcome.DENIED,
+                outcome=AuditEvent.Result.DENIED,
                 after=counts,
                 detail=detail,
             )

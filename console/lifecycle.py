@@ -22,10 +22,11 @@ from django.utils.translation import gettext_lazy, ngettext
 from console.access import console_view, get_for_tenant
 from console.navigation import context_for
 from console.templatetags.terms import term
+from ledger import combinations
 from ledger.errors import LedgerError
 from ledger.models import Run, Tenant, VersionCombination
 from ledger.permissions import Role
-from ledger.services import approvals, combinations
+from ledger.services import approvals
 
 State = VersionCombination.State
 
@@ -88,12 +89,11 @@ class Offered:
 def actions_for(combination: VersionCombination) -> list[Offered]:
     """The changes the combination's state allows, in menu order, then its rollback."""
     offered = []
+    share_labels = {"canary": _("Canary share…"), "shadow": _("Shadow share…")}
     for change in CHANGES.values():
-        if change.name == "canary" and combination.state == State.CANARY:
-            offered.append(Offered("console:combination_canary", _("Canary share…"), False))
-            continue
-        if change.name == "shadow" and combination.state == State.SHADOW:
-            offered.append(Offered("console:combination_shadow", _("Shadow share…"), False))
+        if combinations.changes_share(change.service_action, combination):
+            label = share_labels[change.name]
+            offered.append(Offered(f"console:combination_{change.name}", label, False))
             continue
         if not combinations.may(change.service_action, combination):
             continue
@@ -110,8 +110,8 @@ def _refusal(change: Change, combination: VersionCombination) -> str:
     """Why ``change`` does not apply to the combination's state: the ledger's refusal, which
     says what to do instead (a stored text: the page shows it in the user's language); empty
     when it applies."""
-    if change.name in ("canary", "shadow") and combination.state == change.name:
-        return ""  # a change of share
+    if combinations.changes_share(change.service_action, combination):
+        return ""
     return combinations.refusal(combination, change.service_action)
 
 

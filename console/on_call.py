@@ -12,10 +12,10 @@ from django.utils.translation import gettext as _
 from console.access import console_view
 from console.navigation import context_for
 from console.params import parse_id
+from ledger import notifications
 from ledger.errors import LedgerError
 from ledger.models import Notification, NotificationChannel, OnCallPolicy, Tenant
 from ledger.permissions import Role
-from ledger.services import notifications
 
 
 @console_view(Role.MANAGER, methods=("GET", "POST"), export=False)

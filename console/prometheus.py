@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from console.denials import Reason, record_denial
 from console.members import administered_tenants
 from ledger.clock import db_now, elapsed_since
+from ledger.combinations import rollouts
 from ledger.compensation import compensation_state
 from ledger.domain import Decision, RecordState
 from ledger.models import (
@@ -42,7 +43,6 @@ from ledger.models import (
     RolloutPlan,
     RolloutStep,
 )
-from ledger.services import rollouts
 from ledger.services.approvals import still_open
 from ledger.services.metrics import COUNTERS, bucket_of, dedup_hit_rate
 

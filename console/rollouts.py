@@ -15,10 +15,10 @@ from django.utils.translation import gettext as _
 from console.access import console_view, get_for_tenant
 from console.params import parse_id
 from console.views import context_for
+from ledger.combinations import rollouts
 from ledger.errors import InvalidInput, LedgerError
 from ledger.models import RolloutPlan, Tenant, VersionCombination
 from ledger.permissions import Role
-from ledger.services import rollouts
 
 PAGE_SIZE = 50
 

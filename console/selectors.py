@@ -24,6 +24,7 @@ from django.db.models.functions import Now
 from console import claims
 from console.filters import tool_matches
 from ledger.clock import db_now, elapsed_since
+from ledger.combinations import RollbackReport
 from ledger.domain import Decision, EscalationKind, ObservationCode, RecordState, ReplayPolicy
 from ledger.models import (
     ApprovalRequest,
@@ -41,7 +42,6 @@ from ledger.records.escalation import escalated_as
 from ledger.records.reserve import state_table_answer
 from ledger.records.transitions import REPORTED, Outcome
 from ledger.services.approvals import still_open
-from ledger.services.combinations import RollbackReport
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,7 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})
 if strict_bool(env, "DATABASE_PREPARED_STATEMENTS", default=True):
     # Parameters bound by the server, so the hot path's own statements can be prepared
-    # (ledger.services.statements.run_precompiled): PostgreSQL then skips parsing and
+    # (ledger.sql.statements.run_precompiled): PostgreSQL then skips parsing and
     # planning them, about 40% of its CPU per request (docs/performance.md). Turn off
     # behind a pooler in transaction mode that cannot keep prepared statements
     # (PgBouncer before 1.21, or 1.21+ without max_prepared_statements).
@@ -332,7 +332,7 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="agent-ledger@localho
 # LEDGER_OUTBOUND_ALLOW_PRIVATE is on (their URLs are users' input: ledger/outbound.py).
 LEDGER_OUTBOUND_ALLOWED_HOSTS: list[str] = env.list("LEDGER_OUTBOUND_ALLOWED_HOSTS", default=[])
 LEDGER_OUTBOUND_ALLOW_PRIVATE = strict_bool(env, "LEDGER_OUTBOUND_ALLOW_PRIVATE", default=False)
-# On-call notifications (ledger/services/notifications.py): items per rule and channel (and
+# On-call notifications (ledger/notifications/__init__.py): items per rule and channel (and
 # deliveries enqueued) per sweep; sends of one notification before it is abandoned; the first
 # retry's delay (doubling after each failure); a sender's claim on one notification, after which
 # a sender that died mid-delivery is taken over (longer than the delivery task's 60 s limit).

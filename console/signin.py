@@ -76,7 +76,7 @@ def audit_failed_sign_in(
         action="login.failed",
         target=("user", username),
         source=_source(request),
-        outcome=AuditEvent.Outcome.DENIED,
+        outcome=AuditEvent.Result.DENIED,
         detail=_FAILED(reason=reason, address=address),
     )
 

@@ -41,6 +41,8 @@ from console.params import parse_id
 from console.preferences import save_language, save_time_zone, time_zones
 from console.sessions import polled
 from console.templatetags.humanize_age import countdown_formats
+from ledger import combinations
+from ledger.combinations import thresholds
 from ledger.domain import Idempotency, ServerTrust
 from ledger.errors import InvalidInput, LedgerError
 from ledger.models import (
@@ -54,7 +56,7 @@ from ledger.models import (
 from ledger.permissions import Role
 from ledger.records import decide_approval, not_landed
 from ledger.services import approvals as approvals_service
-from ledger.services import combinations, metrics, regressions, thresholds
+from ledger.services import metrics, regressions
 from ledger.services.registry import declare_key_fields, import_mcp_tools, override_tool
 from reconcile import compensation_requests, compensations
 
@@ -716,28 +718,39 @@ def tools_import(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     return redirect("console:tools")
 
 
+class ThresholdForm(forms.Form):
+    """A threshold a manager adds on the metrics page (``thresholds.add_threshold`` checks the
+    rest: the metric's range, the e-mail address)."""
+
+    metric = forms.ChoiceField(choices=Threshold.Metric.choices)
+    above = forms.FloatField()
+    window_minutes = forms.IntegerField(initial=15)
+    action = forms.ChoiceField(choices=Threshold.Action.choices, initial=Threshold.Action.ALERT)
+    email = forms.CharField(required=False, max_length=254, strip=True)
+
+
 @console_view(Role.MANAGER, methods=("GET", "POST"), export=False)
 def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """Dedup hit rate, uncertain results and duplicate side effects over time per combination,
-    and the thresholds that guard them (POST adds one)."""
-    if request.method == "POST":
-        try:
-            thresholds.add_threshold(
-                tenant=tenant,
-                actor=request.user.get_username(),
-                source="console",
-                metric=Threshold.Metric(request.POST.get("metric", "")).value,
-                above=float(request.POST.get("above", "")),
-                window_minutes=int(request.POST.get("window_minutes", "15")),
-                action=Threshold.Action(request.POST.get("action", "alert")).value,
-                email=request.POST.get("email", "").strip(),
-            )
-            messages.success(request, _("Threshold added."))
-        except ValueError:
+    and the thresholds that guard them (POST adds one; a refused one is shown again as typed,
+    with its error)."""
+    form = ThresholdForm(request.POST if request.method == "POST" else None)
+    if form.is_bound:
+        if not form.is_valid():
             messages.error(request, _("A threshold needs a metric, a number and a window."))
-        except LedgerError as exc:
-            messages.error(request, exc.message)
-        return redirect("console:metrics")
+        else:
+            try:
+                thresholds.add_threshold(
+                    tenant=tenant,
+                    actor=request.user.get_username(),
+                    source="console",
+                    **form.cleaned_data,
+                )
+            except LedgerError as exc:
+                messages.error(request, exc.message)
+            else:
+                messages.success(request, _("Threshold added."))
+                return redirect("console:metrics")
     window = WindowForm(request.GET)
     span = window.span()
     since = span[0]
@@ -812,6 +825,7 @@ def metrics_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             window=window,
             thresholds=guards,
             alerts=tenant.alerts.select_related("combination").order_by("-created_at")[:20],
-            metric_choices=Threshold.Metric.choices,
+            threshold_form=form,
         ),
+        status=400 if form.is_bound else 200,
     )

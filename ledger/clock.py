@@ -3,7 +3,7 @@
 Every time that decides a lease, a lapse, a grace period, an expiry or a deadline is the
 database's, never a web or worker process's: processes on several machines disagree about the
 time, and one whose clock is skewed must not move a record early or late. The hot path reads
-the clock in the statement that decides (``ledger.services.statements.DbTime``, ``DB_NOW``, or
+the clock in the statement that decides (``ledger.sql.statements.DbTime``, ``DB_NOW``, or
 with a locked row, ``ledger.records.lock_record``); everything else asks here.
 """
 

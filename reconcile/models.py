@@ -77,7 +77,9 @@ class ReconcileAttempt(models.Model):
         FILE_HASH = "file_hash"
         NONE = "none"
 
-    class Outcome(models.TextChoices):
+    class Answer(models.TextChoices):
+        """What the look-up was answered (an attempt's ``outcome``)."""
+
         FOUND = "found"
         NOT_FOUND = "not_found"
         NOT_FOUND_IN_GRACE = "not_found_in_grace"
@@ -96,7 +98,7 @@ class ReconcileAttempt(models.Model):
     )
     attempt = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=Kind.choices)
-    outcome = models.CharField(max_length=24, choices=Outcome.choices)
+    outcome = models.CharField(max_length=24, choices=Answer.choices)
     detail = models.TextField(blank=True)
     evidence = models.JSONField(null=True, blank=True, help_text="Redacted.")
     worker = models.CharField(max_length=200)

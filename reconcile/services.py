@@ -46,7 +46,7 @@ from ledger.records.escalation import claimable_sql, escalate
 from ledger.redaction import redact_for_storage, redact_text
 from ledger.services.audit import audit_event
 from ledger.services.metrics import RECONCILE_ATTEMPT_ACTION
-from ledger.services.statements import (
+from ledger.sql.statements import (
     DB_NOW,
     column,
     execute_update,
@@ -63,10 +63,10 @@ from reconcile.filehash import PathRefused, file_sha256
 from reconcile.models import DownstreamAdapter, ReconcileAttempt
 
 logger = logging.getLogger(__name__)
-Attempt = ReconcileAttempt.Outcome
+Answer = ReconcileAttempt.Answer
 #: The outcomes of a look-up that got no answer: its trace span is an error.
 NO_ANSWER = frozenset(
-    {Attempt.UNREACHABLE, Attempt.TIMEOUT, Attempt.MALFORMED, Attempt.REFUSED, Attempt.NO_CHECK}
+    {Answer.UNREACHABLE, Answer.TIMEOUT, Answer.MALFORMED, Answer.REFUSED, Answer.NO_CHECK}
 )
 
 
@@ -196,7 +196,7 @@ def _find(
         has_adapter=adapter is not None,
     )
     if check.missing:
-        return Finding(check.kind, Attempt.NO_CHECK, check.missing)
+        return Finding(check.kind, Answer.NO_CHECK, check.missing)
     if check.kind == ReconcileAttempt.Kind.FILE_HASH:
         assert plan is not None and root is not None
         return file_finding(plan, root)
@@ -211,16 +211,16 @@ def file_finding(plan: WritePlan, root: WorkspaceRoot) -> Finding:
     try:
         current = file_sha256(root.path, plan.path)
     except PathRefused as exc:
-        return Finding(kind, Attempt.REFUSED, f"path refused: {exc}")
+        return Finding(kind, Answer.REFUSED, f"path refused: {exc}")
     except OSError as exc:
-        return Finding(kind, Attempt.UNREACHABLE, f"cannot read the file: {exc.strerror}")
+        return Finding(kind, Answer.UNREACHABLE, f"cannot read the file: {exc.strerror}")
     check = check_write_plan(
         current_hash=current, before_hash=plan.before_hash, after_hash=plan.after_hash
     )
     outcome = {
-        WriteCheck.ALREADY_APPLIED: Attempt.ALREADY_APPLIED,
-        WriteCheck.APPLY_AGAIN: Attempt.APPLY_AGAIN,
-        WriteCheck.CONFLICT: Attempt.CONFLICT,
+        WriteCheck.ALREADY_APPLIED: Answer.ALREADY_APPLIED,
+        WriteCheck.APPLY_AGAIN: Answer.APPLY_AGAIN,
+        WriteCheck.CONFLICT: Answer.CONFLICT,
     }[check]
     evidence: dict[str, Any] = write_check_evidence(plan, current)
     if check is WriteCheck.CONFLICT:
@@ -256,20 +256,20 @@ def _apply(
         attempt_no = locked.reconcile_attempts + 1
         grace = timedelta(seconds=adapter.grace_seconds if adapter else 0)
         if (
-            finding.outcome == Attempt.NOT_FOUND
+            finding.outcome == Answer.NOT_FOUND
             and locked.uncertain_since
             and now - locked.uncertain_since < grace
         ):
             # Too early to believe "not found": the downstream may not have caught up yet.
-            finding = Finding(finding.kind, Attempt.NOT_FOUND_IN_GRACE, finding.detail)
+            finding = Finding(finding.kind, Answer.NOT_FOUND_IN_GRACE, finding.detail)
         finding = _redacted(finding)
         _insert_attempt(locked, finding, worker, attempt_no)
-        changes: dict[str, Any] = {
-            "reconcile_attempts": attempt_no,
-            "reconcile_claimed_until": None,
-        }
-        result = _settle(locked, finding, adapter, plan, actor, now, attempt_no, changes)
-        if locked.state == RecordState.UNKNOWN:  # not resolved: a resolution wrote ``changes``
+        lookup = _Lookup(locked, adapter, plan, actor, now, attempt_no)
+        result, again_at = _settle(lookup, finding)
+        if locked.state == RecordState.UNKNOWN:  # not resolved: a resolution wrote its count
+            changes = lookup.counted()
+            if again_at is not None:
+                changes["next_reconcile_at"] = again_at
             execute_update(IdempotencyRecord, {"pk": locked.pk}, changes)
     logger.info(
         "reconcile", extra={"record": record.pk, "outcome": finding.outcome, "result": result}
@@ -326,75 +326,79 @@ def _stored_evidence(record: IdempotencyRecord, evidence: Any) -> Any:
     return redact_for_storage(evidence, stored_classification(record))
 
 
-def _settle(
-    record: IdempotencyRecord,
-    finding: Finding,
-    adapter: DownstreamAdapter | None,
-    plan: WritePlan | None,
-    actor: str,
-    now: datetime,
-    attempt_no: int,
-    changes: dict[str, Any],
-) -> str:
-    """Apply a finding to a locked unknown record: resolve it, writing ``changes`` with it, or
-    fill ``changes`` in for a record that stays unknown."""
+@dataclass(frozen=True, slots=True)
+class _Lookup:
+    """One look-up of a locked unknown record: what its finding is applied with."""
+
+    record: IdempotencyRecord
+    adapter: DownstreamAdapter | None
+    plan: WritePlan | None
+    actor: str
+    now: datetime
+    attempt_no: int
+
+    def counted(self) -> dict[str, Any]:
+        """What every look-up writes to its record, with a resolution or alone: its count, and
+        the worker's claim released."""
+        return {"reconcile_attempts": self.attempt_no, "reconcile_claimed_until": None}
+
+
+def _settle(lookup: _Lookup, finding: Finding) -> tuple[str, datetime | None]:
+    """Apply a finding to a locked unknown record: resolve it (writing the look-up's count with
+    it) or leave it unknown. Returns the result and, for a record to be looked up again, when."""
+    record, adapter, now = lookup.record, lookup.adapter, lookup.now
     outcome = finding.outcome
     resolve = partial(
         resolve_locked,
         record,
         now=now,
-        actor=actor,
+        actor=lookup.actor,
         source=AuditEvent.Source.WORKER,
         detail=finding.detail,
-        record_changes=changes,
+        record_changes=lookup.counted(),
     )
-    if finding.check is not None and plan is not None:
+    if finding.check is not None and lookup.plan is not None:
         answered = answer_write_check(finding.check, uncertain=True)
         apply_write_check(
             record,
             answered,
-            plan=plan,
+            plan=lookup.plan,
             current_hash=finding.evidence["current_hash"],
             now=now,
-            actor=actor,
+            actor=lookup.actor,
             source=AuditEvent.Source.WORKER,
-            record_changes=changes,
+            record_changes=lookup.counted(),
         )
-        return "succeeded" if answered.action is WriteCheckAction.SETTLE else "escalated"
-    if outcome == Attempt.FOUND:
+        return ("succeeded" if answered.action is WriteCheckAction.SETTLE else "escalated"), None
+    if outcome == Answer.FOUND:
         resolve(
             outcome=Outcome.SUCCEEDED,
             result={"evidence": finding.evidence, "reconciled": outcome},
         )
-        return "succeeded"
-    if outcome == Attempt.NOT_FOUND_IN_GRACE and adapter is not None:
+        return "succeeded", None
+    if outcome == Answer.NOT_FOUND_IN_GRACE and adapter is not None:
         assert record.uncertain_since is not None
-        changes["next_reconcile_at"] = record.uncertain_since + timedelta(
+        return "not-found-in-grace", record.uncertain_since + timedelta(
             seconds=adapter.grace_seconds
         )
-        return "not-found-in-grace"
-    if outcome == Attempt.NOT_FOUND:
+    if outcome == Answer.NOT_FOUND:
         resolve(
             outcome=Outcome.FAILED,
             error=not_executed(
                 "The downstream has no action with this key; it is safe to retry with the same key."
             ),
         )
-        return "failed_final"
-    if outcome in (Attempt.NO_CHECK, Attempt.REFUSED):
-        return _escalate(record, EscalationKind.NO_CHECK, finding.detail)
+        return "failed_final", None
+    if outcome in (Answer.NO_CHECK, Answer.REFUSED):
+        return _escalate(record, EscalationKind.NO_CHECK, finding.detail), None
     # Unreachable, timeout, malformed: try again later, then ask a human.
     limit = adapter.max_attempts if adapter else settings.RECONCILE_MAX_ATTEMPTS
-    if attempt_no >= limit:
-        return _escalate(
-            record,
-            EscalationKind.LOOKUPS_EXHAUSTED,
-            LOOKUPS_FAILED(attempts=attempt_no, detail=finding.detail),
-        )
-    changes["next_reconcile_at"] = now + backoff(
-        attempt_no, base_seconds=settings.RECONCILE_BASE_DELAY_SECONDS, cap_seconds=600
+    if lookup.attempt_no >= limit:
+        reason = LOOKUPS_FAILED(attempts=lookup.attempt_no, detail=finding.detail)
+        return _escalate(record, EscalationKind.LOOKUPS_EXHAUSTED, reason), None
+    return "retry-later", now + backoff(
+        lookup.attempt_no, base_seconds=settings.RECONCILE_BASE_DELAY_SECONDS, cap_seconds=600
     )
-    return "retry-later"
 
 
 def _escalate(record: IdempotencyRecord, kind: EscalationKind, reason: str) -> str:

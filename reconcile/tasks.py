@@ -13,8 +13,10 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
 
+from ledger import notifications
+from ledger.combinations import rollouts, thresholds
 from ledger.records import expire_leases
-from ledger.services import audit_sealing, metrics, notifications, rollouts, thresholds
+from ledger.services import audit_sealing, metrics
 from ledger.services.cleanup import cleanup_expired_records
 from reconcile import approved_writes, compensation_runs, services, write_conflicts
 from reconcile.compensations import unsent_sagas

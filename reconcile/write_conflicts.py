@@ -44,7 +44,7 @@ def _due() -> QuerySet[IdempotencyRecord]:
         )
         .filter(
             Q(looked__isnull=True)
-            | (~Q(looked=ReconcileAttempt.Outcome.CONFLICT) & Q(looked_at__lt=F("escalated_at")))
+            | (~Q(looked=ReconcileAttempt.Answer.CONFLICT) & Q(looked_at__lt=F("escalated_at")))
         )
     )
 

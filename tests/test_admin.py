@@ -231,7 +231,7 @@ def test_the_adapter_list_hides_the_look_up_secret_in_its_url(
 
 
 def test_a_channels_webhook_token_is_not_shown(staff_client: Client, tenant, settings) -> None:
-    from ledger.services import notifications
+    from ledger import notifications
 
     settings.LEDGER_OUTBOUND_ALLOWED_HOSTS = ["hooks.example.com"]
     settings.LEDGER_OUTBOUND_ALLOW_PRIVATE = True

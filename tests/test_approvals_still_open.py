@@ -12,9 +12,9 @@ import pytest
 from django.db.models.functions import Now
 
 from console import selectors
+from ledger import notifications
 from ledger.domain import RecordState
 from ledger.models import ApprovalRequest, IdempotencyRecord, Run, Tenant, VersionCombination
-from ledger.services import notifications
 from ledger.services.approvals import still_open, void_reason
 from tests.console.conftest import make_pending, make_user, signed_in
 

@@ -127,7 +127,7 @@ def test_every_module_function_and_file_docs_architecture_names_exists() -> None
 
 
 # The module that builds SQL from the models' metadata.
-WRITES_SQL_FROM_METADATA = {"ledger/services/statements.py"}
+WRITES_SQL_FROM_METADATA = {"ledger/sql/statements.py"}
 _SQL = re.compile(r"\b(SELECT|UPDATE|DELETE FROM|INSERT INTO|JOIN|WHERE|RETURNING)\b")
 _QUALIFIED = re.compile(r"(?<![\w.])[a-z]{1,2}\.([a-z_][a-z0-9_]*)\b")
 _DEFINED = re.compile(r"\bAS\s+([a-z_][a-z0-9_]*)\b", re.IGNORECASE)
@@ -182,3 +182,51 @@ def test_the_lower_apps_name_no_console_url() -> None:
         if re.search(r"""["']console:""", line)
     ]
     assert named == []
+
+
+def _assigned_elsewhere(tree: ast.Module, modules: set[str]) -> list[int]:
+    """Lines that rebind a module-level name of another module (``files._roots = f``), or
+    declare a ``global``: state one module sets in another, which no import shows."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            lines.append(node.lineno)
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        for target in targets:
+            if (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id in modules
+            ):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_module_writes_another_modules_globals() -> None:
+    """What an app above gives the ledger comes through a setting that names a function
+    (``LEDGER_LOOKUP_CHECK``, ``LEDGER_NOTIFICATION_LINKS``) or an argument (the workspace
+    roots the classifier is handed), never through a global set at start-up."""
+    written = []
+    for app in ("ledger", "reconcile", "console"):
+        for path in (ROOT / app).rglob("*.py"):
+            tree = ast.parse(path.read_text())
+            modules = {
+                (alias.asname or alias.name).split(".")[0]
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Import | ast.ImportFrom)
+                for alias in node.names
+            }
+            written += [f"{path.relative_to(ROOT)}:{n}" for n in _assigned_elsewhere(tree, modules)]
+    assert written == []
+
+
+def test_no_apps_start_up_hands_another_app_a_router_or_a_function() -> None:
+    """A ``ready`` method connects signals and sets up its own app; it mounts no router
+    (``console.api`` mounts them all) and registers no function in a module of the ledger."""
+    wired = [
+        f"{path.relative_to(ROOT)}: {ast.unparse(node.func)}"
+        for path in ROOT.glob("*/apps.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and re.search(r"register|add_router", ast.unparse(node.func))
+    ]
+    assert wired == []

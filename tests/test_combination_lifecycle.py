@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from django.db import connections
 
+from ledger import combinations
 from ledger.errors import Conflict, InvalidInput, InvalidTransition
 from ledger.models import ApprovalRequest, AuditEvent, Run, Tenant, VersionCombination
-from ledger.services import combinations
 from ledger.services.runs import pick_combination, start_run
 from tests.console.conftest import make_pending
 
@@ -406,7 +406,7 @@ def test_the_database_refuses_a_halted_combination_that_cannot_say_what_to_resum
 
 
 def test_a_rollout_abort_retires_its_candidate_with_the_reason(tenant) -> None:
-    from ledger.services import rollouts
+    from ledger.combinations import rollouts
 
     _baseline(tenant)
     candidate = _new(tenant)

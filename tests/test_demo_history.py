@@ -8,9 +8,10 @@ from datetime import timedelta
 import pytest
 
 from console.management.commands.demo_agent import backfill_history
+from ledger import combinations
 from ledger.clock import db_now
 from ledger.models import MetricBucket
-from ledger.services import combinations, metrics
+from ledger.services import metrics
 from tests.factories import make_tenant
 
 pytestmark = pytest.mark.django_db

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from ledger import outbound
+from ledger.combinations import thresholds
 from ledger.errors import InvalidInput
 from ledger.models import Threshold
-from ledger.services import thresholds
 from tests.sandbox_fixtures import arm
 
 pytestmark = pytest.mark.django_db

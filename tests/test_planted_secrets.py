@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from pythonjsonlogger.json import JsonFormatter
 
+from ledger import combinations
 from ledger.models import (
     ApprovalRequest,
     AuditEvent,
@@ -40,7 +41,6 @@ from ledger.models import (
     Tool,
     VersionCombination,
 )
-from ledger.services import combinations
 from reconcile.models import CompensationAdapter, DownstreamAdapter
 from reconcile.services import reconcile_record
 from tests.api.conftest import ApiClient, client_for

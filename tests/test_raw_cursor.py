@@ -1,4 +1,4 @@
-"""The precompiled cursor (ledger.services.raw_cursor) behaves as ``connection.cursor()`` does,
+"""The precompiled cursor (ledger.sql.raw_cursor) behaves as ``connection.cursor()`` does,
 through methods of Django's database wrapper that Django does not document: these tests fail
 when Django changes one of them."""
 
@@ -11,7 +11,7 @@ import pytest
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, ProgrammingError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from ledger.services.raw_cursor import precompiled_cursor
+from ledger.sql.raw_cursor import precompiled_cursor
 
 pytestmark = pytest.mark.django_db
 

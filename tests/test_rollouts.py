@@ -8,6 +8,9 @@ from typing import Any
 
 import pytest
 
+from ledger import combinations
+from ledger.combinations import rollouts
+from ledger.combinations.rollouts import StepSpec
 from ledger.errors import Conflict, InvalidInput, NotFound
 from ledger.models import (
     AuditEvent,
@@ -17,8 +20,6 @@ from ledger.models import (
     Threshold,
     VersionCombination,
 )
-from ledger.services import combinations, rollouts
-from ledger.services.rollouts import StepSpec
 from ledger.services.runs import canary_bucket
 from reconcile.tasks import evaluate_rollouts
 from tests.api.conftest import ApiClient, client_for

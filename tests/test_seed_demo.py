@@ -23,6 +23,7 @@ from console.management.commands.seed_demo import (
     demo_workspace,
 )
 from ledger.clock import db_now
+from ledger.combinations import thresholds
 from ledger.models import (
     Compensation,
     IdempotencyRecord,
@@ -31,7 +32,6 @@ from ledger.models import (
     Threshold,
     WorkspaceRoot,
 )
-from ledger.services import thresholds
 from reconcile.models import CompensationAdapter, DownstreamAdapter
 from reconcile.tasks import run_compensations
 from sandbox.server import SandboxServer

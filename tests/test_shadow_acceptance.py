@@ -14,6 +14,7 @@ from django.test import override_settings
 
 from agent_ledger_client import LedgerClient, LedgerRequestError
 from console.management.commands.demo_agent import COMBINATIONS, Demo, _serving
+from ledger import combinations
 from ledger.models import (
     ApiToken,
     IdempotencyRecord,
@@ -23,7 +24,6 @@ from ledger.models import (
     Tenant,
     VersionCombination,
 )
-from ledger.services import combinations
 from sandbox.server import SERVICES
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,4 +1,4 @@
-"""The precompiled statements of the hot path and the look-up path (ledger.services.statements)
+"""The precompiled statements of the hot path and the look-up path (ledger.sql.statements)
 write and read exactly what the ORM would."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from django.utils import timezone
 from ledger.domain import RecordState
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, Run, Tool
 from ledger.services.audit import audit
-from ledger.services.raw_cursor import numbered
-from ledger.services.statements import (
+from ledger.sql.raw_cursor import numbered
+from ledger.sql.statements import (
     JoinedRow,
     execute_update,
     fetch_joined,
@@ -147,7 +147,7 @@ def test_rows_inserted_together_are_each_stored_as_the_orm_stores_them(record) -
         record=record,
         attempt=1,
         kind=ReconcileAttempt.Kind.DOWNSTREAM,
-        outcome=ReconcileAttempt.Outcome.FOUND,
+        outcome=ReconcileAttempt.Answer.FOUND,
         detail="found",
         evidence={"status": 200, "body": ["a", {"b": None}]},
         worker="w1",

@@ -24,8 +24,10 @@ from django.urls import URLPattern, URLResolver, get_resolver, resolve
 
 from console import selectors
 from console.api import api as ninja_api
+from ledger import combinations, notifications
+from ledger.combinations import rollouts
 from ledger.models import ApiToken, ApprovalRequest, AuditEvent, IdempotencyRecord, Run, Tenant
-from ledger.services import approval_policies, combinations, metrics, notifications, rollouts
+from ledger.services import approval_policies, metrics
 from ledger.services.approvals import decide
 from tests.api.conftest import ApiClient, client_for
 from tests.console.conftest import make_pending, make_shadow_pair, make_user, signed_in

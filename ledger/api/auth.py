@@ -21,7 +21,7 @@ from ledger.calls import Caller
 from ledger.errors import Forbidden, InvalidInput
 from ledger.models import ApiToken, Membership, ServiceAccount, Tenant
 from ledger.permissions import SERVICE_ACCOUNT_SCOPES, Role, Scope, role_scopes
-from ledger.services.statements import column, fetch_joined, select_columns, table
+from ledger.sql.statements import column, fetch_joined, select_columns, table
 
 AGENT_HEADER = "HTTP_X_AGENT_ID"
 AGENT_ID = re.compile(r"^[A-Za-z0-9_.:@/+-]{1,100}$")

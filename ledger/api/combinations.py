@@ -9,13 +9,16 @@ from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
 from pydantic import Field, StrictBool
 
+from ledger import combinations
 from ledger.api.auth import TokenAuth, caller_of
 from ledger.api.parser import reject_unknown_query
 from ledger.api.schemas import JsonInt, JsonNumber, PositiveInt, Problem, Strict
+from ledger.combinations import thresholds
 from ledger.errors import NotFound
 from ledger.models import Tenant, Threshold, VersionCombination
+from ledger.notifications import senders
 from ledger.permissions import Scope
-from ledger.services import combinations, metrics, senders, thresholds
+from ledger.services import metrics
 
 # Changing a combination is a manager's (``Scope.LIFECYCLE``), as are its metrics, thresholds and
 # rollouts; reading which combinations exist is any runtime's.

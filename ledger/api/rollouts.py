@@ -10,10 +10,10 @@ from pydantic import Field
 
 from ledger.api.auth import TokenAuth, caller_of
 from ledger.api.schemas import ApiDateTime, JsonInt, PositiveInt, Problem, Strict
+from ledger.combinations import rollouts
 from ledger.errors import NotFound
 from ledger.models import RolloutPlan
 from ledger.permissions import Scope
-from ledger.services import rollouts
 
 router = Router(tags=["rollouts"], auth=TokenAuth(Scope.LIFECYCLE))
 ERRORS = {400: Problem, 401: Problem, 404: Problem, 409: Problem}

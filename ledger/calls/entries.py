@@ -24,7 +24,7 @@ from ledger.models import (
 )
 from ledger.records.reserve import count_duplicate_sql
 from ledger.redaction import redact_for_storage
-from ledger.services.statements import DbTime, insert_returning_id, run_precompiled
+from ledger.sql.statements import DbTime, insert_returning_id, run_precompiled
 
 _ENTRY_STATUS_FOR = {
     Decision.EXECUTE: EntryStatus.STARTED,

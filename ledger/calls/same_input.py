@@ -31,7 +31,7 @@ def refuse_other_input(
         action=f"call.{step}_refused",
         target=entry,
         source=AuditEvent.Source.API,
-        outcome=AuditEvent.Outcome.DENIED,
+        outcome=AuditEvent.Result.DENIED,
         after={"fingerprint": given, "recorded": record.fingerprint},
         detail="the input differs from the recorded action's",
     )

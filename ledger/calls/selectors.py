@@ -1,6 +1,6 @@
 """The reads of the call protocol: the run with its tool, a call's entry (with its record
 locked, for a completion), a call's status and a record by its key. The two on the hot path are
-written out in SQL from the models' metadata (``ledger.services.statements``)."""
+written out in SQL from the models' metadata (``ledger.sql.statements``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from ledger.models import (
     Tool,
     VersionCombination,
 )
-from ledger.services.statements import column, fetch_joined, select_columns, table
+from ledger.sql.statements import column, fetch_joined, select_columns, table
 
 
 def run_and_tool(

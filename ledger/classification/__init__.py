@@ -14,6 +14,11 @@ from django.utils.translation import gettext_noop
 from ledger.domain import POLICY_FOR, Idempotency, ReplayPolicy
 from ledger.stored_text import StoredText
 
+#: The rules of what people of the tenant decided: a manager's override, an org policy rule
+#: (``policy.<id>``). The per-call classifiers do not second-guess them (``by_people``).
+OVERRIDE_RULE = "override"
+POLICY_RULE_PREFIX = "policy."
+
 
 @dataclass(frozen=True, slots=True)
 class Classification:
@@ -22,6 +27,12 @@ class Classification:
     destructive: bool
     reason: str
     rule: str
+
+    @property
+    def by_people(self) -> bool:
+        """Decided by people of the tenant (an override or an org policy rule), not read from
+        the tool's name, description or catalogue."""
+        return self.rule == OVERRIDE_RULE or self.rule.startswith(POLICY_RULE_PREFIX)
 
     @classmethod
     def of(

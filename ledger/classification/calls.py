@@ -104,7 +104,7 @@ def classify_tool_call(
     tenant's workspace roots, which a whole-file write's path is checked against
     (``WorkspaceRoot.paths_for``); none given, none covers it."""
     stored = stored_classification(tool)
-    if tool.override_idempotency or tool.rule.startswith("policy."):
+    if stored.by_people:
         return _decided(tool, tool_input, stored)
     if tool.kind == "shell":
         return classify_command(_string_argument(tool, tool_input, "command"))

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 
 from django.utils.translation import gettext_noop
 
-from ledger.classification import UNDECLARED, Classification, most_conservative
+from ledger.classification import (
+    OVERRIDE_RULE,
+    POLICY_RULE_PREFIX,
+    UNDECLARED,
+    Classification,
+    most_conservative,
+)
 from ledger.classification.arguments import DecidingArgument
 from ledger.classification.catalogue import SHELL_TOOLS, catalogue_tool
 from ledger.classification.mcp import classify_mcp_tool, per_call_fallback
@@ -71,7 +77,7 @@ def apply_policy(
                 POLICY_FOR[rule.idempotency],
                 rule.destructive or base.destructive,
                 _ORG_POLICY(pattern=rule.pattern, reason=rule.reason),
-                f"policy.{rule.rule_id}",
+                f"{POLICY_RULE_PREFIX}{rule.rule_id}",
             )
     return base
 
@@ -84,7 +90,7 @@ def apply_override(base: Classification, override: Override | None) -> Classific
         POLICY_FOR[override.idempotency],
         override.destructive,
         _OVERRIDDEN(actor=override.actor, reason=override.reason),
-        "override",
+        OVERRIDE_RULE,
     )
 
 

@@ -17,7 +17,9 @@ class AuditEvent(models.Model):
     statement of its change, with no lock; the sealer (``ledger.services.audit_sealing``) then
     gives each its place in its tenant's hash chain (``ledger.audit_chain``)."""
 
-    class Outcome(models.TextChoices):
+    class Result(models.TextChoices):
+        """Whether the action was done or refused (an event's ``outcome``)."""
+
         SUCCESS = "success"
         DENIED = "denied"
 
@@ -39,7 +41,7 @@ class AuditEvent(models.Model):
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
     source = models.CharField(max_length=16, choices=Source.choices)
-    outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.SUCCESS)
+    outcome = models.CharField(max_length=16, choices=Result.choices, default=Result.SUCCESS)
     detail = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # The seal: the event's place in its tenant's chain, the digest of the event before it and

@@ -202,7 +202,7 @@ class Run(models.Model):
 
 
 class RolloutPlan(models.Model):
-    """A candidate combination ramped up by steps of traffic share (``services.rollouts``)."""
+    """A candidate combination ramped up by steps of traffic share (``combinations.rollouts``)."""
 
     class State(models.TextChoices):
         RUNNING = "running"

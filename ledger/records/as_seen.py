@@ -13,7 +13,7 @@ from ledger.domain import Decision, ReplayPolicy
 from ledger.models import IdempotencyRecord, LedgerEntry
 from ledger.records.lease import lapsed_sql
 from ledger.records.reserve import Reservation, count_duplicate_sql, state_table_answer
-from ledger.services.statements import insert_parts, model_field, quote, run_precompiled
+from ledger.sql.statements import insert_parts, model_field, quote, run_precompiled
 
 # The answers a duplicate may be given from its record as read without the lock: neither
 # starts an execution nor changes the record (``answer_as_seen``).

@@ -64,7 +64,7 @@ def refuse_completion(refused: CompletionRefused) -> LedgerError:
         action="record.complete_refused",
         target=record,
         source=refused.source,
-        outcome=AuditEvent.Outcome.DENIED,
+        outcome=AuditEvent.Result.DENIED,
         detail=f"token {refused.fencing_token} reported {refused.outcome.value}; record is "
         f"{record.state} with token {record.fencing_token}",
     )
@@ -239,7 +239,7 @@ def _succeeded_by_report(record: IdempotencyRecord) -> bool:
         AuditEvent.objects.filter(
             target_type="idempotencyrecord", target_id=str(record.pk), action__startswith="record."
         )
-        .exclude(outcome=AuditEvent.Outcome.DENIED)
+        .exclude(outcome=AuditEvent.Result.DENIED)
         .order_by("-pk")
         .values_list("action", flat=True)
         .first()

@@ -18,7 +18,7 @@ from ledger.domain import EscalationKind, RecordState
 from ledger.models import IdempotencyRecord
 from ledger.redaction import redact_text
 from ledger.services.audit import audit
-from ledger.services.statements import DB_NOW, column
+from ledger.sql.statements import DB_NOW, column
 
 
 def escalate(

@@ -22,8 +22,8 @@ from ledger.domain import RecordState
 from ledger.errors import InvalidTransition, LeaseExpired, StaleFencingToken
 from ledger.models import IdempotencyRecord
 from ledger.records import transitions
-from ledger.services.statements import DB_NOW, model_field, quote, run_precompiled
 from ledger.signals import records_became_unknown
+from ledger.sql.statements import DB_NOW, model_field, quote, run_precompiled
 
 logger = logging.getLogger(__name__)
 

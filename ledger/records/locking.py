@@ -9,7 +9,7 @@ from typing import Any
 
 from ledger.models import IdempotencyRecord
 from ledger.records.lease import lapsed_sql
-from ledger.services.statements import fetch_joined, model_field, quote, select_columns
+from ledger.sql.statements import fetch_joined, model_field, quote, select_columns
 
 # A record locked by this transaction, and the database's clock once the lock is held.
 Locked = tuple[IdempotencyRecord, datetime]

@@ -42,7 +42,7 @@ from ledger.records.lease import begin_execution, expire_lapsed, lapsed_sql, lea
 from ledger.records.locking import lock_by_key, lock_record
 from ledger.services import approvals
 from ledger.services.audit import audit, audit_event
-from ledger.services.statements import (
+from ledger.sql.statements import (
     DbTime,
     from_row,
     insert_parts,
@@ -344,7 +344,7 @@ def _answered(
             action="record.key_conflict",
             target=existing,
             source=source,
-            outcome=AuditEvent.Outcome.DENIED,
+            outcome=AuditEvent.Result.DENIED,
             detail="Same idempotency key with a different request fingerprint.",
         )
     else:

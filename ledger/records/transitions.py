@@ -22,8 +22,8 @@ from ledger.errors import InvalidTransition
 from ledger.models import ApprovalRequest, AuditEvent, IdempotencyRecord, LedgerEntry
 from ledger.services.audit import audit_event
 from ledger.services.entries import entry_change
-from ledger.services.statements import insert_parts, quote, run_precompiled, update_parts
 from ledger.signals import records_became_unknown
+from ledger.sql.statements import insert_parts, quote, run_precompiled, update_parts
 
 
 class Outcome(StrEnum):

@@ -29,7 +29,7 @@ from ledger.models import (
 from ledger.permissions import Role
 from ledger.redaction import redact_text
 from ledger.services.audit import audit
-from ledger.services.statements import DbTime, insert_all
+from ledger.sql.statements import DbTime, insert_all
 from ledger.stored_text import StoredText
 
 Approval = ApprovalRequest.State
@@ -356,7 +356,7 @@ def decide(
             action="approval.decide_refused",
             target=locked,
             source=source,
-            outcome=AuditEvent.Outcome.DENIED,
+            outcome=AuditEvent.Result.DENIED,
             detail=denial,
         )
         raise (DeciderRefused if self_approval else ApprovalError)(denial)

@@ -8,7 +8,7 @@ from django.db import models
 
 from ledger.models import AuditEvent, Tenant
 from ledger.redaction import redact, redact_text
-from ledger.services.statements import insert_returning_id
+from ledger.sql.statements import insert_returning_id
 
 
 class AuditFields(TypedDict):
@@ -52,6 +52,6 @@ def audit_event(**fields: Unpack[AuditFields]) -> AuditEvent:
         before=redact(fields.get("before")),
         after=redact(fields.get("after")),
         source=fields["source"],
-        outcome=fields.get("outcome", AuditEvent.Outcome.SUCCESS),
+        outcome=fields.get("outcome", AuditEvent.Result.SUCCESS),
         detail=redact_text(detail) if detail else "",
     )

@@ -39,7 +39,7 @@ from ledger.audit_chain import (
     walk,
 )
 from ledger.models import AuditEvent, Tenant
-from ledger.services.statements import column, table
+from ledger.sql.statements import column, table
 
 #: Events sealed in one transaction: a thousand rows' digests take milliseconds, and the lock
 #: on the chain is held no longer than that.

@@ -31,7 +31,7 @@ from django.db.models.options import Options
 from ledger.domain import TERMINAL_RECORD_STATES
 from ledger.models import IdempotencyRecord
 from ledger.services.audit import audit
-from ledger.services.statements import model_field, quote
+from ledger.sql.statements import model_field, quote
 
 logger = logging.getLogger(__name__)
 

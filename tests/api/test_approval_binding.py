@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from ledger import combinations
 from ledger.domain import KeyScope
 from ledger.models import (
     ApprovalRequest,
@@ -21,7 +22,6 @@ from ledger.models import (
     VersionCombination,
     WritePlan,
 )
-from ledger.services import combinations
 from ledger.services.approvals import decide
 from tests.api.conftest import ApiClient, client_for
 from tests.factories import make_approver, make_tool

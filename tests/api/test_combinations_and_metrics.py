@@ -11,6 +11,8 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from ledger import combinations
+from ledger.combinations import thresholds
 from ledger.domain import Idempotency
 from ledger.models import (
     AlertEvent,
@@ -23,7 +25,7 @@ from ledger.models import (
     Tool,
     VersionCombination,
 )
-from ledger.services import combinations, metrics, thresholds
+from ledger.services import metrics
 from ledger.services.registry import override_tool
 from ledger.services.runs import canary_bucket, pick_combination
 from reconcile.models import DownstreamAdapter

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from ledger import combinations
 from ledger.models import AuditEvent, Tenant, VersionCombination
-from ledger.services import combinations
 from tests.api.conftest import ApiClient
 from tests.api.test_shadow_runs import _combination
 

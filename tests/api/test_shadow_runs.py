@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, transaction
 
-from ledger import records
+from ledger import combinations, records
 from ledger.domain import DataClassification, ReplayPolicy
 from ledger.keys import fingerprint
 from ledger.models import (
@@ -23,7 +23,6 @@ from ledger.models import (
     VersionCombination,
     WritePlan,
 )
-from ledger.services import combinations
 from tests.api.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db

@@ -11,6 +11,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from console.models import Preferences
+from ledger import combinations
 from ledger.models import (
     ApprovalRequest,
     IdempotencyRecord,
@@ -19,7 +20,6 @@ from ledger.models import (
     VersionCombination,
     WorkspaceRoot,
 )
-from ledger.services import combinations
 from ledger.services.runs import pick_combination
 from reconcile.operator_actions import escalate
 from tests.browser.conftest import VERSIONS, console_user, shot, sign_in

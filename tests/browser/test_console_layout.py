@@ -9,8 +9,8 @@ import itertools
 import pytest
 from playwright.sync_api import Page, expect
 
+from ledger import combinations
 from ledger.models import VersionCombination
-from ledger.services import combinations
 from tests.browser.conftest import VERSIONS, console_user, shot, sign_in
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

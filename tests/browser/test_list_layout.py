@@ -10,10 +10,10 @@ import uuid
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from ledger import combinations
 from ledger.domain import Decision, EntryStatus, EscalationKind, ObservationCode
 from ledger.models import IdempotencyRecord, LedgerEntry, VersionCombination
 from ledger.records.escalation import escalate
-from ledger.services import combinations
 from ledger.services.audit import audit
 from tests.api.conftest import client_for
 from tests.browser.conftest import SHOTS, console_user, sign_in

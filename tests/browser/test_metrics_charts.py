@@ -120,7 +120,7 @@ LIMIT_PIXELS = """canvas => {
 def test_a_threshold_is_a_labelled_line_on_its_metrics_chart(
     page: Page, live_server, django_user_model, history
 ):
-    from ledger.services import thresholds
+    from ledger.combinations import thresholds
 
     for metric, above, action in [
         ("uncertain_results", 40, "alert"),

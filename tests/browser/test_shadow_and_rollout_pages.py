@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
+from ledger import combinations
 from ledger.models import AuditEvent, RolloutPlan, Tenant, VersionCombination
-from ledger.services import combinations
 from reconcile.tasks import evaluate_rollouts
 from tests.browser.conftest import console_user, shot, sign_in
 from tests.browser.test_console_pages import UNLABELLED_CONTROLS

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ledger import combinations
 from ledger.models import Tenant, VersionCombination
-from ledger.services import combinations
 
 
 def candidate_in_shadow(share_bp: int = 10_000, slug: str = "acme") -> VersionCombination:

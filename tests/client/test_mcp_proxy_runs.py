@@ -16,8 +16,8 @@ from mcp import ClientSession
 
 from agent_ledger_client.mcp_guard import LEDGER_META_KEY
 from agent_ledger_client.mcp_proxy import RUN_ID_VARIABLE, default_run_id
+from ledger import combinations
 from ledger.models import Run, Tenant
-from ledger.services import combinations
 from ledger.services.runs import finish_run, start_run
 from tests.client.test_mcp_guard_servers import Shim
 from tests.client.test_mcp_proxy import GIT, _proxied

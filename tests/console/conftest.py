@@ -81,7 +81,7 @@ def unknown(tenant) -> IdempotencyRecord:
 
 @pytest.fixture
 def combos(tenant):
-    from ledger.services import combinations
+    from ledger import combinations
 
     versions = {"model": "m", "prompt": "p", "rules": "r", "tool_schema": "t", "data_version": "d"}
     good, _ = combinations.create_combination(
@@ -98,7 +98,7 @@ def combos(tenant):
 def make_shadow_pair(tenant: Tenant, live_id: str = "run-1", shadow_id: str = "shadow-1") -> None:
     """A live run that orders and charges, and a shadow run mirroring it under a combination
     in shadow: its order is a dry run, so it never charges (two steps differ)."""
-    from ledger.services import combinations
+    from ledger import combinations
 
     versions = {"model": "m", "prompt": "p", "rules": "r", "tool_schema": "t"}
     live_combo, _ = combinations.create_combination(

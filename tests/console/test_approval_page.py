@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
+from ledger import combinations
 from ledger.models import ApprovalRequest, AuditEvent
-from ledger.services import combinations
 from tests.console.conftest import make_pending, make_user, sha, signed_in
 
 pytestmark = pytest.mark.django_db

@@ -34,7 +34,7 @@ AWKWARD: list[dict[str, object]] = [
     {"actor": "-minus", "detail": 'line one\nline "two", and\r\nthree'},
     {"actor": "Zoë 中文", "detail": "\ttab first", "target": ("page", "/audit/?a=b:c")},
     {"actor": "@at", "before": {"price": 1.5, "n": 2.0}, "after": {"deep": [1, {"x": None}]}},
-    {"actor": "bob", "outcome": AuditEvent.Outcome.DENIED, "detail": "+1"},
+    {"actor": "bob", "outcome": AuditEvent.Result.DENIED, "detail": "+1"},
 ]
 
 
@@ -47,7 +47,7 @@ def _write(tenant: Tenant, n: int, fields: dict[str, object]) -> None:
         source="console",
         before=fields.get("before"),  # type: ignore[arg-type]
         after=fields.get("after"),  # type: ignore[arg-type]
-        outcome=str(fields.get("outcome", AuditEvent.Outcome.SUCCESS)),
+        outcome=str(fields.get("outcome", AuditEvent.Result.SUCCESS)),
         detail=str(fields.get("detail", "")),
     )
 

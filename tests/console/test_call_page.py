@@ -74,7 +74,7 @@ def test_calls_link_to_their_page_from_the_list_and_the_run(
 def test_audit_targets_link_to_their_pages_for_roles_that_open_them(
     django_user_model, tenant, uncertain_order
 ):
-    from ledger.services import combinations
+    from ledger import combinations
 
     combination, _ = combinations.create_combination(
         tenant=tenant,

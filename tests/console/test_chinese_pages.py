@@ -15,8 +15,8 @@ from django.core.management import call_command
 from django.test import Client, override_settings
 
 from console.models import Preferences
+from ledger import combinations
 from ledger.models import IdempotencyRecord, Tenant, VersionCombination, WorkspaceRoot
-from ledger.services import combinations
 from reconcile import services as reconcile_services
 from reconcile.models import DownstreamAdapter
 

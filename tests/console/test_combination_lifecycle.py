@@ -9,8 +9,8 @@ import pytest
 from django.test import Client
 
 from console.models import Preferences
+from ledger import combinations
 from ledger.models import ApprovalRequest, AuditEvent, Run, VersionCombination
-from ledger.services import combinations
 from ledger.services.runs import pick_combination
 from tests.api.conftest import client_for
 from tests.console.conftest import make_pending, make_user, signed_in

@@ -11,8 +11,8 @@ import pytest
 from django.test import Client
 
 from console.models import DenialWindow, SecurityEvent
+from ledger import combinations
 from ledger.models import AuditEvent, IdempotencyRecord, Run, Tool, VersionCombination
-from ledger.services import combinations
 from tests.console.conftest import make_pending, make_user, signed_in
 
 pytestmark = pytest.mark.django_db

@@ -18,10 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from console import csv_export
+from ledger import combinations
 from ledger.domain import EscalationKind
 from ledger.models import AuditEvent, IdempotencyRecord, Tenant
 from ledger.records.escalation import escalate
-from ledger.services import combinations
 from ledger.services.audit import audit
 from tests.api.conftest import client_for
 from tests.console.conftest import make_pending, make_user, signed_in

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from ledger import combinations
+from ledger.combinations import rollouts
 from ledger.models import AuditEvent, LedgerEntry, VersionCombination
-from ledger.services import combinations, rollouts
 from ledger.services.audit import audit
 from tests.api.conftest import client_for
 from tests.console.conftest import make_pending, make_user, signed_in

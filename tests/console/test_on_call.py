@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
+from ledger import notifications
 from ledger.models import AuditEvent, NotificationChannel, OnCallPolicy
-from ledger.services import notifications
 from tests.console.conftest import make_user, signed_in
 from tests.factories import make_tenant
 

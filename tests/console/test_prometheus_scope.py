@@ -13,8 +13,9 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from console.models import SecurityEvent
+from ledger import combinations
 from ledger.models import Membership, Tenant
-from ledger.services import combinations, metrics
+from ledger.services import metrics
 from tests.api.conftest import client_for
 from tests.console.conftest import make_pending, make_user, signed_in
 from tests.factories import make_tool

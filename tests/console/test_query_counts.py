@@ -11,6 +11,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from ledger import combinations
 from ledger.models import (
     AuditEvent,
     DeclaredCompensation,
@@ -19,7 +20,7 @@ from ledger.models import (
     Run,
     Tenant,
 )
-from ledger.services import combinations, metrics
+from ledger.services import metrics
 from ledger.services.audit import audit
 from reconcile.models import CompensationAdapter, ReconcileAttempt
 from tests.api.conftest import ApiClient, client_for
@@ -132,7 +133,7 @@ def _grow_record(api: ApiClient, record: IdempotencyRecord) -> Grow:
                 record=record,
                 attempt=i + 1,
                 kind=ReconcileAttempt.Kind.DOWNSTREAM,
-                outcome=ReconcileAttempt.Outcome.UNREACHABLE,
+                outcome=ReconcileAttempt.Answer.UNREACHABLE,
                 detail=f"HTTP 503 #{i}",
                 worker="w",
             )
@@ -263,7 +264,7 @@ def _approval_page(tenant: Tenant) -> tuple[str, Grow, None]:
                 record=record,
                 attempt=i + 1,
                 kind=ReconcileAttempt.Kind.FILE_HASH,
-                outcome=ReconcileAttempt.Outcome.APPLY_AGAIN,
+                outcome=ReconcileAttempt.Answer.APPLY_AGAIN,
                 detail=f"app.py #{i}",
                 worker="w",
             )

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from ledger import combinations
 from ledger.clock import db_now
 from ledger.models import MetricBucket, Tenant, VersionCombination
-from ledger.services import combinations, metrics
+from ledger.services import metrics
 from ledger.services.metrics import bucket_of
 from ledger.services.regressions import Gap, gaps_of, regressions
 from tests.console.conftest import make_user, signed_in

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.db.models.functions import Now
 
+from ledger import combinations
 from ledger.errors import Conflict, InvalidInput
 from ledger.models import (
     ApprovalRequest,
@@ -19,7 +20,6 @@ from ledger.models import (
     VersionCombination,
     WorkspaceRoot,
 )
-from ledger.services import combinations
 from reconcile.operator_actions import escalate
 from tests.api.conftest import client_for
 from tests.console.conftest import make_pending, make_user, signed_in

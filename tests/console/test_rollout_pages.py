@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
+from ledger import combinations
 from ledger.models import AuditEvent, RolloutPlan, Tenant, Threshold, VersionCombination
-from ledger.services import combinations
 from reconcile.tasks import evaluate_rollouts
 from tests.console.conftest import make_user, signed_in
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
+from ledger.combinations import comparison
+from ledger.combinations.comparison import Step, pair_steps
 from ledger.models import Run
-from ledger.services import comparison, metrics
-from ledger.services.comparison import Step, pair_steps
+from ledger.services import metrics
 from tests.api.conftest import client_for
 from tests.console.conftest import make_shadow_pair, make_user, signed_in
 

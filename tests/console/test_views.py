@@ -8,9 +8,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from ledger import combinations
 from ledger.domain import EscalationKind
 from ledger.models import ApprovalRequest, AuditEvent, Membership, Run, Threshold
-from ledger.services import combinations
 from tests.api.conftest import client_for
 from tests.console.conftest import make_user, signed_in
 
@@ -363,11 +363,20 @@ def test_odd_digits_in_parameters_are_bad_input_not_a_500(django_user_model, ten
         {"metric": "dedup_hit_rate", "above": "nan", "window_minutes": "15"},
     ],
 )
-def test_a_bad_threshold_is_a_clear_error_not_a_500(django_user_model, tenant, bad) -> None:
+def test_a_bad_threshold_is_a_clear_error_kept_as_typed_not_a_500(
+    django_user_model, tenant, bad
+) -> None:
     manager = signed_in(make_user(django_user_model, "maria", tenant, "manager"))
-    response = manager.post("/metrics/", bad, secure=True, follow=True)
-    assert response.status_code == 200
-    assert "Invalid threshold" in response.content.decode()
+    response = manager.post("/metrics/", {**bad, "action": "halt"}, secure=True)
+    page = response.content.decode()
+    assert response.status_code == 400
+    assert (
+        "Invalid threshold" in page or "A threshold needs a metric, a number and a window" in page
+    )
+    # The form shows what was typed, to be mended rather than typed again.
+    assert f'name="above" size="6" required value="{bad["above"]}"' in page
+    assert f'name="window_minutes" size="4" value="{bad["window_minutes"]}"' in page
+    assert '<option value="halt" selected>' in page
     assert not Threshold.objects.exists()
 
 

@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from django.db.models.functions import Now
 
+from ledger import combinations, notifications
 from ledger.errors import InvalidInput
 from ledger.models import (
     AlertEvent,
@@ -25,7 +26,6 @@ from ledger.models import (
     VersionCombination,
 )
 from ledger.records import Outcome, complete_execution
-from ledger.services import combinations, notifications
 from ledger.services.approvals import decide
 from tests.console.conftest import make_pending, make_user
 from tests.factories import make_tenant, make_tool, reserve

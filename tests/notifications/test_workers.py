@@ -12,9 +12,9 @@ import pytest
 from django.db import connections
 from django.db.models.functions import Now
 
+from ledger import notifications
 from ledger.models import AuditEvent, IdempotencyRecord, Notification
 from ledger.records import Outcome, complete_execution
-from ledger.services import notifications
 from reconcile.tasks import sweep_notifications
 from tests.factories import make_tenant, make_tool, reserve
 from tests.notifications.conftest import SmtpReceiver, WebhookReceiver

@@ -14,6 +14,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from ledger import combinations
 from ledger.calls.values import entry_classification
 from ledger.classification.arguments import DecidingArgument
 from ledger.classification.calls import classify_tool_call, stored_classification
@@ -29,7 +30,6 @@ from ledger.models import (
     Tool,
 )
 from ledger.redaction import redact_for_storage
-from ledger.services import combinations
 from ledger.services.cleanup import cleanup_expired_records
 from ledger.services.compensations import compensation_record
 from reconcile.compensation_requests import decide_compensation, request_compensation

@@ -72,7 +72,7 @@ def _unknown_with_adapter(tenant, tool, url_template: str) -> IdempotencyRecord:
 
 def _assert_refused(record: IdempotencyRecord, reason: str) -> None:
     attempt = ReconcileAttempt.objects.get(record=record)
-    assert attempt.outcome == ReconcileAttempt.Outcome.REFUSED
+    assert attempt.outcome == ReconcileAttempt.Answer.REFUSED
     assert attempt.evidence is None
     assert "look-up URL refused" in attempt.detail and reason in attempt.detail
     after = refresh(record)
@@ -178,7 +178,7 @@ def test_a_redirect_to_an_internal_host_is_not_followed(
         redirecting.server.shutdown()
     assert redirecting.hits == ["/by-key/k-1"] and internal.hits == []
     attempt = ReconcileAttempt.objects.get(record=record)
-    assert attempt.outcome == ReconcileAttempt.Outcome.UNREACHABLE
+    assert attempt.outcome == ReconcileAttempt.Answer.UNREACHABLE
     assert attempt.detail == "unexpected HTTP 302" and attempt.evidence is None
     assert refresh(record).state == RecordState.UNKNOWN
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from ledger import combinations
 from ledger.models import IdempotencyRecord, Tenant, VersionCombination
-from ledger.services import combinations
 from ledger.signals import records_became_unknown
 from reconcile.models import DownstreamAdapter, ReconcileAttempt
 from reconcile.operator_actions import escalate

@@ -29,7 +29,7 @@ from ledger.records import (
     start_execution,
 )
 from ledger.records.lease import lapsed_sql
-from ledger.services.statements import quote
+from ledger.sql.statements import quote
 from tests.factories import granted_entry, make_run, refresh, reserve
 
 pytestmark = pytest.mark.django_db

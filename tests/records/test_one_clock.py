@@ -13,6 +13,7 @@ import pytest
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from ledger import combinations
 from ledger.clock import db_now
 from ledger.domain import RecordState
 from ledger.models import IdempotencyRecord
@@ -22,7 +23,6 @@ from ledger.records import (
     expire_leases,
     heartbeat,
 )
-from ledger.services import combinations
 from tests.api.conftest import client_for
 from tests.factories import refresh, reserve
 
@@ -144,7 +144,7 @@ def test_no_module_of_the_service_reads_the_process_clock() -> None:
 
 def test_an_approvals_request_time_is_the_databases(tenant, skewed_process) -> None:
     """The on-call service levels count an approval's wait from its ``created_at`` against the
-    database's clock (``services.notifications``): a skewed web process must not make it look
+    database's clock (``ledger.notifications``): a skewed web process must not make it look
     an hour older, or younger, than it is."""
     from tests.console.conftest import make_pending
 

@@ -17,7 +17,7 @@ from ledger.domain import FINAL_ERROR_CODES, TERMINAL_RECORD_STATES, RecordState
 from ledger.models import IdempotencyRecord, LedgerEntry, Tenant, Tool, WritePlan
 from ledger.records import Outcome, resolve_unknown, transitions
 from ledger.records.escalation import claimable_sql
-from ledger.services.statements import quote
+from ledger.sql.statements import quote
 from reconcile import services as reconcile_services
 from reconcile.coverage import write_plan_workspaces
 from tests.factories import make_entry, refresh, reserve

@@ -143,7 +143,7 @@ def _with_dependents(tenant, tool, key: str) -> tuple[IdempotencyRecord, Approva
         record=record,
         attempt=1,
         kind=ReconcileAttempt.Kind.DOWNSTREAM,
-        outcome=ReconcileAttempt.Outcome.FOUND,
+        outcome=ReconcileAttempt.Answer.FOUND,
         worker="w",
     )
     return record, approval

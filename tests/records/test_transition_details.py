@@ -13,6 +13,7 @@ import pytest
 from django.db import connections, transaction
 from django.utils import timezone
 
+from ledger import combinations
 from ledger.domain import RecordState, ReplayPolicy
 from ledger.errors import InvalidTransition, LeaseExpired, RecordSettled, StaleFencingToken
 from ledger.models import AuditEvent, IdempotencyRecord
@@ -26,7 +27,6 @@ from ledger.records import (
     resolve_locked,
     resolve_unknown,
 )
-from ledger.services import combinations
 from tests.api.conftest import client_for
 from tests.factories import make_tenant, make_tool, refresh, reserve
 

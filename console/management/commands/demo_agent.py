@@ -36,6 +36,7 @@ from django.core.wsgi import get_wsgi_application
 from django.db.models.functions import Now
 
 from agent_ledger_client import CallContext, LedgerClient, Run, ToolError
+from ledger import combinations
 from ledger.clock import db_now
 from ledger.models import (
     ApiToken,
@@ -48,7 +49,7 @@ from ledger.models import (
 )
 from ledger.permissions import Role
 from ledger.records import decide_approval
-from ledger.services import combinations, metrics
+from ledger.services import metrics
 from ledger.services.audit import audit
 from sandbox.server import SandboxServer, serve
 

@@ -26,7 +26,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from console.demo import DEMO_PASSWORD, DEMO_USERS
+from ledger import notifications
 from ledger.classification.catalogue import CATALOGUE
+from ledger.combinations import thresholds
 from ledger.domain import Idempotency
 from ledger.models import (
     DeclaredCompensation,
@@ -37,7 +39,6 @@ from ledger.models import (
     Tool,
     WorkspaceRoot,
 )
-from ledger.services import notifications, thresholds
 from ledger.services.registry import ensure_catalogue_tool, register_tool
 from reconcile.compensations import declare_compensation
 from reconcile.models import CompensationAdapter, DownstreamAdapter

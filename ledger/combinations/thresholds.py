@@ -17,10 +17,12 @@ from typing import Any
 
 from django.db import transaction
 
+from ledger import combinations
 from ledger.clock import db_now
 from ledger.errors import InvalidInput
 from ledger.models import AlertEvent, Tenant, Threshold, VersionCombination
-from ledger.services import combinations, metrics, senders
+from ledger.notifications import senders
+from ledger.services import metrics
 from ledger.services.audit import audit
 
 logger = logging.getLogger(__name__)

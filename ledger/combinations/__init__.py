@@ -11,8 +11,8 @@ and ``rollbacks``; every function the API, the console and the rollouts call is 
 from here.
 """
 
-from ledger.services.combinations.activation import FIELDS, activate, create_combination
-from ledger.services.combinations.lifecycle import (
+from ledger.combinations.activation import FIELDS, activate, create_combination
+from ledger.combinations.lifecycle import (
     ResumePlan,
     halt,
     plan_resume,
@@ -20,15 +20,15 @@ from ledger.services.combinations.lifecycle import (
     resume,
     retire,
 )
-from ledger.services.combinations.rollbacks import (
+from ledger.combinations.rollbacks import (
     NoRestoreTarget,
     RollbackReport,
     restore_choices,
     restore_target,
     rollback,
 )
-from ledger.services.combinations.shares import set_canary, set_shadow, unshadow
-from ledger.services.combinations.transitions import ACTION_FROM, may, refusal
+from ledger.combinations.shares import set_canary, set_shadow, unshadow
+from ledger.combinations.transitions import ACTION_FROM, changes_share, may, refusal
 
 __all__ = [
     "ACTION_FROM",
@@ -37,6 +37,7 @@ __all__ = [
     "ResumePlan",
     "RollbackReport",
     "activate",
+    "changes_share",
     "create_combination",
     "halt",
     "may",

@@ -6,17 +6,18 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils.translation import gettext_noop
 
-from ledger.errors import InvalidInput
-from ledger.models import Tenant, VersionCombination
-from ledger.services.combinations.transitions import (
+from ledger.combinations.transitions import (
     FULL_SHARE,
     State,
     audit_change,
+    changes_share,
     check_canary_room,
     lock_combination,
     require,
     state_of,
 )
+from ledger.errors import InvalidInput
+from ledger.models import Tenant, VersionCombination
 from ledger.stored_text import StoredText
 
 # What the ledger refuses of a share (stored English, read translated).
@@ -47,7 +48,7 @@ def set_canary(
         target = lock_combination(tenant, combination_id)
         if target.state == State.CANARY and target.canary_share_bp == share_bp:
             return target
-        if target.state != State.CANARY:
+        if not changes_share("canary", target):
             require(target, "canary")
         check_canary_room(tenant, target, share_bp)
         before = state_of(target)
@@ -86,7 +87,7 @@ def set_shadow(
         if target.state == State.SHADOW and target.canary_share_bp == share_bp:
             return target
         before = state_of(target)
-        if target.state != State.SHADOW:
+        if not changes_share("shadow", target):
             require(target, "shadow")
             target.shadowed_from = target.state
             target.shadowed_from_share_bp = (

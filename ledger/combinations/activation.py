@@ -6,16 +6,16 @@ from django.db import IntegrityError, transaction
 from django.utils.translation import gettext_noop
 
 from ledger.clock import db_now
-from ledger.errors import Conflict, InvalidInput
-from ledger.models import Tenant, VersionCombination
-from ledger.services.audit import audit
-from ledger.services.combinations.transitions import (
+from ledger.combinations.transitions import (
     State,
     audit_change,
     lock_combination,
     require,
     state_of,
 )
+from ledger.errors import Conflict, InvalidInput
+from ledger.models import Tenant, VersionCombination
+from ledger.services.audit import audit
 from ledger.stored_text import StoredText
 
 FIELDS = ("model", "prompt", "rules", "tool_schema", "data_version")

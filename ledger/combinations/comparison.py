@@ -17,9 +17,10 @@ from typing import Any
 from django.db.models import Count, Q
 
 from ledger.clock import db_now
+from ledger.combinations import thresholds
 from ledger.domain import Decision, Idempotency, ObservationCode
 from ledger.models import LedgerEntry, Run, Tenant, Threshold
-from ledger.services import metrics, thresholds
+from ledger.services import metrics
 
 STEP_FIELDS = (
     "run_id",

@@ -58,6 +58,16 @@ def may(action: str, combination: VersionCombination) -> bool:
     return combination.state in ACTION_FROM[action]
 
 
+#: The actions that, on a combination already in their state, change its share.
+_SHARE_OF = {"canary": State.CANARY, "shadow": State.SHADOW}
+
+
+def changes_share(action: str, combination: VersionCombination) -> bool:
+    """Whether ``action`` only changes the share of a combination already in its state (a
+    canary's or a shadow's), rather than moving it to another state."""
+    return _SHARE_OF.get(action) == combination.state
+
+
 # The states' names, stored in a refusal and read in the user's language with it.
 STATE_NAMES = (
     StoredText(gettext_noop("new")),

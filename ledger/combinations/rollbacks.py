@@ -10,19 +10,19 @@ from django.db import transaction
 from django.utils.translation import gettext_noop
 
 from ledger.clock import db_now
-from ledger.domain import RecordState
-from ledger.errors import Conflict, InvalidInput
-from ledger.models import ApprovalRequest, IdempotencyRecord, Run, Tenant, VersionCombination
-from ledger.services import approvals
-from ledger.services.audit import audit
-from ledger.services.combinations.activation import activate
-from ledger.services.combinations.lifecycle import halt
-from ledger.services.combinations.transitions import (
+from ledger.combinations.activation import activate
+from ledger.combinations.lifecycle import halt
+from ledger.combinations.transitions import (
     State,
     get_combination,
     lock_combination,
     require,
 )
+from ledger.domain import RecordState
+from ledger.errors import Conflict, InvalidInput
+from ledger.models import ApprovalRequest, IdempotencyRecord, Run, Tenant, VersionCombination
+from ledger.services import approvals
+from ledger.services.audit import audit
 from ledger.services.lookup_coverage import cannot_look_up
 from ledger.signals import records_became_unknown
 from ledger.stored_text import StoredText

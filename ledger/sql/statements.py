@@ -19,7 +19,7 @@ from django.db import DEFAULT_DB_ALIAS, NotSupportedError, connection, connectio
 from django.db.backends.utils import CursorWrapper
 from django.db.models.sql import UpdateQuery
 
-from ledger.services.raw_cursor import precompiled_cursor
+from ledger.sql.raw_cursor import precompiled_cursor
 
 quote = connection.ops.quote_name
 

@@ -9,12 +9,8 @@ from django.db import transaction
 from django.utils.translation import gettext_noop
 
 from ledger.clock import db_now
-from ledger.errors import Conflict, InvalidInput, InvalidTransition
-from ledger.models import Run, Tenant, VersionCombination
-from ledger.redaction import redact_text
-from ledger.services import approvals
-from ledger.services.combinations.activation import make_active
-from ledger.services.combinations.transitions import (
+from ledger.combinations.activation import make_active
+from ledger.combinations.transitions import (
     State,
     audit_change,
     check_canary_room,
@@ -23,6 +19,10 @@ from ledger.services.combinations.transitions import (
     refusal,
     state_of,
 )
+from ledger.errors import Conflict, InvalidInput, InvalidTransition
+from ledger.models import Run, Tenant, VersionCombination
+from ledger.redaction import redact_text
+from ledger.services import approvals
 from ledger.services.runs import fails_closed_on
 from ledger.stored_text import StoredText
 

@@ -38,9 +38,9 @@ from ledger.models import (
     Tenant,
     VersionCombination,
 )
-from ledger.services import senders
+from ledger.notifications import senders
+from ledger.notifications.items import compose, unknown_records, waiting_approvals
 from ledger.services.audit import audit
-from ledger.services.notification_items import compose, unknown_records, waiting_approvals
 
 logger = logging.getLogger(__name__)
 Event = Notification.Event

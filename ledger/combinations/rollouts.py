@@ -29,7 +29,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
+from ledger import combinations
 from ledger.clock import db_now
+from ledger.combinations.thresholds import Verdict, judge
 from ledger.domain import RecordState
 from ledger.errors import Conflict, InvalidInput, LedgerError, NotFound
 from ledger.models import (
@@ -41,9 +43,8 @@ from ledger.models import (
     VersionCombination,
 )
 from ledger.redaction import redact_text
-from ledger.services import combinations, metrics
+from ledger.services import metrics
 from ledger.services.audit import audit
-from ledger.services.thresholds import Verdict, judge
 
 logger = logging.getLogger(__name__)
 Combo = VersionCombination.State
