@@ -36,6 +36,13 @@ $(STAMP): pyproject.toml client/pyproject.toml
 
 install: $(STAMP)
 
+# The TypeScript client's build tools (clients/typescript): `make test` and `make lint` need them.
+TS_CLIENT := clients/typescript
+TS_STAMP := $(TS_CLIENT)/node_modules/.installed-$(shell sha256sum $(TS_CLIENT)/package-lock.json | cut -c1-12)
+$(TS_STAMP): $(TS_CLIENT)/package-lock.json
+	cd $(TS_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 # The live demo: migrate and seed, then the sandbox downstreams, the web server, a worker with
 # beat and (once) the demo agent, all stopped by one Ctrl-C (console/demo_stack.py).
 run: install
@@ -65,7 +72,7 @@ services:
 # stack of processes: two at a time (SCALE_WORKERS).
 TEST_WORKERS ?= 4
 SCALE_WORKERS ?= 2
-test: install services
+test: install services $(TS_STAMP)
 	$(TEST_ENV) $(PY) manage.py collectstatic --noinput -v0
 	$(TEST_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist load $(PYTEST_ARGS)
 
@@ -100,10 +107,11 @@ mutate: install services
 		>> var/mutmut.log 2>&1 || { tail -c 2000 var/mutmut.log; exit 1; }
 	$(PY) -m tests.mutation_budget mutants
 
-lint: install
+lint: install $(TS_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	DEBUG=true DATABASE_URL=postgres://lint@127.0.0.1/lint $(VENV)/bin/mypy .
+	$(TS_CLIENT)/node_modules/.bin/tsc -p $(TS_CLIENT) --noEmit
 
 format: install
 	$(VENV)/bin/ruff format .

@@ -1,0 +1,301 @@
+/**
+ * The driver: `LedgerClient` and its `Run`.
+ *
+ *     const ledger = new LedgerClient("http://127.0.0.1:8000", token);
+ *     const observation = await ledger.run({ userId: "u-42" }, (run) =>
+ *       run.call("create_order", { cart: "c-9" }, createOrder),
+ *     );
+ *
+ * Every operation is a flow of `protocol.ts`; this driver only performs its actions with `fetch`,
+ * timers and `AbortSignal`. `call` records the call, executes it only when the ledger says so
+ * (handing your function the idempotency key), reports the outcome (a timeout, a lost
+ * connection or a cancel is *uncertain*, never a plain failure), returns recorded results for
+ * duplicates, backs off while another caller holds the key, and waits for approvals up to a
+ * deadline. It returns the observation to hand to the model.
+ */
+
+import type { Observation } from "./observations.js";
+import {
+  type Action,
+  type Answer,
+  type Body,
+  type CallOptions,
+  executedAfter,
+  type Execute,
+  type Executed,
+  type Flow,
+  heartbeatRequest,
+  type LedgerRequest,
+  LedgerProtocol,
+  nextHeartbeat,
+  type ProtocolSettings,
+  type Reply,
+  requestHeaders,
+  responseOf,
+  type ToolFunction,
+} from "./protocol.js";
+
+export interface ClientSettings extends ProtocolSettings {
+  /** Sent as `X-Agent-Id`: which agent of the tenant makes the calls. */
+  agentId?: string;
+  /** Another `fetch` (a proxy's, a test's). */
+  fetch?: typeof fetch;
+}
+
+/** Cancels a call: fired while the tool runs, the call is reported uncertain. */
+export interface Cancellable {
+  signal?: AbortSignal;
+}
+
+function aborted(signal: AbortSignal | undefined): Error {
+  const reason: unknown = signal?.reason;
+  return reason instanceof Error ? reason : new DOMException("The call was aborted.", "AbortError");
+}
+
+function sleep(seconds: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(aborted(signal));
+      return;
+    }
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, seconds * 1000);
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      reject(aborted(signal));
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** A tenant's connection to Agent Ledger. */
+export class LedgerClient {
+  readonly apiUrl: string;
+  readonly protocol: LedgerProtocol;
+  private readonly headers: Record<string, string>;
+  private readonly fetcher: typeof fetch;
+
+  constructor(baseUrl: string, token: string, settings: ClientSettings = {}) {
+    this.apiUrl = `${baseUrl.replace(/\/+$/, "")}/api/v1`;
+    this.protocol = new LedgerProtocol(settings);
+    this.headers = { Authorization: `Bearer ${token}`, "Content-Type": "application/json" };
+    if (settings.agentId) this.headers["X-Agent-Id"] = settings.agentId;
+    this.fetcher = settings.fetch ?? fetch;
+  }
+
+  /** Start a run (idempotent for a given `runId`). */
+  async startRun(start: { userId: string; runId?: string; combinationId?: number }): Promise<Run> {
+    return new Run(this, await this.drive(this.protocol.startRun(start)));
+  }
+
+  /**
+   * A run that is finished when `agent` settles: `completed`, or the error's name if it threw.
+   */
+  async run<T>(
+    start: { userId: string; runId?: string; combinationId?: number },
+    agent: (run: Run) => Promise<T> | T,
+  ): Promise<T> {
+    const run = await this.startRun(start);
+    let outcome: T;
+    try {
+      outcome = await agent(run);
+    } catch (error) {
+      await run.finish(`error: ${error instanceof Error ? error.name : "Error"}`);
+      throw error;
+    }
+    await run.finish("completed");
+    return outcome;
+  }
+
+  /** Record, decide, execute if allowed, report: the observation for the model. */
+  call(
+    runId: string,
+    tool: string,
+    input: Body,
+    execute: ToolFunction,
+    options: CallOptions & Cancellable = {},
+  ): Promise<Observation> {
+    const flow = this.protocol.call(runId, tool, input, execute, options);
+    return this.drive(flow, options.signal);
+  }
+
+  /** Recover an uncertain or failed call by the ledger's recovery table. */
+  replay(
+    callId: string,
+    input: Body,
+    execute: ToolFunction,
+    options: CallOptions & Cancellable & { currentHash?: string } = {},
+  ): Promise<Observation> {
+    return this.drive(this.protocol.replay(callId, input, execute, options), options.signal);
+  }
+
+  /** Follow a call held for a human until it is decided (see `LedgerProtocol.resume`). */
+  resume(
+    callId: string,
+    input: Body,
+    execute: ToolFunction,
+    options: CallOptions & Cancellable = {},
+  ): Promise<Observation> {
+    return this.drive(this.protocol.resume(callId, input, execute, options), options.signal);
+  }
+
+  registerTool(
+    name: string,
+    declared: Parameters<LedgerProtocol["registerTool"]>[1] = {},
+  ): Promise<Body> {
+    return this.drive(this.protocol.registerTool(name, declared));
+  }
+
+  lookup(idempotencyKey: string): Promise<Body | null> {
+    return this.drive(this.protocol.lookup(idempotencyKey));
+  }
+
+  getCall(callId: string): Promise<Body> {
+    return this.drive(this.protocol.getCall(callId));
+  }
+
+  finishRun(runId: string, terminationReason: string): Promise<Body> {
+    return this.drive(this.protocol.finishRun(runId, terminationReason));
+  }
+
+  decideApproval(approvalId: number, approve: boolean, reason = ""): Promise<Body> {
+    return this.drive(this.protocol.decideApproval(approvalId, approve, reason));
+  }
+
+  // --- the driver -------------------------------------------------------------------------
+  /**
+   * Perform the flow's actions until it returns. A `signal` fired while the tool runs makes the
+   * call uncertain: it is reported so (briefly) and the abort goes on; fired at any other
+   * moment, nothing runs and the abort goes on at once.
+   */
+  async drive<T>(flow: Flow<T>, signal?: AbortSignal): Promise<T> {
+    let reply: Reply;
+    for (;;) {
+      const step = flow.next(reply);
+      if (step.done) return step.value;
+      const action: Action = step.value;
+      if (action.kind === "execute") {
+        const done = await this.execute(action, signal);
+        if (done.cancelled) {
+          await this.settle(flow, done);
+          throw aborted(signal);
+        }
+        reply = done;
+      } else if (action.kind === "sleep") {
+        await sleep(action.seconds, signal);
+        reply = undefined;
+      } else {
+        if (signal?.aborted) throw aborted(signal);
+        reply = await this.send(action.request);
+      }
+    }
+  }
+
+  /** Send a cancelled call's report; nothing runs again. */
+  private async settle(flow: Flow<unknown>, done: Executed): Promise<void> {
+    let reply: Reply = done;
+    for (;;) {
+      const step = flow.next(reply);
+      if (step.done || step.value.kind === "execute") break;
+      reply =
+        step.value.kind === "sleep"
+          ? await sleep(step.value.seconds).then(() => undefined)
+          : await this.send(step.value.request);
+    }
+    flow.return(undefined as never);
+  }
+
+  async send(request: LedgerRequest): Promise<Answer> {
+    const url = new URL(`${this.apiUrl}${request.path}`);
+    for (const [name, value] of Object.entries(request.params ?? {})) {
+      url.searchParams.set(name, value);
+    }
+    const init: RequestInit = {
+      method: request.method,
+      headers: { ...this.headers, ...requestHeaders(request) },
+      signal: AbortSignal.timeout(Math.max(1, Math.ceil(request.timeout * 1000))),
+    };
+    if (request.json !== undefined) init.body = JSON.stringify(request.json);
+    try {
+      const response = await this.fetcher(url, init);
+      return responseOf(response.status, response.headers.get("Retry-After"), await response.text());
+    } catch (error) {
+      const reason = error instanceof Error ? error.message || error.name : String(error);
+      return { kind: "failure", reason };
+    }
+  }
+
+  /**
+   * Run the tool until it settles, its timeout passes or `signal` fires, heartbeating while it
+   * runs. A tool that outlives its timeout is abandoned (its signal fired), never awaited.
+   */
+  private async execute(action: Execute, signal?: AbortSignal): Promise<Executed> {
+    const own = new AbortController();
+    const stop = new AbortController();
+    if (action.heartbeatEvery !== null) void this.heartbeat(action, stop.signal);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let onAbort: (() => void) | undefined;
+    const interrupted = new Promise<Executed>((resolve) => {
+      timer = setTimeout(() => resolve(executedAfter(new Error("timed out"))), action.timeout * 1000);
+      onAbort = (): void => resolve(executedAfter(aborted(signal), true));
+      if (signal?.aborted) onAbort();
+      else signal?.addEventListener("abort", onAbort, { once: true });
+    });
+    const ran = (async (): Promise<Executed> => {
+      try {
+        const result = await action.execute(action.context, own.signal);
+        return { kind: "executed", outcome: "succeeded", result, cancelled: false };
+      } catch (error) {
+        return executedAfter(error);
+      }
+    })();
+    try {
+      return await Promise.race([ran, interrupted]);
+    } finally {
+      clearTimeout(timer);
+      if (onAbort) signal?.removeEventListener("abort", onAbort);
+      stop.abort();
+      own.abort(); // a tool still running is told it was abandoned
+    }
+  }
+
+  private async heartbeat(action: Execute, stop: AbortSignal): Promise<void> {
+    let every = action.heartbeatEvery;
+    while (every !== null) {
+      try {
+        await sleep(every, stop);
+      } catch {
+        return;
+      }
+      const reply = await this.send(heartbeatRequest(action.context, this.protocol.requestTimeout));
+      every = nextHeartbeat(reply, every);
+    }
+  }
+}
+
+/** A run of an agent: every call goes through `call`. */
+export class Run {
+  readonly runId: string;
+
+  constructor(
+    readonly client: LedgerClient,
+    readonly data: Body,
+  ) {
+    this.runId = String(data.run_id);
+  }
+
+  call(
+    tool: string,
+    input: Body,
+    execute: ToolFunction,
+    options: CallOptions & Cancellable = {},
+  ): Promise<Observation> {
+    return this.client.call(this.runId, tool, input, execute, options);
+  }
+
+  finish(terminationReason: string): Promise<Body> {
+    return this.client.finishRun(this.runId, terminationReason);
+  }
+}

@@ -1,0 +1,100 @@
+/**
+ * The client against a running ledger and the sandbox's orders service (a real HTTP service that
+ * counts the orders it made): `tests/client/test_typescript_client.py` starts both and names
+ * them in LEDGER_URL, LEDGER_TOKEN and SANDBOX_URL. Side effects are counted in the sandbox's
+ * own state, never in the ledger's rows.
+ */
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { LedgerClient } from "../src/client.js";
+import type { Body, CallContext } from "../src/protocol.js";
+
+const ledgerUrl = process.env.LEDGER_URL ?? "";
+const token = process.env.LEDGER_TOKEN ?? "";
+const sandboxUrl = process.env.SANDBOX_URL ?? "";
+const skip = ledgerUrl === "" ? "LEDGER_URL names no running ledger" : false;
+
+async function arm(fault: Body): Promise<void> {
+  const response = await fetch(`${sandboxUrl}/_faults`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(fault),
+  });
+  assert.equal(response.status, 201, await response.text());
+}
+
+async function ordersOf(reference: string): Promise<number> {
+  const stats = (await (await fetch(`${sandboxUrl}/orders/stats`)).json()) as {
+    per_reference: Record<string, number>;
+  };
+  return stats.per_reference[reference] ?? 0;
+}
+
+/** `create_order` at the sandbox, giving up after `timeout` ms as a runtime's HTTP client does. */
+function createOrder(timeout = 500) {
+  return async (context: CallContext, signal: AbortSignal): Promise<unknown> => {
+    const response = await fetch(`${sandboxUrl}/orders/objects`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "Idempotency-Key": context.idempotencyKey },
+      body: JSON.stringify({ reference: context.input.cart }),
+      signal: AbortSignal.any([signal, AbortSignal.timeout(timeout)]),
+    });
+    if (!response.ok) throw new Error(`orders answered ${response.status}`);
+    return response.json();
+  };
+}
+
+test("an order made and re-planned by the model runs once and gets the recorded result", { skip }, async () => {
+  const ledger = new LedgerClient(ledgerUrl, token);
+  const [first, again] = await ledger.run({ userId: "u-ts" }, async (run) => [
+    await run.call("create_order", { cart: "ts-1" }, createOrder()),
+    // The model plans the same order again: a new tool call, the same arguments.
+    await run.call("create_order", { cart: "ts-1" }, createOrder()),
+  ]);
+  assert.equal(first?.ok, true);
+  assert.equal(again?.ok, true);
+  assert.equal(again?.metadata.replayed, true);
+  assert.deepEqual(again?.content, first?.content);
+  assert.equal(await ordersOf("ts-1"), 1);
+});
+
+test("a lost order, re-planned, runs once and the model is told it is uncertain", { skip }, async () => {
+  await arm({ service: "orders", mode: "timeout_after_commit", hang_seconds: 2 });
+  const ledger = new LedgerClient(ledgerUrl, token);
+  const [lost, replanned] = await ledger.run({ userId: "u-ts" }, async (run) => [
+    await run.call("create_order", { cart: "ts-2" }, createOrder()),
+    await run.call("create_order", { cart: "ts-2" }, createOrder()),
+  ]);
+  assert.equal(lost?.code, "SIDE_EFFECT_UNCERTAIN");
+  assert.equal(replanned?.code, "SIDE_EFFECT_UNCERTAIN");
+  assert.equal(replanned?.metadata.retryable, false);
+  assert.equal(await ordersOf("ts-2"), 1);
+});
+
+test("an abort while the tool runs leaves the call uncertain at once", { skip }, async () => {
+  const ledger = new LedgerClient(ledgerUrl, token);
+  const run = await ledger.startRun({ userId: "u-ts" });
+  const controller = new AbortController();
+  let callId = "";
+  const hangs = (context: CallContext, signal: AbortSignal): Promise<never> => {
+    callId = context.callId;
+    setTimeout(() => controller.abort(), 200);
+    return new Promise((_resolve, reject) => {
+      signal.addEventListener("abort", () => reject(new Error("abandoned")), { once: true });
+    });
+  };
+  const started = performance.now();
+  await assert.rejects(
+    run.call("send_email", { to: "a@example.com", subject: "hi" }, hangs, {
+      signal: controller.signal,
+    }),
+    { name: "AbortError" },
+  );
+  const call = await ledger.getCall(callId);
+  assert.equal(call.record_state, "unknown");
+  // Reported before a first heartbeat could have been due (a third of the lease).
+  assert.ok(performance.now() - started < 5_000);
+  await run.finish("cancelled");
+});

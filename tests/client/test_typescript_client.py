@@ -1,0 +1,63 @@
+"""The TypeScript client (clients/typescript): type-checked strictly and built into a temporary
+folder (nothing is written into the source tree), then its tests run with Node's test runner:
+the protocol's without I/O, and the live ones against this ledger and the sandbox."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sandbox.server import SandboxServer
+
+PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "typescript"
+TSC = PACKAGE / "node_modules" / ".bin" / "tsc"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package and its tests compiled by ``tsc`` under the package's strict settings."""
+    if not TSC.exists():
+        pytest.fail("clients/typescript has no node_modules: `make test` installs them (npm ci)")
+    out = tmp_path_factory.mktemp("typescript") / "dist"
+    checked = subprocess.run(
+        [str(TSC), "-p", str(PACKAGE), "--outDir", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    return out
+
+
+def _node_test(script: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["node", "--test", "--test-reporter=tap", str(script)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=180,
+        check=False,
+    )
+
+
+def test_the_protocol_decides_without_io(built: Path) -> None:
+    result = _node_test(built / "test" / "protocol.test.js")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "# fail 0" in result.stdout and "# pass 0" not in result.stdout
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_client_against_a_live_ledger_and_the_sandbox(
+    built: Path, live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    result = _node_test(
+        built / "test" / "live.test.js",
+        LEDGER_URL=live_server.url,
+        LEDGER_TOKEN=ledger_token,
+        SANDBOX_URL=sandbox.url,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "# skipped 0" in result.stdout and "# pass 3" in result.stdout, result.stdout
