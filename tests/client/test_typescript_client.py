@@ -21,7 +21,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The package and its tests compiled by ``tsc`` under the package's strict settings."""
     if not TSC.exists():
         pytest.fail("clients/typescript has no node_modules: `make test` installs them (npm ci)")
-    out = tmp_path_factory.mktemp("typescript") / "dist"
+    folder = tmp_path_factory.mktemp("typescript")
+    # The tests import their frameworks (ai, zod) by name: Node finds them beside the build.
+    (folder / "node_modules").symlink_to(PACKAGE / "node_modules")
+    out = folder / "dist"
     checked = subprocess.run(
         [str(TSC), "-p", str(PACKAGE), "--outDir", str(out)],
         capture_output=True,
@@ -50,14 +53,19 @@ def test_the_protocol_decides_without_io(built: Path) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_client_against_a_live_ledger_and_the_sandbox(
-    built: Path, live_server, ledger_token: str, sandbox: SandboxServer
+@pytest.mark.parametrize(
+    ("script", "tests"),
+    [("live.test.js", 3), ("ai-sdk.test.js", 2)],
+    ids=["client", "vercel-ai-sdk"],
+)
+def test_against_a_live_ledger_and_the_sandbox(
+    script: str, tests: int, built: Path, live_server, ledger_token: str, sandbox: SandboxServer
 ) -> None:
     result = _node_test(
-        built / "test" / "live.test.js",
+        built / "test" / script,
         LEDGER_URL=live_server.url,
         LEDGER_TOKEN=ledger_token,
         SANDBOX_URL=sandbox.url,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "# skipped 0" in result.stdout and "# pass 3" in result.stdout, result.stdout
+    assert "# skipped 0" in result.stdout and f"# pass {tests}" in result.stdout, result.stdout

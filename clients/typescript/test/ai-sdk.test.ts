@@ -1,0 +1,134 @@
+/**
+ * The Vercel AI SDK adapter with the SDK's own scripted model (`MockLanguageModelV3`, no LLM),
+ * against the running ledger and the sandbox's orders service that `live.test.ts` uses.
+ */
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { generateText, stepCountIs, tool } from "ai";
+import { MockLanguageModelV3, mockValues } from "ai/test";
+import { z } from "zod";
+
+import { ledgerCallOf, ledgerTools } from "../src/ai-sdk.js";
+import { LedgerClient } from "../src/client.js";
+
+const ledgerUrl = process.env.LEDGER_URL ?? "";
+const token = process.env.LEDGER_TOKEN ?? "";
+const sandboxUrl = process.env.SANDBOX_URL ?? "";
+const skip = ledgerUrl === "" ? "LEDGER_URL names no running ledger" : false;
+
+const usage = {
+  inputTokens: { total: 1, noCache: 1, cacheRead: undefined, cacheWrite: undefined },
+  outputTokens: { total: 1, text: 1, reasoning: undefined },
+};
+
+/** A model that asks for each of `calls` in turn (one per step), then says `last`. */
+function scripted(calls: { id: string; cart: string }[], last: string): MockLanguageModelV3 {
+  const steps = [
+    ...calls.map((call) => ({
+      content: [
+        {
+          type: "tool-call" as const,
+          toolCallId: call.id,
+          toolName: "create_order",
+          input: JSON.stringify({ cart: call.cart }),
+        },
+      ],
+      finishReason: { unified: "tool-calls" as const, raw: undefined },
+      usage,
+      warnings: [],
+    })),
+    {
+      content: [{ type: "text" as const, text: last }],
+      finishReason: { unified: "stop" as const, raw: undefined },
+      usage,
+      warnings: [],
+    },
+  ];
+  const next = mockValues(...steps);
+  return new MockLanguageModelV3({ doGenerate: async () => next() });
+}
+
+const createOrder = tool({
+  description: "Create an order for a cart.",
+  inputSchema: z.object({ cart: z.string() }),
+  execute: async ({ cart }, options) => {
+    const response = await fetch(`${sandboxUrl}/orders/objects`, {
+      method: "POST",
+      headers: {
+        "Content-Type": "application/json",
+        "Idempotency-Key": ledgerCallOf(options)?.idempotencyKey ?? "",
+      },
+      body: JSON.stringify({ reference: cart }),
+      signal: AbortSignal.any([
+        ...(options.abortSignal ? [options.abortSignal] : []),
+        AbortSignal.timeout(500),
+      ]),
+    });
+    if (!response.ok) throw new Error(`orders answered ${response.status}`);
+    return (await response.json()) as Record<string, unknown>;
+  },
+});
+
+async function orders(reference: string): Promise<number> {
+  const stats = (await (await fetch(`${sandboxUrl}/orders/stats`)).json()) as {
+    per_reference: Record<string, number>;
+  };
+  return stats.per_reference[reference] ?? 0;
+}
+
+test("a lost order planned again under a new tool-call id runs once; the model hears it is uncertain", { skip }, async () => {
+  const fault = await fetch(`${sandboxUrl}/_faults`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ service: "orders", mode: "timeout_after_commit", hang_seconds: 2 }),
+  });
+  assert.equal(fault.status, 201);
+  const ledger = new LedgerClient(ledgerUrl, token);
+  const model = scripted(
+    [
+      { id: "tc-1", cart: "ai-1" },
+      { id: "tc-2", cart: "ai-1" },
+    ],
+    "I will ask the user.",
+  );
+  const result = await ledger.run({ userId: "u-ai" }, (run) =>
+    generateText({
+      model,
+      tools: ledgerTools(run, { create_order: createOrder }),
+      prompt: "Order cart ai-1.",
+      stopWhen: stepCountIs(5),
+    }),
+  );
+  const outputs = result.steps.flatMap((step) => step.toolResults.map((r) => r.output));
+  assert.equal(outputs.length, 2);
+  for (const output of outputs) {
+    assert.equal((output as { code?: string }).code, "SIDE_EFFECT_UNCERTAIN");
+  }
+  assert.equal(result.text, "I will ask the user.");
+  assert.equal(await orders("ai-1"), 1);
+});
+
+test("an order the model plans twice is made once and the second gets its result", { skip }, async () => {
+  const ledger = new LedgerClient(ledgerUrl, token);
+  const model = scripted(
+    [
+      { id: "tc-1", cart: "ai-2" },
+      { id: "tc-2", cart: "ai-2" },
+    ],
+    "Done.",
+  );
+  const result = await ledger.run({ userId: "u-ai" }, (run) =>
+    generateText({
+      model,
+      tools: ledgerTools(run, { create_order: createOrder }),
+      prompt: "Order cart ai-2.",
+      stopWhen: stepCountIs(5),
+    }),
+  );
+  const [first, second] = result.steps.flatMap((step) => step.toolResults.map((r) => r.output));
+  assert.deepEqual(second, first);
+  assert.equal((first as { reference?: string }).reference, "ai-2");
+  assert.equal(await orders("ai-2"), 1);
+});
