@@ -4,9 +4,13 @@ the protocol's without I/O, and the live ones against this ledger and the sandbo
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +18,8 @@ from sandbox.server import SandboxServer
 
 PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "typescript"
 TSC = PACKAGE / "node_modules" / ".bin" / "tsc"
+SHIM = Path(__file__).with_name("mcp_shim.py")
+MEMORY = "@modelcontextprotocol/server-memory"
 
 
 @pytest.fixture(scope="module")
@@ -52,20 +58,49 @@ def test_the_protocol_decides_without_io(built: Path) -> None:
     assert "# fail 0" in result.stdout and "# pass 0" not in result.stdout
 
 
+def _mcp_server(folder: Path) -> dict[str, str]:
+    """The official memory server behind the fault shim, keeping its graph in ``folder``."""
+    faults, log = folder / "faults.json", folder / "calls.jsonl"
+    faults.write_text("{}")
+    log.write_text("")
+    shim = [sys.executable, str(SHIM), "--faults", str(faults), "--log", str(log), "--"]
+    server = ["env", f"MEMORY_FILE_PATH={folder / 'memory.jsonl'}", "npx", "-y", MEMORY]
+    return {
+        "MCP_COMMAND": json.dumps([*shim, *server]),
+        "MCP_FAULTS": str(faults),
+        "MCP_LOG": str(log),
+    }
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
     ("script", "tests"),
-    [("live.test.js", 3), ("ai-sdk.test.js", 2)],
-    ids=["client", "vercel-ai-sdk"],
+    [
+        ("live.test.js", 3),
+        ("ai-sdk.test.js", 2),
+        pytest.param(
+            "mcp.test.js",
+            1,
+            marks=pytest.mark.skipif(shutil.which("npx") is None, reason="the server needs npx"),
+        ),
+    ],
+    ids=["client", "vercel-ai-sdk", "mcp-sdk"],
 )
 def test_against_a_live_ledger_and_the_sandbox(
-    script: str, tests: int, built: Path, live_server, ledger_token: str, sandbox: SandboxServer
+    script: str,
+    tests: int,
+    built: Path,
+    live_server: Any,
+    ledger_token: str,
+    sandbox: SandboxServer,
+    tmp_path: Path,
 ) -> None:
     result = _node_test(
         built / "test" / script,
         LEDGER_URL=live_server.url,
         LEDGER_TOKEN=ledger_token,
         SANDBOX_URL=sandbox.url,
+        **(_mcp_server(tmp_path) if script == "mcp.test.js" else {}),
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "# skipped 0" in result.stdout and f"# pass {tests}" in result.stdout, result.stdout

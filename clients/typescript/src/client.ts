@@ -148,6 +148,15 @@ export class LedgerClient {
     return this.drive(this.protocol.registerTool(name, declared));
   }
 
+  importMcpTools(
+    server: string,
+    trust: string,
+    toolsList: { tools: unknown[] },
+    extra: Parameters<LedgerProtocol["importMcpTools"]>[3] = {},
+  ): Promise<Body[]> {
+    return this.drive(this.protocol.importMcpTools(server, trust, toolsList, extra));
+  }
+
   lookup(idempotencyKey: string): Promise<Body | null> {
     return this.drive(this.protocol.lookup(idempotencyKey));
   }

@@ -103,6 +103,20 @@ export function startRefused(tool: string, problem: Record<string, unknown>): Ob
 }
 
 /**
+ * The ledger refused a call because its run has ended (`RUN_FINISHED`, `RUN_HALTED`): the model
+ * hears the ledger's reason, and that nothing ran.
+ */
+export function runEnded(problem: Record<string, unknown>): Observation {
+  const code = String(problem.code);
+  return refused(
+    code,
+    `Nothing was executed: ${String(problem.detail ?? code)}. This run takes no more actions; ` +
+      "stop and tell the user (a new task needs a new run).",
+    { next_action: "stop" },
+  );
+}
+
+/**
  * What a framework hands the model: a success's own result (text as is, anything else as JSON),
  * else the whole observation as JSON, which cannot be mistaken for success.
  */

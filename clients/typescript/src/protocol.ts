@@ -404,6 +404,25 @@ export class LedgerProtocol {
     return tool;
   }
 
+  /**
+   * Import an MCP server's `tools/list` result; the ledger re-classifies every tool. `keyFields`
+   * names what identifies some tools' business action (by their name on the server);
+   * `implementation` is the name the server gave itself (`serverInfo.name`).
+   */
+  *importMcpTools(
+    server: string,
+    trust: string,
+    toolsList: { tools: unknown[] },
+    extra: { keyFields?: Record<string, string[]>; implementation?: string } = {},
+  ): Flow<Body[]> {
+    const body: Body = { server, trust, tools_list: toolsList };
+    if (extra.keyFields && Object.keys(extra.keyFields).length) body.key_fields = extra.keyFields;
+    if (extra.implementation) body.implementation = extra.implementation;
+    const tools = (yield* this.request("POST", "/tools/import-mcp", body)) as Body[];
+    this.learn(tools);
+    return tools;
+  }
+
   /** The idempotency record of a key, or null. */
   *lookup(idempotencyKey: string): Flow<Body | null> {
     const reply = yield* this.exchange("GET", "/records", { params: { key: idempotencyKey } });
