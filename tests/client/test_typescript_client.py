@@ -78,13 +78,14 @@ def _mcp_server(folder: Path) -> dict[str, str]:
     [
         ("live.test.js", 3),
         ("ai-sdk.test.js", 2),
+        ("openai-agents.test.js", 2),
         pytest.param(
             "mcp.test.js",
             1,
             marks=pytest.mark.skipif(shutil.which("npx") is None, reason="the server needs npx"),
         ),
     ],
-    ids=["client", "vercel-ai-sdk", "mcp-sdk"],
+    ids=["client", "vercel-ai-sdk", "openai-agents", "mcp-sdk"],
 )
 def test_against_a_live_ledger_and_the_sandbox(
     script: str,

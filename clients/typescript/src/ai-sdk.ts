@@ -17,7 +17,7 @@
  */
 
 import type { Run } from "./client.js";
-import type { Observation } from "./observations.js";
+import { toolResult } from "./observations.js";
 import type { Body, CallContext, CallOptions } from "./protocol.js";
 
 /** What the SDK hands a tool's `execute` (the fields read here). */
@@ -42,11 +42,6 @@ const CALL = Symbol("agent-ledger call");
  */
 export function ledgerCallOf(options: object): CallContext | undefined {
   return (options as { [CALL]?: CallContext })[CALL];
-}
-
-/** What the model reads: a success's own result, else the whole observation. */
-export function toolResult(observation: Observation): unknown {
-  return observation.ok && observation.code === undefined ? observation.content : observation;
 }
 
 /**

@@ -117,7 +117,15 @@ export function runEnded(problem: Record<string, unknown>): Observation {
 }
 
 /**
- * What a framework hands the model: a success's own result (text as is, anything else as JSON),
+ * What a framework's tool returns to the model: a success's own result (the object the tool
+ * returned), else the whole observation, which cannot be mistaken for success.
+ */
+export function toolResult(observation: Observation): unknown {
+  return observation.ok && observation.code === undefined ? observation.content : observation;
+}
+
+/**
+ * What a framework hands the model as text: a success's own result (text as is, anything else as JSON),
  * else the whole observation as JSON, which cannot be mistaken for success.
  */
 export function modelText(observation: Observation): string {
