@@ -23,7 +23,7 @@ TEST_ENV = DATABASE_URL=$$(TEST_DATABASE_URL=$(TEST_DATABASE_URL) PY=$(PY) scrip
 	DEBUG=false SECURE_SSL_REDIRECT=false ALLOWED_HOSTS=testserver,localhost,127.0.0.1 \
 	DJANGO_ALLOW_ASYNC_UNSAFE=true STATIC_MANIFEST=false
 
-.PHONY: install run stop worker test lint format services clean messages drill bench bench-console mutate
+.PHONY: install run stop worker test lint format services clean messages drill bench bench-console mutate typescript-types
 
 $(STAMP): pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,13 @@ TS_STAMP := $(TS_CLIENT)/node_modules/.installed-$(shell sha256sum $(TS_CLIENT)/
 $(TS_STAMP): $(TS_CLIENT)/package-lock.json
 	cd $(TS_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
+
+# The TypeScript client's types of the API, generated from the OpenAPI document the service
+# serves (tests/client/test_typescript_client.py fails when they differ).
+typescript-types: install $(TS_STAMP)
+	DEBUG=true SECRET_KEY=types DATABASE_URL=postgres://types@127.0.0.1/types $(PY) manage.py \
+		export_openapi_schema --api console.api.api --output var/openapi.json
+	$(TS_CLIENT)/node_modules/.bin/openapi-typescript var/openapi.json -o $(TS_CLIENT)/src/openapi.ts
 
 # The live demo: migrate and seed, then the sandbox downstreams, the web server, a worker with
 # beat and (once) the demo agent, all stopped by one Ctrl-C (console/demo_stack.py).

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from sandbox.server import SandboxServer
 
@@ -39,6 +40,29 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     return out
+
+
+def test_the_generated_types_match_the_served_openapi_document(tmp_path: Path) -> None:
+    """src/openapi.ts is openapi-typescript's output for the document the API serves; after an
+    API change, `make typescript-types` writes it again."""
+    served = Client().get("/api/v1/openapi.json", secure=True)
+    assert served.status_code == 200
+    (tmp_path / "openapi.json").write_bytes(served.content)
+    generated = subprocess.run(
+        [
+            str(PACKAGE / "node_modules" / ".bin" / "openapi-typescript"),
+            "openapi.json",
+            "-o",
+            "t.ts",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert generated.returncode == 0, generated.stderr
+    committed = (PACKAGE / "src" / "openapi.ts").read_text()
+    assert (tmp_path / "t.ts").read_text() == committed, "run `make typescript-types`"
 
 
 def _node_test(script: Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -15,6 +15,7 @@
  */
 
 import type { Observation } from "./observations.js";
+import type { components } from "./openapi.js";
 import {
   type Action,
   type Answer,
@@ -34,6 +35,11 @@ import {
   responseOf,
   type ToolFunction,
 } from "./protocol.js";
+
+/** The API's own shapes, generated from its OpenAPI document (`src/openapi.ts`). */
+export type RunOut = components["schemas"]["RunOut"];
+export type CallOut = components["schemas"]["CallOut"];
+export type RecordOut = components["schemas"]["RecordOut"];
 
 export interface ClientSettings extends ProtocolSettings {
   /** Sent as `X-Agent-Id`: which agent of the tenant makes the calls. */
@@ -87,7 +93,7 @@ export class LedgerClient {
 
   /** Start a run (idempotent for a given `runId`). */
   async startRun(start: { userId: string; runId?: string; combinationId?: number }): Promise<Run> {
-    return new Run(this, await this.drive(this.protocol.startRun(start)));
+    return new Run(this, (await this.drive(this.protocol.startRun(start))) as RunOut);
   }
 
   /**
@@ -157,12 +163,14 @@ export class LedgerClient {
     return this.drive(this.protocol.importMcpTools(server, trust, toolsList, extra));
   }
 
-  lookup(idempotencyKey: string): Promise<Body | null> {
-    return this.drive(this.protocol.lookup(idempotencyKey));
+  /** The idempotency record of a key, or null. */
+  async lookup(idempotencyKey: string): Promise<RecordOut | null> {
+    return (await this.drive(this.protocol.lookup(idempotencyKey))) as RecordOut | null;
   }
 
-  getCall(callId: string): Promise<Body> {
-    return this.drive(this.protocol.getCall(callId));
+  /** A call with its current observation. */
+  async getCall(callId: string): Promise<CallOut> {
+    return (await this.drive(this.protocol.getCall(callId))) as CallOut;
   }
 
   finishRun(runId: string, terminationReason: string): Promise<Body> {
@@ -290,9 +298,9 @@ export class Run {
 
   constructor(
     readonly client: LedgerClient,
-    readonly data: Body,
+    readonly data: RunOut,
   ) {
-    this.runId = String(data.run_id);
+    this.runId = data.run_id;
   }
 
   call(

@@ -3,9 +3,18 @@
  * the ledger says so, and hand the model an observation it can act on.
  */
 
-export { type Cancellable, type ClientSettings, LedgerClient, Run } from "./client.js";
+export {
+  type CallOut,
+  type Cancellable,
+  type ClientSettings,
+  LedgerClient,
+  type RecordOut,
+  Run,
+  type RunOut,
+} from "./client.js";
 export { LedgerRequestError, LedgerUnavailableError, ToolError } from "./errors.js";
 export { modelText, type Observation } from "./observations.js";
+export type { components, paths } from "./openapi.js";
 export {
   type Action,
   type CallContext,
