@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from django.test import Client
 
@@ -20,6 +22,8 @@ from sandbox.server import SandboxServer
 PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "typescript"
 TSC = PACKAGE / "node_modules" / ".bin" / "tsc"
 SHIM = Path(__file__).with_name("mcp_shim.py")
+GUIDE = PACKAGE.parents[1] / "docs" / "integrations.md"
+EXAMPLE = re.compile(r"<!-- example: ([\w-]+) -->\n```js\n(.*?)```", re.S)
 MEMORY = "@modelcontextprotocol/server-memory"
 
 
@@ -129,3 +133,79 @@ def test_against_a_live_ledger_and_the_sandbox(
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "# skipped 0" in result.stdout and f"# pass {tests}" in result.stdout, result.stdout
+
+
+def _npm(*args: str, cwd: Path) -> str:
+    done = subprocess.run(
+        ["npm", *args, "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def fresh_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package as `npm pack` makes it, installed with the AI SDK and zod (as the guide says)
+    into an empty folder outside the repository; built from a copy, so nothing is written into
+    the source tree."""
+    work = tmp_path_factory.mktemp("packed")
+    copy = work / "package"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("node_modules", "dist"))
+    (copy / "node_modules").symlink_to(PACKAGE / "node_modules")
+    built = subprocess.run([str(TSC), "-p", str(copy)], capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stdout + built.stderr
+    tarball = _npm("pack", "--pack-destination", str(work), cwd=copy).strip().splitlines()[-1]
+    project = work / "project"
+    project.mkdir()
+    _npm("init", "-y", cwd=project)
+    _npm("install", str(work / tarball), "ai@6", "zod@4", cwd=project)
+    return project
+
+
+def _orders(sandbox: SandboxServer, reference: str) -> int:
+    stats = httpx.get(f"{sandbox.url}/orders/stats").json()
+    return int(stats["per_reference"].get(reference, 0))
+
+
+# Each example of the guide, what it prints, and the order it leaves at the sandbox.
+GUIDE_EXAMPLES = [("ts-client", "true true", "cart-42"), ("ts-ai-sdk", "true Ordered.", "cart-7")]
+
+
+def test_every_typescript_example_of_the_guide_is_checked() -> None:
+    assert {name for name, _ in EXAMPLE.findall(GUIDE.read_text())} == {
+        name for name, _, _ in GUIDE_EXAMPLES
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("name", "printed", "reference"), GUIDE_EXAMPLES)
+def test_the_guides_typescript_examples_run_verbatim(
+    name: str,
+    printed: str,
+    reference: str,
+    fresh_project: Path,
+    live_server: Any,
+    ledger_token: str,
+    sandbox: SandboxServer,
+) -> None:
+    examples = dict(EXAMPLE.findall(GUIDE.read_text()))
+    script = fresh_project / f"{name}.mjs"
+    script.write_text(examples[name])
+    env = {"LEDGER_URL": live_server.url, "LEDGER_TOKEN": ledger_token, "SANDBOX_URL": sandbox.url}
+    done = subprocess.run(
+        ["node", str(script)],
+        cwd=fresh_project,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == printed
+    assert _orders(sandbox, reference) == 1
