@@ -18,6 +18,7 @@ import pytest
 from django.test import Client
 
 from sandbox.server import SandboxServer
+from tests.client.approving import approver_token, large_orders_policy
 
 PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "typescript"
 TSC = PACKAGE / "node_modules" / ".bin" / "tsc"
@@ -107,13 +108,14 @@ def _mcp_server(folder: Path) -> dict[str, str]:
         ("live.test.js", 3),
         ("ai-sdk.test.js", 2),
         ("openai-agents.test.js", 2),
+        ("approvals.test.js", 3),
         pytest.param(
             "mcp.test.js",
             1,
             marks=pytest.mark.skipif(shutil.which("npx") is None, reason="the server needs npx"),
         ),
     ],
-    ids=["client", "vercel-ai-sdk", "openai-agents", "mcp-sdk"],
+    ids=["client", "vercel-ai-sdk", "openai-agents", "approvals", "mcp-sdk"],
 )
 def test_against_a_live_ledger_and_the_sandbox(
     script: str,
@@ -130,6 +132,7 @@ def test_against_a_live_ledger_and_the_sandbox(
         LEDGER_TOKEN=ledger_token,
         SANDBOX_URL=sandbox.url,
         **(_mcp_server(tmp_path) if script == "mcp.test.js" else {}),
+        **(_approver(live_server.url, ledger_token) if script == "approvals.test.js" else {}),
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "# skipped 0" in result.stdout and f"# pass {tests}" in result.stdout, result.stdout
@@ -170,6 +173,13 @@ def fresh_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _orders(sandbox: SandboxServer, reference: str) -> int:
     stats = httpx.get(f"{sandbox.url}/orders/stats").json()
     return int(stats["per_reference"].get(reference, 0))
+
+
+def _approver(url: str, token: str) -> dict[str, str]:
+    """The policy "approve create_order when amount > 100", and a token of a person with the
+    approver role (none of the action's principals)."""
+    large_orders_policy(url, token)
+    return {"APPROVER_TOKEN": approver_token()}
 
 
 # Each example of the guide, what it prints, and the order it leaves at the sandbox.
