@@ -26,6 +26,8 @@ SHIM = Path(__file__).with_name("mcp_shim.py")
 GUIDE = PACKAGE.parents[1] / "docs" / "integrations.md"
 EXAMPLE = re.compile(r"<!-- example: ([\w-]+) -->\n```js\n(.*?)```", re.S)
 MEMORY = "@modelcontextprotocol/server-memory"
+# The suites run under the policy "approve create_order when amount > 100", with an approver.
+APPROVING = {"approvals.test.js", "ai-sdk.test.js"}
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +108,7 @@ def _mcp_server(folder: Path) -> dict[str, str]:
     ("script", "tests"),
     [
         ("live.test.js", 3),
-        ("ai-sdk.test.js", 2),
+        ("ai-sdk.test.js", 4),
         ("openai-agents.test.js", 2),
         ("approvals.test.js", 3),
         pytest.param(
@@ -132,7 +134,7 @@ def test_against_a_live_ledger_and_the_sandbox(
         LEDGER_TOKEN=ledger_token,
         SANDBOX_URL=sandbox.url,
         **(_mcp_server(tmp_path) if script == "mcp.test.js" else {}),
-        **(_approver(live_server.url, ledger_token) if script == "approvals.test.js" else {}),
+        **(_approver(live_server.url, ledger_token) if script in APPROVING else {}),
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "# skipped 0" in result.stdout and f"# pass {tests}" in result.stdout, result.stdout

@@ -12,6 +12,7 @@ import { z } from "zod";
 
 import { ledgerCallOf, ledgerTools } from "../src/ai-sdk.js";
 import { LedgerClient } from "../src/client.js";
+import { decideFirst, ordersOf } from "./people.js";
 
 const ledgerUrl = process.env.LEDGER_URL ?? "";
 const token = process.env.LEDGER_TOKEN ?? "";
@@ -71,13 +72,6 @@ const createOrder = tool({
   },
 });
 
-async function orders(reference: string): Promise<number> {
-  const stats = (await (await fetch(`${sandboxUrl}/orders/stats`)).json()) as {
-    per_reference: Record<string, number>;
-  };
-  return stats.per_reference[reference] ?? 0;
-}
-
 test("a lost order planned again under a new tool-call id runs once; the model hears it is uncertain", { skip }, async () => {
   const fault = await fetch(`${sandboxUrl}/_faults`, {
     method: "POST",
@@ -107,7 +101,7 @@ test("a lost order planned again under a new tool-call id runs once; the model h
     assert.equal((output as { code?: string }).code, "SIDE_EFFECT_UNCERTAIN");
   }
   assert.equal(result.text, "I will ask the user.");
-  assert.equal(await orders("ai-1"), 1);
+  assert.equal(await ordersOf("ai-1"), 1);
 });
 
 test("an order the model plans twice is made once and the second gets its result", { skip }, async () => {
@@ -130,5 +124,86 @@ test("an order the model plans twice is made once and the second gets its result
   const [first, second] = result.steps.flatMap((step) => step.toolResults.map((r) => r.output));
   assert.deepEqual(second, first);
   assert.equal((first as { reference?: string }).reference, "ai-2");
-  assert.equal(await orders("ai-2"), 1);
+  assert.equal(await ordersOf("ai-2"), 1);
+});
+
+const orderAmount = tool({
+  description: "Create an order of an amount.",
+  inputSchema: z.object({ amount: z.number() }),
+  execute: async ({ amount }, options) => {
+    const response = await fetch(`${sandboxUrl}/orders/objects`, {
+      method: "POST",
+      headers: {
+        "Content-Type": "application/json",
+        "Idempotency-Key": ledgerCallOf(options)?.idempotencyKey ?? "",
+      },
+      body: JSON.stringify({ reference: `amount-${amount}` }),
+    });
+    return (await response.json()) as Record<string, unknown>;
+  },
+});
+
+/** A model that orders `amount` once, then says what it was told. */
+function ordersOnce(amount: number): MockLanguageModelV3 {
+  const next = mockValues(
+    {
+      content: [
+        {
+          type: "tool-call" as const,
+          toolCallId: "tc-1",
+          toolName: "create_order",
+          input: JSON.stringify({ amount }),
+        },
+      ],
+      finishReason: { unified: "tool-calls" as const, raw: undefined },
+      usage,
+      warnings: [],
+    },
+    {
+      content: [{ type: "text" as const, text: "Told." }],
+      finishReason: { unified: "stop" as const, raw: undefined },
+      usage,
+      warnings: [],
+    },
+  );
+  return new MockLanguageModelV3({ doGenerate: async () => next() });
+}
+
+const approver = (process.env.APPROVER_TOKEN ?? "") === "" ? "no approver" : skip;
+
+test("an order the ledger's policy holds waits for the approver inside the tool call, then runs once", { skip: approver }, async () => {
+  const ledger = new LedgerClient(ledgerUrl, token);
+  const [result] = await ledger.run({ userId: "u-ai" }, (run) =>
+    Promise.all([
+      generateText({
+        model: ordersOnce(700),
+        tools: ledgerTools(run, { create_order: orderAmount }, { approvalDeadline: 30 }),
+        prompt: "Order 700.",
+        stopWhen: stepCountIs(5),
+      }),
+      decideFirst(true, "checked"),
+    ]),
+  );
+  const [output] = result.steps.flatMap((step) => step.toolResults.map((r) => r.output));
+  assert.equal((output as { reference?: string }).reference, "amount-700");
+  assert.equal(await ordersOf("amount-700"), 1);
+});
+
+test("a rejection reaches the model with the approver's reason, and nothing runs", { skip: approver }, async () => {
+  const ledger = new LedgerClient(ledgerUrl, token);
+  const [result] = await ledger.run({ userId: "u-ai" }, (run) =>
+    Promise.all([
+      generateText({
+        model: ordersOnce(800),
+        tools: ledgerTools(run, { create_order: orderAmount }, { approvalDeadline: 30 }),
+        prompt: "Order 800.",
+        stopWhen: stepCountIs(5),
+      }),
+      decideFirst(false, "over this month's budget"),
+    ]),
+  );
+  const [output] = result.steps.flatMap((step) => step.toolResults.map((r) => r.output));
+  assert.equal((output as { code?: string }).code, "APPROVAL_REJECTED");
+  assert.match(JSON.stringify(output), /over this month's budget/);
+  assert.equal(await ordersOf("amount-800"), 0);
 });

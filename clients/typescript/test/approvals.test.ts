@@ -10,12 +10,12 @@ import { test } from "node:test";
 
 import { LedgerClient } from "../src/client.js";
 import type { CallContext } from "../src/protocol.js";
+import { decideFirst, ordersOf } from "./people.js";
 
 const ledgerUrl = process.env.LEDGER_URL ?? "";
 const token = process.env.LEDGER_TOKEN ?? "";
-const approverToken = process.env.APPROVER_TOKEN ?? "";
 const sandboxUrl = process.env.SANDBOX_URL ?? "";
-const skip = approverToken === "" ? "APPROVER_TOKEN names no approver" : false;
+const skip = (process.env.APPROVER_TOKEN ?? "") === "" ? "APPROVER_TOKEN names no approver" : false;
 
 async function createOrder(context: CallContext, signal: AbortSignal): Promise<unknown> {
   const response = await fetch(`${sandboxUrl}/orders/objects`, {
@@ -26,39 +26,6 @@ async function createOrder(context: CallContext, signal: AbortSignal): Promise<u
   });
   if (!response.ok) throw new Error(`orders answered ${response.status}`);
   return response.json();
-}
-
-async function ordersOf(reference: string): Promise<number> {
-  const stats = (await (await fetch(`${sandboxUrl}/orders/stats`)).json()) as {
-    per_reference: Record<string, number>;
-  };
-  return stats.per_reference[reference] ?? 0;
-}
-
-/** The approver reads the first open request, then decides it; what the request showed. */
-async function decideFirst(approve: boolean, reason: string): Promise<Record<string, unknown>> {
-  const headers = { Authorization: `Bearer ${approverToken}`, "Content-Type": "application/json" };
-  const deadline = performance.now() + 20_000;
-  while (performance.now() < deadline) {
-    const open = (await (
-      await fetch(`${ledgerUrl}/api/v1/approvals?state=open`, { headers })
-    ).json()) as { id: number }[];
-    const first = open[0];
-    if (first !== undefined) {
-      const seen = (await (
-        await fetch(`${ledgerUrl}/api/v1/approvals/${first.id}`, { headers })
-      ).json()) as Record<string, unknown>;
-      const decided = await fetch(`${ledgerUrl}/api/v1/approvals/${first.id}/decide`, {
-        method: "POST",
-        headers,
-        body: JSON.stringify({ decision: approve ? "approve" : "reject", reason }),
-      });
-      assert.equal(decided.status, 200, await decided.text());
-      return seen;
-    }
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  throw new Error("no approval was asked for");
 }
 
 test("an order the policy holds waits for the approver, then runs once", { skip }, async () => {

@@ -1,0 +1,45 @@
+/** What the live tests share: the sandbox's orders counted by reference, and a person with the
+ * approver role deciding through the approvals API with a token of their own (APPROVER_TOKEN). */
+
+import assert from "node:assert/strict";
+
+const ledgerUrl = process.env.LEDGER_URL ?? "";
+const sandboxUrl = process.env.SANDBOX_URL ?? "";
+
+/** How many orders the sandbox made for `reference`. */
+export async function ordersOf(reference: string): Promise<number> {
+  const stats = (await (await fetch(`${sandboxUrl}/orders/stats`)).json()) as {
+    per_reference: Record<string, number>;
+  };
+  return stats.per_reference[reference] ?? 0;
+}
+
+/** The approver reads the first open request, then decides it; what the request showed. */
+export async function decideFirst(
+  approve: boolean,
+  reason: string,
+): Promise<Record<string, unknown>> {
+  const approverToken = process.env.APPROVER_TOKEN ?? "";
+  const headers = { Authorization: `Bearer ${approverToken}`, "Content-Type": "application/json" };
+  const deadline = performance.now() + 20_000;
+  while (performance.now() < deadline) {
+    const open = (await (
+      await fetch(`${ledgerUrl}/api/v1/approvals?state=open`, { headers })
+    ).json()) as { id: number }[];
+    const first = open[0];
+    if (first !== undefined) {
+      const seen = (await (
+        await fetch(`${ledgerUrl}/api/v1/approvals/${first.id}`, { headers })
+      ).json()) as Record<string, unknown>;
+      const decided = await fetch(`${ledgerUrl}/api/v1/approvals/${first.id}/decide`, {
+        method: "POST",
+        headers,
+        body: JSON.stringify({ decision: approve ? "approve" : "reject", reason }),
+      });
+      assert.equal(decided.status, 200, await decided.text());
+      return seen;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error("no approval was asked for");
+}
