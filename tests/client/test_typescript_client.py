@@ -27,7 +27,7 @@ GUIDE = PACKAGE.parents[1] / "docs" / "integrations.md"
 EXAMPLE = re.compile(r"<!-- example: ([\w-]+) -->\n```js\n(.*?)```", re.S)
 MEMORY = "@modelcontextprotocol/server-memory"
 # The suites run under the policy "approve create_order when amount > 100", with an approver.
-APPROVING = {"approvals.test.js", "ai-sdk.test.js"}
+APPROVING = {"approvals.test.js", "ai-sdk.test.js", "langgraph.test.js"}
 
 
 @pytest.fixture(scope="module")
@@ -111,13 +111,14 @@ def _mcp_server(folder: Path) -> dict[str, str]:
         ("ai-sdk.test.js", 4),
         ("openai-agents.test.js", 2),
         ("approvals.test.js", 3),
+        ("langgraph.test.js", 3),
         pytest.param(
             "mcp.test.js",
             1,
             marks=pytest.mark.skipif(shutil.which("npx") is None, reason="the server needs npx"),
         ),
     ],
-    ids=["client", "vercel-ai-sdk", "openai-agents", "approvals", "mcp-sdk"],
+    ids=["client", "vercel-ai-sdk", "openai-agents", "approvals", "langgraph", "mcp-sdk"],
 )
 def test_against_a_live_ledger_and_the_sandbox(
     script: str,

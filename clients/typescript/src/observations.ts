@@ -102,6 +102,16 @@ export function startRefused(tool: string, problem: Record<string, unknown>): Ob
   );
 }
 
+/** A person rejected the call in the agent framework's own approval flow: it was not run. */
+export function rejectedInRuntime(tool: string, reason: string): Observation {
+  return refused(
+    "APPROVAL_REJECTED",
+    `A human rejected running ${tool}. It was NOT executed. Reason given: ` +
+      (reason || "no reason given"),
+    { next_action: "stop" },
+  );
+}
+
 /**
  * The ledger refused a call because its run has ended (`RUN_FINISHED`, `RUN_HALTED`): the model
  * hears the ledger's reason, and that nothing ran.

@@ -1,0 +1,137 @@
+/**
+ * The LangGraph.js adapter in a real graph (`StateGraph`, the prebuilt `ToolNode`, a checkpointer
+ * for interrupts) whose agent node is scripted (no LLM), against the running ledger, the
+ * sandbox's orders service and the policy "approve create_order when amount > 100".
+ */
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { AIMessage, type BaseMessage, HumanMessage, ToolMessage } from "@langchain/core/messages";
+import { tool } from "@langchain/core/tools";
+import {
+  Command,
+  END,
+  MemorySaver,
+  MessagesAnnotation,
+  START,
+  StateGraph,
+} from "@langchain/langgraph";
+import { ToolNode, toolsCondition } from "@langchain/langgraph/prebuilt";
+import { z } from "zod";
+
+import { LedgerClient } from "../src/client.js";
+import { LedgerToolCalls } from "../src/langgraph.js";
+import { decideFirst, ordersOf } from "./people.js";
+
+const ledgerUrl = process.env.LEDGER_URL ?? "";
+const token = process.env.LEDGER_TOKEN ?? "";
+const sandboxUrl = process.env.SANDBOX_URL ?? "";
+const approverToken = process.env.APPROVER_TOKEN ?? "";
+const skip = approverToken === "" ? "no ledger or approver named" : false;
+
+const createOrder = tool(
+  async ({ reference }: { reference: string }) => {
+    const response = await fetch(`${sandboxUrl}/orders/objects`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ reference }),
+      signal: AbortSignal.timeout(500),
+    });
+    if (!response.ok) throw new Error(`orders answered ${response.status}`);
+    return JSON.stringify(await response.json());
+  },
+  {
+    name: "create_order",
+    description: "Create an order.",
+    schema: z.object({ reference: z.string(), amount: z.number().optional() }),
+  },
+);
+
+/** A graph whose agent asks for each of `turns` in turn, then says `last`. */
+function graphOf(calls: LedgerToolCalls, turns: { id: string; args: Record<string, unknown> }[], last: string) {
+  const script: BaseMessage[] = [
+    ...turns.map(
+      (turn) =>
+        new AIMessage({
+          content: "",
+          tool_calls: [{ id: turn.id, name: "create_order", args: turn.args, type: "tool_call" }],
+        }),
+    ),
+    new AIMessage(last),
+  ];
+  const agent = (): { messages: BaseMessage[] } => {
+    const next = script.shift();
+    if (next === undefined) throw new Error("the script has no more turns");
+    return { messages: [next] };
+  };
+  return new StateGraph(MessagesAnnotation)
+    .addNode("agent", agent)
+    .addNode("tools", new ToolNode(calls.wrap([createOrder])))
+    .addEdge(START, "agent")
+    .addConditionalEdges("agent", toolsCondition, ["tools", END])
+    .addEdge("tools", "agent")
+    .compile({ checkpointer: new MemorySaver() });
+}
+
+function toolMessages(messages: BaseMessage[]): ToolMessage[] {
+  return messages.filter((m): m is ToolMessage => m instanceof ToolMessage);
+}
+
+test("a lost order planned again under a new tool-call id runs once; both messages say uncertain", { skip }, async () => {
+  const fault = await fetch(`${sandboxUrl}/_faults`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ service: "orders", mode: "timeout_after_commit", hang_seconds: 2 }),
+  });
+  assert.equal(fault.status, 201);
+  const calls = new LedgerToolCalls(new LedgerClient(ledgerUrl, token), { userId: "u-lg" });
+  const order = { reference: "lg-1" };
+  const graph = graphOf(calls, [{ id: "tc-1", args: order }, { id: "tc-2", args: order }], "I will ask.");
+  const config = { configurable: { thread_id: "lg-thread-1" } };
+  const state = await graph.invoke({ messages: [new HumanMessage("order lg-1")] }, config);
+  await calls.finish(config);
+  const [first, again] = toolMessages(state.messages);
+  for (const message of [first, again]) {
+    assert.equal(message?.status, "error");
+    assert.match(String(message?.content), /SIDE_EFFECT_UNCERTAIN/);
+    assert.doesNotMatch(String(message?.content), /fix/i);
+  }
+  assert.equal(await ordersOf("lg-1"), 1);
+});
+
+test("a held order interrupts the graph; approved by a person, the resumed graph runs it once", { skip }, async () => {
+  const calls = new LedgerToolCalls(new LedgerClient(ledgerUrl, token), { userId: "u-lg" });
+  const graph = graphOf(calls, [{ id: "tc-9", args: { reference: "lg-900", amount: 900 } }], "Ordered.");
+  const config = { configurable: { thread_id: "lg-thread-2" } };
+  const paused = await graph.invoke({ messages: [new HumanMessage("order 900")] }, config);
+  const [pause] = (paused as { __interrupt__?: { value: { ledger: { metadata: Record<string, unknown> } } }[] })
+    .__interrupt__ ?? [];
+  assert.ok(pause, "the graph paused for a human");
+  assert.ok(pause.value.ledger.metadata.approval_id, "the pause carries the ledger's approval id");
+  assert.equal(await ordersOf("lg-900"), 0);
+  await decideFirst(true, "checked"); // a person, in the approvals API
+  const state = await graph.invoke(new Command({ resume: { approve: true } }), config);
+  await calls.finish(config);
+  const [done] = toolMessages(state.messages);
+  assert.equal(done?.status, "success", String(done?.content));
+  assert.equal(await ordersOf("lg-900"), 1);
+});
+
+test("a held order rejected on resume never runs; the model hears the reason", { skip }, async () => {
+  const approver = new LedgerClient(ledgerUrl, approverToken);
+  const calls = new LedgerToolCalls(new LedgerClient(ledgerUrl, token), { userId: "u-lg", approver });
+  const graph = graphOf(calls, [{ id: "tc-8", args: { reference: "lg-800", amount: 800 } }], "Told.");
+  const config = { configurable: { thread_id: "lg-thread-3" } };
+  await graph.invoke({ messages: [new HumanMessage("order 800")] }, config);
+  const state = await graph.invoke(
+    new Command({ resume: { approve: false, reason: "not this month" } }),
+    config,
+  );
+  await calls.finish(config);
+  const [told] = toolMessages(state.messages);
+  assert.equal(told?.status, "error");
+  assert.match(String(told?.content), /APPROVAL_REJECTED/);
+  assert.match(String(told?.content), /not this month/);
+  assert.equal(await ordersOf("lg-800"), 0);
+});
