@@ -19,6 +19,7 @@ from django.test import Client
 
 from sandbox.server import SandboxServer
 from tests.client.approving import approver_token, large_orders_policy
+from tests.client.case_table import TABLE, cases
 
 PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "typescript"
 TSC = PACKAGE / "node_modules" / ".bin" / "tsc"
@@ -112,13 +113,22 @@ def _mcp_server(folder: Path) -> dict[str, str]:
         ("openai-agents.test.js", 2),
         ("approvals.test.js", 3),
         ("langgraph.test.js", 3),
+        ("cases.test.js", len(cases()) + 1),
         pytest.param(
             "mcp.test.js",
             1,
             marks=pytest.mark.skipif(shutil.which("npx") is None, reason="the server needs npx"),
         ),
     ],
-    ids=["client", "vercel-ai-sdk", "openai-agents", "approvals", "langgraph", "mcp-sdk"],
+    ids=[
+        "client",
+        "vercel-ai-sdk",
+        "openai-agents",
+        "approvals",
+        "langgraph",
+        "case-table",
+        "mcp-sdk",
+    ],
 )
 def test_against_a_live_ledger_and_the_sandbox(
     script: str,
@@ -134,6 +144,7 @@ def test_against_a_live_ledger_and_the_sandbox(
         LEDGER_URL=live_server.url,
         LEDGER_TOKEN=ledger_token,
         SANDBOX_URL=sandbox.url,
+        CASES=str(TABLE),
         **(_mcp_server(tmp_path) if script == "mcp.test.js" else {}),
         **(_approver(live_server.url, ledger_token) if script in APPROVING else {}),
     )
