@@ -28,7 +28,7 @@ GUIDE = PACKAGE.parents[1] / "docs" / "integrations.md"
 EXAMPLE = re.compile(r"<!-- example: ([\w-]+) -->\n```js\n(.*?)```", re.S)
 MEMORY = "@modelcontextprotocol/server-memory"
 # The suites run under the policy "approve create_order when amount > 100", with an approver.
-APPROVING = {"approvals.test.js", "ai-sdk.test.js", "langgraph.test.js"}
+APPROVING = {"approvals.test.js", "ai-sdk.test.js", "langgraph.test.js", "openai-agents.test.js"}
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,7 @@ def _mcp_server(folder: Path) -> dict[str, str]:
     [
         ("live.test.js", 3),
         ("ai-sdk.test.js", 4),
-        ("openai-agents.test.js", 2),
+        ("openai-agents.test.js", 4),
         ("approvals.test.js", 3),
         ("langgraph.test.js", 3),
         ("cases.test.js", len(cases()) + 1),

@@ -20,6 +20,7 @@ import { z } from "zod";
 
 import { LedgerClient } from "../src/client.js";
 import { ledgerCallOf, ledgerTool } from "../src/openai-agents.js";
+import { decideFirst, ordersOf } from "./people.js";
 
 const ledgerUrl = process.env.LEDGER_URL ?? "";
 const token = process.env.LEDGER_TOKEN ?? "";
@@ -32,7 +33,7 @@ setTracingDisabled(true);
 class Scripted implements Model {
   private readonly turns: ModelResponse[];
 
-  constructor(calls: { id: string; cart: string }[], last: string) {
+  constructor(calls: { id: string; cart?: string; amount?: number }[], last: string) {
     this.turns = [
       ...calls.map((call) => ({
         usage: new Usage(),
@@ -41,7 +42,11 @@ class Scripted implements Model {
             type: "function_call" as const,
             callId: call.id,
             name: "create_order",
-            arguments: JSON.stringify({ cart: call.cart }),
+            arguments: JSON.stringify(
+              call.amount === undefined
+                ? { cart: call.cart, amount: 1 }
+                : { cart: `amount-${call.amount}`, amount: call.amount },
+            ),
             status: "completed" as const,
           },
         ],
@@ -71,19 +76,16 @@ class Scripted implements Model {
   }
 }
 
-async function orders(reference: string): Promise<number> {
-  const stats = (await (await fetch(`${sandboxUrl}/orders/stats`)).json()) as {
-    per_reference: Record<string, number>;
-  };
-  return stats.per_reference[reference] ?? 0;
-}
-
-function ordersAgent(model: Model, ledgerRun: Parameters<typeof ledgerTool>[0]): Agent {
+function ordersAgent(
+  model: Model,
+  ledgerRun: Parameters<typeof ledgerTool>[0],
+  callOptions: Parameters<typeof ledgerTool>[2] = {},
+): Agent {
   const createOrder = tool(
     ledgerTool(ledgerRun, {
       name: "create_order",
       description: "Create an order for a cart.",
-      parameters: z.object({ cart: z.string() }),
+      parameters: z.object({ cart: z.string(), amount: z.number() }),
       execute: async ({ cart }: { cart: string }, _context?: unknown, details?: object) => {
         const response = await fetch(`${sandboxUrl}/orders/objects`, {
           method: "POST",
@@ -97,7 +99,7 @@ function ordersAgent(model: Model, ledgerRun: Parameters<typeof ledgerTool>[0]):
         if (!response.ok) throw new Error(`orders answered ${response.status}`);
         return (await response.json()) as Record<string, unknown>;
       },
-    }),
+    }, callOptions),
   );
   return new Agent({ name: "orders", instructions: "Order what is asked.", model, tools: [createOrder] });
 }
@@ -128,7 +130,7 @@ test("a lost order planned again under a new call id runs once; the model hears 
   assert.equal(outputs.length, 2);
   for (const output of outputs) assert.match(String(JSON.stringify(output)), /SIDE_EFFECT_UNCERTAIN/);
   assert.equal(result.finalOutput, "I will ask the user.");
-  assert.equal(await orders("oa-1"), 1);
+  assert.equal(await ordersOf("oa-1"), 1);
 });
 
 test("an order planned twice is made once and the second call gets its result", { skip }, async () => {
@@ -147,5 +149,36 @@ test("an order planned twice is made once and the second call gets its result", 
   assert.deepEqual(second, first);
   assert.match(String(JSON.stringify(first)), /oa-2/);
   assert.doesNotMatch(String(JSON.stringify(first)), /SIDE_EFFECT_UNCERTAIN/);
-  assert.equal(await orders("oa-2"), 1);
+  assert.equal(await ordersOf("oa-2"), 1);
+});
+
+const approver = (process.env.APPROVER_TOKEN ?? "") === "" ? "no approver" : skip;
+
+test("an order the ledger's policy holds waits for the approver, then runs once", { skip: approver }, async () => {
+  const ledger = new LedgerClient(ledgerUrl, token);
+  const model = new Scripted([{ id: "call-7", amount: 700 }], "Ordered.");
+  const [result] = await ledger.run({ userId: "u-oa" }, (run) =>
+    Promise.all([
+      runAgent(ordersAgent(model, run, { approvalDeadline: 30 }), "Order 700."),
+      decideFirst(true, "checked"),
+    ]),
+  );
+  const [output] = outputsOf(result.newItems as { type: string; output?: unknown }[]);
+  assert.match(String(JSON.stringify(output)), /amount-700/);
+  assert.equal(await ordersOf("amount-700"), 1);
+});
+
+test("a rejection reaches the model with the approver's reason, and nothing runs", { skip: approver }, async () => {
+  const ledger = new LedgerClient(ledgerUrl, token);
+  const model = new Scripted([{ id: "call-8", amount: 800 }], "Told.");
+  const [result] = await ledger.run({ userId: "u-oa" }, (run) =>
+    Promise.all([
+      runAgent(ordersAgent(model, run, { approvalDeadline: 30 }), "Order 800."),
+      decideFirst(false, "over budget"),
+    ]),
+  );
+  const [output] = outputsOf(result.newItems as { type: string; output?: unknown }[]);
+  assert.match(String(JSON.stringify(output)), /APPROVAL_REJECTED/);
+  assert.match(String(JSON.stringify(output)), /over budget/);
+  assert.equal(await ordersOf("amount-800"), 0);
 });
