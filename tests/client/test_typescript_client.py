@@ -109,7 +109,7 @@ def _mcp_server(folder: Path) -> dict[str, str]:
     ("script", "tests"),
     [
         ("live.test.js", 3),
-        ("ai-sdk.test.js", 4),
+        ("ai-sdk.test.js", 5),
         ("openai-agents.test.js", 4),
         ("approvals.test.js", 3),
         ("langgraph.test.js", 3),

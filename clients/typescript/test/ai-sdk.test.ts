@@ -104,6 +104,37 @@ test("a lost order planned again under a new tool-call id runs once; the model h
   assert.equal(await ordersOf("ai-1"), 1);
 });
 
+test("a lost order re-sent under its own tool-call id runs once; the model hears it is uncertain", { skip }, async () => {
+  const fault = await fetch(`${sandboxUrl}/_faults`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ service: "orders", mode: "timeout_after_commit", hang_seconds: 2 }),
+  });
+  assert.equal(fault.status, 201);
+  const ledger = new LedgerClient(ledgerUrl, token);
+  const model = scripted(
+    [
+      { id: "tc-1", cart: "ai-3" },
+      { id: "tc-1", cart: "ai-3" },
+    ],
+    "I will ask the user.",
+  );
+  const result = await ledger.run({ userId: "u-ai" }, (run) =>
+    generateText({
+      model,
+      tools: ledgerTools(run, { create_order: createOrder }),
+      prompt: "Order cart ai-3.",
+      stopWhen: stepCountIs(5),
+    }),
+  );
+  const outputs = result.steps.flatMap((step) => step.toolResults.map((r) => r.output));
+  assert.equal(outputs.length, 2);
+  for (const output of outputs) {
+    assert.equal((output as { code?: string }).code, "SIDE_EFFECT_UNCERTAIN");
+  }
+  assert.equal(await ordersOf("ai-3"), 1);
+});
+
 test("an order the model plans twice is made once and the second gets its result", { skip }, async () => {
   const ledger = new LedgerClient(ledgerUrl, token);
   const model = scripted(
