@@ -192,7 +192,10 @@ def _build_images(podman: Podman, folder: Path) -> dict[str, str]:
         check=False,
     )
     if tried.returncode != 0:
-        pytest.skip(f"podman cannot run a container here: {tried.stderr.strip()}")
+        why = f"podman cannot run a container here: {tried.stderr.strip()}"
+        if os.environ.get("CI"):  # .ci/run installs what podman needs: a skip would hide it
+            pytest.fail(why)
+        pytest.skip(why)
     images = {
         "BASE_IMAGE": base,
         "PGBOUNCER_BASE_IMAGE": base,
