@@ -155,3 +155,28 @@ def test_a_threshold_is_a_labelled_line_on_its_metrics_chart(
         assert canvas.evaluate(LIMIT_PIXELS) > width / 3
     assert duplicates.locator(".uplot canvas").evaluate(LIMIT_PIXELS) == 0
     shot(page, "metrics-charts-thresholds")
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+def test_a_refused_threshold_is_shown_again_as_typed(
+    page: Page, live_server, django_user_model, history, width: int
+):
+    """A manager adds a threshold the ledger refuses (a window of 0 minutes): the page says why
+    and keeps what was typed, at desktop and phone widths."""
+    console_user(django_user_model, history, "maria", "manager")
+    sign_in(page, live_server.url, "maria")
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(f"{live_server.url}/metrics/")
+    page.select_option("#metric", "uncertain_results")
+    page.fill("#above", "40")
+    page.fill("#window_minutes", "0")
+    page.select_option("#action", "halt")
+    page.fill("#email", "oncall@example.com")
+    page.get_by_role("button", name="Add").click()
+    expect(page.locator(".messages, [role=alert]").first).to_contain_text("window_minutes")
+    expect(page.locator("#metric")).to_have_value("uncertain_results")
+    expect(page.locator("#above")).to_have_value("40")
+    expect(page.locator("#window_minutes")).to_have_value("0")
+    expect(page.locator("#action")).to_have_value("halt")
+    expect(page.locator("#email")).to_have_value("oncall@example.com")
+    shot(page, f"metrics-threshold-refused-{width}")
