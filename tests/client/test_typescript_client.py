@@ -20,6 +20,7 @@ from django.test import Client
 from sandbox.server import SandboxServer
 from tests.client.approving import approver_token, large_orders_policy
 from tests.client.case_table import TABLE, cases
+from tests.shared_builds import once_per_run
 
 PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "typescript"
 TSC = PACKAGE / "node_modules" / ".bin" / "tsc"
@@ -32,22 +33,24 @@ APPROVING = {"approvals.test.js", "ai-sdk.test.js", "langgraph.test.js", "openai
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The package and its tests compiled by ``tsc`` under the package's strict settings."""
+def built(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The package and its tests compiled by ``tsc`` under the package's strict settings, once
+    a test run (the xdist workers share it)."""
     if not TSC.exists():
         pytest.fail("clients/typescript has no node_modules: `make test` installs them (npm ci)")
-    folder = tmp_path_factory.mktemp("typescript")
-    # The tests import their frameworks (ai, zod) by name: Node finds them beside the build.
-    (folder / "node_modules").symlink_to(PACKAGE / "node_modules")
-    out = folder / "dist"
-    checked = subprocess.run(
-        [str(TSC), "-p", str(PACKAGE), "--outDir", str(out)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    return out
+
+    def build(folder: Path) -> None:
+        # The tests import their frameworks (ai, zod) by name: Node finds them beside the build.
+        (folder / "node_modules").symlink_to(PACKAGE / "node_modules")
+        checked = subprocess.run(
+            [str(TSC), "-p", str(PACKAGE), "--outDir", str(folder / "dist")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+    return once_per_run(tmp_path_factory, worker_id, "typescript-build", build) / "dist"
 
 
 def test_the_generated_types_match_the_served_openapi_document(tmp_path: Path) -> None:
@@ -109,15 +112,20 @@ def _mcp_server(folder: Path) -> dict[str, str]:
     ("script", "tests"),
     [
         ("live.test.js", 3),
-        ("ai-sdk.test.js", 5),
-        ("openai-agents.test.js", 4),
+        # The framework adapters at full size run in make drill (docs/testing.md); the client,
+        # its approvals and the shared case table stand for them in make test.
+        pytest.param("ai-sdk.test.js", 5, marks=pytest.mark.scale),
+        pytest.param("openai-agents.test.js", 4, marks=pytest.mark.scale),
         ("approvals.test.js", 3),
-        ("langgraph.test.js", 3),
+        pytest.param("langgraph.test.js", 3, marks=pytest.mark.scale),
         ("cases.test.js", len(cases()) + 1),
         pytest.param(
             "mcp.test.js",
             1,
-            marks=pytest.mark.skipif(shutil.which("npx") is None, reason="the server needs npx"),
+            marks=[
+                pytest.mark.scale,
+                pytest.mark.skipif(shutil.which("npx") is None, reason="the server needs npx"),
+            ],
         ),
     ],
     ids=[
@@ -166,22 +174,24 @@ def _npm(*args: str, cwd: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def fresh_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def fresh_project(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
     """The package as `npm pack` makes it, installed with the AI SDK and zod (as the guide says)
-    into an empty folder outside the repository; built from a copy, so nothing is written into
-    the source tree."""
-    work = tmp_path_factory.mktemp("packed")
-    copy = work / "package"
-    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("node_modules", "dist"))
-    (copy / "node_modules").symlink_to(PACKAGE / "node_modules")
-    built = subprocess.run([str(TSC), "-p", str(copy)], capture_output=True, text=True, check=False)
-    assert built.returncode == 0, built.stdout + built.stderr
-    tarball = _npm("pack", "--pack-destination", str(work), cwd=copy).strip().splitlines()[-1]
-    project = work / "project"
-    project.mkdir()
-    _npm("init", "-y", cwd=project)
-    _npm("install", str(work / tarball), "ai@6", "zod@4", cwd=project)
-    return project
+    into an empty folder outside the repository, once a test run; built from a copy, so nothing
+    is written into the source tree."""
+
+    def build(work: Path) -> None:
+        copy = work / "package"
+        shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("node_modules", "dist"))
+        (copy / "node_modules").symlink_to(PACKAGE / "node_modules")
+        done = subprocess.run([str(TSC), "-p", str(copy)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+        tarball = _npm("pack", "--pack-destination", str(work), cwd=copy).strip().splitlines()[-1]
+        project = work / "project"
+        project.mkdir()
+        _npm("init", "-y", cwd=project)
+        _npm("install", str(work / tarball), "ai@6", "zod@4", cwd=project)
+
+    return once_per_run(tmp_path_factory, worker_id, "typescript-guide", build) / "project"
 
 
 def _orders(sandbox: SandboxServer, reference: str) -> int:
