@@ -12,7 +12,7 @@ import { z } from "zod";
 
 import { ledgerCallOf, ledgerTools } from "../src/ai-sdk.js";
 import { LedgerClient } from "../src/client.js";
-import { decideFirst, ordersOf } from "./people.js";
+import { decideFirst, loseNextOrder, ordersOf } from "./people.js";
 
 const ledgerUrl = process.env.LEDGER_URL ?? "";
 const token = process.env.LEDGER_TOKEN ?? "";
@@ -73,12 +73,7 @@ const createOrder = tool({
 });
 
 test("a lost order planned again under a new tool-call id runs once; the model hears it is uncertain", { skip }, async () => {
-  const fault = await fetch(`${sandboxUrl}/_faults`, {
-    method: "POST",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ service: "orders", mode: "timeout_after_commit", hang_seconds: 2 }),
-  });
-  assert.equal(fault.status, 201);
+  await loseNextOrder();
   const ledger = new LedgerClient(ledgerUrl, token);
   const model = scripted(
     [
@@ -105,12 +100,7 @@ test("a lost order planned again under a new tool-call id runs once; the model h
 });
 
 test("a lost order re-sent under its own tool-call id runs once; the model hears it is uncertain", { skip }, async () => {
-  const fault = await fetch(`${sandboxUrl}/_faults`, {
-    method: "POST",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ service: "orders", mode: "timeout_after_commit", hang_seconds: 2 }),
-  });
-  assert.equal(fault.status, 201);
+  await loseNextOrder();
   const ledger = new LedgerClient(ledgerUrl, token);
   const model = scripted(
     [

@@ -22,7 +22,7 @@ import { z } from "zod";
 
 import { LedgerClient } from "../src/client.js";
 import { LedgerToolCalls } from "../src/langgraph.js";
-import { decideFirst, ordersOf } from "./people.js";
+import { decideFirst, loseNextOrder, ordersOf } from "./people.js";
 
 const ledgerUrl = process.env.LEDGER_URL ?? "";
 const token = process.env.LEDGER_TOKEN ?? "";
@@ -79,12 +79,7 @@ function toolMessages(messages: BaseMessage[]): ToolMessage[] {
 }
 
 test("a lost order planned again under a new tool-call id runs once; both messages say uncertain", { skip }, async () => {
-  const fault = await fetch(`${sandboxUrl}/_faults`, {
-    method: "POST",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ service: "orders", mode: "timeout_after_commit", hang_seconds: 2 }),
-  });
-  assert.equal(fault.status, 201);
+  await loseNextOrder();
   const calls = new LedgerToolCalls(new LedgerClient(ledgerUrl, token), { userId: "u-lg" });
   const order = { reference: "lg-1" };
   const graph = graphOf(calls, [{ id: "tc-1", args: order }, { id: "tc-2", args: order }], "I will ask.");

@@ -9,28 +9,13 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { LedgerClient } from "../src/client.js";
-import type { Body, CallContext } from "../src/protocol.js";
+import type { CallContext } from "../src/protocol.js";
+import { loseNextOrder, ordersOf } from "./people.js";
 
 const ledgerUrl = process.env.LEDGER_URL ?? "";
 const token = process.env.LEDGER_TOKEN ?? "";
 const sandboxUrl = process.env.SANDBOX_URL ?? "";
 const skip = ledgerUrl === "" ? "LEDGER_URL names no running ledger" : false;
-
-async function arm(fault: Body): Promise<void> {
-  const response = await fetch(`${sandboxUrl}/_faults`, {
-    method: "POST",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify(fault),
-  });
-  assert.equal(response.status, 201, await response.text());
-}
-
-async function ordersOf(reference: string): Promise<number> {
-  const stats = (await (await fetch(`${sandboxUrl}/orders/stats`)).json()) as {
-    per_reference: Record<string, number>;
-  };
-  return stats.per_reference[reference] ?? 0;
-}
 
 /** `create_order` at the sandbox, giving up after `timeout` ms as a runtime's HTTP client does. */
 function createOrder(timeout = 500) {
@@ -61,7 +46,7 @@ test("an order made and re-planned by the model runs once and gets the recorded 
 });
 
 test("a lost order, re-planned, runs once and the model is told it is uncertain", { skip }, async () => {
-  await arm({ service: "orders", mode: "timeout_after_commit", hang_seconds: 2 });
+  await loseNextOrder();
   const ledger = new LedgerClient(ledgerUrl, token);
   const [lost, replanned] = await ledger.run({ userId: "u-ts" }, async (run) => [
     await run.call("create_order", { cart: "ts-2" }, createOrder()),

@@ -20,7 +20,7 @@ import { z } from "zod";
 
 import { LedgerClient } from "../src/client.js";
 import { ledgerCallOf, ledgerTool } from "../src/openai-agents.js";
-import { decideFirst, ordersOf } from "./people.js";
+import { decideFirst, loseNextOrder, ordersOf } from "./people.js";
 
 const ledgerUrl = process.env.LEDGER_URL ?? "";
 const token = process.env.LEDGER_TOKEN ?? "";
@@ -109,12 +109,7 @@ function outputsOf(items: { type: string; output?: unknown }[]): unknown[] {
 }
 
 test("a lost order planned again under a new call id runs once; the model hears it is uncertain", { skip }, async () => {
-  const fault = await fetch(`${sandboxUrl}/_faults`, {
-    method: "POST",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ service: "orders", mode: "timeout_after_commit", hang_seconds: 2 }),
-  });
-  assert.equal(fault.status, 201);
+  await loseNextOrder();
   const ledger = new LedgerClient(ledgerUrl, token);
   const model = new Scripted(
     [

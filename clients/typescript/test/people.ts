@@ -6,6 +6,16 @@ import assert from "node:assert/strict";
 const ledgerUrl = process.env.LEDGER_URL ?? "";
 const sandboxUrl = process.env.SANDBOX_URL ?? "";
 
+/** The sandbox's orders service makes the next order, then never answers (a lost response). */
+export async function loseNextOrder(): Promise<void> {
+  const response = await fetch(`${sandboxUrl}/_faults`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ service: "orders", mode: "timeout_after_commit", hang_seconds: 2 }),
+  });
+  assert.equal(response.status, 201, await response.text());
+}
+
 /** How many orders the sandbox made for `reference`. */
 export async function ordersOf(reference: string): Promise<number> {
   const stats = (await (await fetch(`${sandboxUrl}/orders/stats`)).json()) as {
