@@ -17,6 +17,7 @@ import httpx
 import pytest
 from django.test import Client
 
+from ledger.models import PolicyRule, Tenant
 from sandbox.server import SandboxServer
 from tests.client.approving import approver_token, large_orders_policy
 from tests.client.case_table import TABLE, cases
@@ -28,8 +29,16 @@ SHIM = Path(__file__).with_name("mcp_shim.py")
 GUIDE = PACKAGE.parents[1] / "docs" / "integrations.md"
 EXAMPLE = re.compile(r"<!-- example: ([\w-]+) -->\n```js\n(.*?)```", re.S)
 MEMORY = "@modelcontextprotocol/server-memory"
-# The suites run under the policy "approve create_order when amount > 100", with an approver.
-APPROVING = {"approvals.test.js", "ai-sdk.test.js", "langgraph.test.js", "openai-agents.test.js"}
+FILESYSTEM = "@modelcontextprotocol/server-filesystem"
+# The suites run under the policy "approve create_order when amount > 100", with an approver
+# (the MCP suite adds a policy of its own).
+APPROVING = {
+    "approvals.test.js",
+    "ai-sdk.test.js",
+    "langgraph.test.js",
+    "openai-agents.test.js",
+    "mcp.test.js",
+}
 
 
 @pytest.fixture(scope="module")
@@ -94,14 +103,25 @@ def test_the_protocol_decides_without_io(built: Path) -> None:
 
 
 def _mcp_server(folder: Path) -> dict[str, str]:
-    """The official memory server behind the fault shim, keeping its graph in ``folder``."""
-    faults, log = folder / "faults.json", folder / "calls.jsonl"
+    """The official memory and filesystem servers, each behind the fault shim: the memory
+    server keeps its graph in ``folder``, the filesystem server serves ``folder/files``, whose
+    writes the tenant's policy makes conditional (settled by the file's hash)."""
+    faults, log, files = folder / "faults.json", folder / "calls.jsonl", folder / "files"
     faults.write_text("{}")
     log.write_text("")
+    files.mkdir()
     shim = [sys.executable, str(SHIM), "--faults", str(faults), "--log", str(log), "--"]
-    server = ["env", f"MEMORY_FILE_PATH={folder / 'memory.jsonl'}", "npx", "-y", MEMORY]
+    memory = ["env", f"MEMORY_FILE_PATH={folder / 'memory.jsonl'}", "npx", "-y", MEMORY]
+    PolicyRule.objects.create(
+        tenant=Tenant.objects.get(),
+        pattern="fs/write_file",
+        idempotency="conditional",
+        reason="file writes are settled by the file's hash",
+    )
     return {
-        "MCP_COMMAND": json.dumps([*shim, *server]),
+        "MCP_COMMAND": json.dumps([*shim, *memory]),
+        "FS_COMMAND": json.dumps([*shim, "npx", "-y", FILESYSTEM, str(files)]),
+        "FS_ROOT": str(files),
         "MCP_FAULTS": str(faults),
         "MCP_LOG": str(log),
     }
@@ -114,14 +134,14 @@ def _mcp_server(folder: Path) -> dict[str, str]:
         ("live.test.js", 3),
         # The framework adapters at full size run in make drill (docs/testing.md); the client,
         # its approvals and the shared case table stand for them in make test.
-        pytest.param("ai-sdk.test.js", 5, marks=pytest.mark.scale),
-        pytest.param("openai-agents.test.js", 4, marks=pytest.mark.scale),
+        pytest.param("ai-sdk.test.js", 8, marks=pytest.mark.scale),
+        pytest.param("openai-agents.test.js", 8, marks=pytest.mark.scale),
         ("approvals.test.js", 3),
-        pytest.param("langgraph.test.js", 3, marks=pytest.mark.scale),
+        pytest.param("langgraph.test.js", 6, marks=pytest.mark.scale),
         ("cases.test.js", len(cases()) + 1),
         pytest.param(
             "mcp.test.js",
-            1,
+            8,
             marks=[
                 pytest.mark.scale,
                 pytest.mark.skipif(shutil.which("npx") is None, reason="the server needs npx"),
@@ -158,6 +178,26 @@ def test_against_a_live_ledger_and_the_sandbox(
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "# skipped 0" in result.stdout and f"# pass {tests}" in result.stdout, result.stdout
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_runtimes_active_span_reaches_the_ledger(
+    built: Path, live_server: Any, ledger_token: str, spans: Any
+) -> None:
+    """The client reads the ambient OpenTelemetry context (`src/trace.ts`): the ledger's spans of
+    a call made under the runtime's span are in that span's trace."""
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4737"
+    result = _node_test(
+        built / "test" / "trace.test.js",
+        LEDGER_URL=live_server.url,
+        LEDGER_TOKEN=ledger_token,
+        TRACE_ID=trace_id,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "# skipped 0" in result.stdout and "# pass 2" in result.stdout, result.stdout
+    decided = [s for s in spans.get_finished_spans() if s.name == "execute_tool read_file"]
+    assert decided, [s.name for s in spans.get_finished_spans()]
+    assert {format(s.context.trace_id, "032x") for s in decided} == {trace_id}
 
 
 def _npm(*args: str, cwd: Path) -> str:

@@ -14,7 +14,8 @@
  * deadline. It returns the observation to hand to the model.
  */
 
-import type { Observation } from "./observations.js";
+import { LedgerRequestError } from "./errors.js";
+import { type Observation, runEnded } from "./observations.js";
 import type { components } from "./openapi.js";
 import {
   type Action,
@@ -35,6 +36,7 @@ import {
   responseOf,
   type ToolFunction,
 } from "./protocol.js";
+import { ambientTraceparent } from "./trace.js";
 
 /** The API's own shapes, generated from its OpenAPI document (`src/openapi.ts`). */
 export type RunOut = components["schemas"]["RunOut"];
@@ -116,15 +118,18 @@ export class LedgerClient {
   }
 
   /** Record, decide, execute if allowed, report: the observation for the model. */
-  call(
+  /** One call through the whole protocol; the trace context is `traceparent`, else the
+   * caller's active OpenTelemetry span's (`trace.ts`). */
+  async call(
     runId: string,
     tool: string,
     input: Body,
     execute: ToolFunction,
     options: CallOptions & Cancellable = {},
   ): Promise<Observation> {
-    const flow = this.protocol.call(runId, tool, input, execute, options);
-    return this.drive(flow, options.signal);
+    const traceparent = options.traceparent ?? (await ambientTraceparent());
+    const traced = traceparent === undefined ? options : { ...options, traceparent };
+    return this.drive(this.protocol.call(runId, tool, input, execute, traced), options.signal);
   }
 
   /** Recover an uncertain or failed call by the ledger's recovery table. */
@@ -292,6 +297,9 @@ export class LedgerClient {
   }
 }
 
+/** The ledger's refusals of a call whose run has ended. */
+const RUN_ENDED = new Set(["RUN_FINISHED", "RUN_HALTED"]);
+
 /** A run of an agent: every call goes through `call`. */
 export class Run {
   readonly runId: string;
@@ -310,6 +318,27 @@ export class Run {
     options: CallOptions & Cancellable = {},
   ): Promise<Observation> {
     return this.client.call(this.runId, tool, input, execute, options);
+  }
+
+  /**
+   * `call` as a framework's tool makes it: a refusal because the run has ended
+   * (`RUN_FINISHED`, `RUN_HALTED`) is the model's news, an observation that nothing ran, not an
+   * error a framework would hand the model as "fix your input".
+   */
+  async callForModel(
+    tool: string,
+    input: Body,
+    execute: ToolFunction,
+    options: CallOptions & Cancellable = {},
+  ): Promise<Observation> {
+    try {
+      return await this.call(tool, input, execute, options);
+    } catch (error) {
+      if (error instanceof LedgerRequestError && RUN_ENDED.has(String(error.problem.code))) {
+        return runEnded(error.problem);
+      }
+      throw error;
+    }
   }
 
   finish(terminationReason: string): Promise<Body> {

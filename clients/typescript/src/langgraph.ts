@@ -19,8 +19,13 @@
  * `{ approve: false, reason }`: with an `approver` client (a person with the approver role) the
  * decision is forwarded to the ledger. Rejected, the call never runs and the model hears the
  * reason; approved, it runs once the ledger's approval is given too (forwarded, or decided in
- * the console), waited for up to `approvalWait` seconds. The held observation is kept in this
- * object's memory until the thread is resumed, so the same process must resume it.
+ * the console), waited for up to `approvalWait` seconds. The held call is kept in the graph's
+ * store (`graph.compile({ store })`) until the thread is resumed, so another process, with the
+ * same checkpointer and store, may resume it; without a store it is kept in this object's
+ * memory, and the same process must resume it.
+ *
+ * `ledgerCallOf(config)` gives a wrapped tool its ledger call (its idempotency key, to hand the
+ * downstream), from the config the tool is invoked with.
  *
  * `@langchain/core` and `@langchain/langgraph` are peer dependencies of this module only.
  */
@@ -30,9 +35,10 @@ import { tool } from "@langchain/core/tools";
 import { ToolMessage } from "@langchain/core/messages";
 import { interrupt } from "@langchain/langgraph";
 
+import { forward, isHeld, resumed } from "./approvals.js";
 import type { LedgerClient, Run } from "./client.js";
 import { modelText, type Observation, rejectedInRuntime } from "./observations.js";
-import type { Body, CallOptions } from "./protocol.js";
+import type { Body, CallContext, CallOptions } from "./protocol.js";
 
 /** What the graph is resumed with for a held call. */
 export interface Decision {
@@ -48,18 +54,56 @@ export interface ToolCallsSettings extends CallOptions {
   approvalWait?: number;
 }
 
+/** The graph's store, by the methods read here (LangGraph's `BaseStore`). */
+interface Store {
+  get(namespace: string[], key: string): Promise<{ value: Record<string, unknown> } | null>;
+  put(namespace: string[], key: string, value: Record<string, unknown>): Promise<void>;
+  delete(namespace: string[], key: string): Promise<void>;
+}
+
 interface Configured {
-  configurable?: { thread_id?: string };
+  configurable?: { thread_id?: string; [LEDGER_CALL]?: CallContext };
   toolCall?: { id?: string; name: string; args: Record<string, unknown> };
   signal?: AbortSignal;
+  store?: Store;
+}
+
+/** Where a wrapped tool's config carries its ledger call. */
+const LEDGER_CALL = "agent_ledger_call";
+/** The store namespace of the calls held for a human. */
+export const HELD = ["agent_ledger", "held"];
+
+/** The ledger's call a wrapped tool runs under, from its config; undefined outside it. */
+export function ledgerCallOf(config: object | undefined): CallContext | undefined {
+  return (config as Configured | undefined)?.configurable?.[LEDGER_CALL];
+}
+
+/** The thread's calls held for a human: in the graph's store when it has one, else in memory. */
+class Held {
+  constructor(
+    private readonly store: Store | undefined,
+    private readonly memory: Map<string, Observation>,
+  ) {}
+
+  async get(key: string): Promise<Observation | undefined> {
+    if (this.store === undefined) return this.memory.get(key);
+    const item = await this.store.get(HELD, key);
+    return item === null ? undefined : (item.value as unknown as Observation);
+  }
+
+  async put(key: string, held: Observation): Promise<void> {
+    if (this.store === undefined) this.memory.set(key, held);
+    else await this.store.put(HELD, key, held as unknown as Record<string, unknown>);
+  }
+
+  async delete(key: string): Promise<void> {
+    if (this.store === undefined) this.memory.delete(key);
+    else await this.store.delete(HELD, key);
+  }
 }
 
 function threadOf(config: Configured | string): string {
   return typeof config === "string" ? config : (config.configurable?.thread_id ?? "default");
-}
-
-function isHeld(observation: Observation): boolean {
-  return observation.code === "APPROVAL_REQUIRED" && observation.metadata.approval_id !== undefined;
 }
 
 function decisionOf(resumed: unknown): Decision | null {
@@ -110,25 +154,34 @@ export class LedgerToolCalls {
       const thread = threadOf(config);
       const run = await this.runFor(thread);
       const step = toolCall?.id ?? "";
-      const execute = (_context: unknown, signal: AbortSignal): Promise<unknown> =>
-        original.invoke(input, { ...config, signal } as never);
+      // The tool is invoked without the tool call, so it returns its own result (not a
+      // ToolMessage): that is what the ledger records and the model is handed.
+      const { toolCall: _asked, ...own } = config;
+      const execute = (context: CallContext, signal: AbortSignal): Promise<unknown> =>
+        original.invoke(input, {
+          ...own,
+          configurable: { ...config.configurable, [LEDGER_CALL]: context },
+          signal,
+        } as never);
       const options: CallOptions & { signal?: AbortSignal } = {
         ...this.settings,
         ...(step ? { stepId: step } : {}),
         ...(config.signal ? { signal: config.signal } : {}),
         waitForApproval: false,
       };
-      const key = `${thread}:${step}`;
-      let held = this.held.get(key);
+      const key = `${thread}/${step}`;
+      const journal = new Held(config.store, this.held);
+      let held = await journal.get(key);
       if (held === undefined) {
-        const observation = await run.call(original.name, input, execute, options);
+        const observation = await run.callForModel(original.name, input, execute, options);
         if (!isHeld(observation)) return message(original.name, step, observation);
         held = observation;
-        this.held.set(key, held);
+        await journal.put(key, held);
       }
       const resumed: unknown = interrupt({ ledger: held, tool_call: toolCall });
-      this.held.delete(key);
-      return message(original.name, step, await this.decided(held, resumed, original.name, input, execute));
+      const observation = await this.decided(held, resumed, original.name, input, execute);
+      await journal.delete(key);
+      return message(original.name, step, observation);
     };
     return tool(call as never, {
       name: original.name,
@@ -137,25 +190,23 @@ export class LedgerToolCalls {
     }) as unknown as StructuredToolInterface;
   }
 
-  /** The observation for a held call once the graph is resumed with `resumed`. */
+  /** The observation for a held call once the graph is resumed with `answer`. */
   private async decided(
     held: Observation,
-    resumed: unknown,
+    answer: unknown,
     tool: string,
     input: Body,
-    execute: (context: unknown, signal: AbortSignal) => Promise<unknown>,
+    execute: (context: CallContext, signal: AbortSignal) => Promise<unknown>,
   ): Promise<Observation> {
-    const decision = decisionOf(resumed);
-    const approvalId = Number(held.metadata.approval_id);
-    const approver = this.settings.approver;
-    if (decision !== null && approver !== undefined) {
-      await approver.decideApproval(approvalId, decision.approve, decision.reason ?? "");
-    } else if (decision !== null && !decision.approve) {
+    const decision = decisionOf(answer);
+    const { userId: _user, approver, approvalWait, ...options } = this.settings;
+    if (decision !== null && !decision.approve && approver === undefined) {
       return rejectedInRuntime(tool, decision.reason ?? "");
     }
-    return this.ledger.resume(String(held.metadata.call_id), input, execute, {
-      ...this.settings,
-      approvalDeadline: this.settings.approvalWait ?? 30,
+    if (decision !== null) await forward(approver, held, decision.approve, decision.reason);
+    return resumed(this.ledger, held, input, execute, {
+      ...options,
+      ...(approvalWait === undefined ? {} : { wait: approvalWait }),
     });
   }
 }

@@ -11,26 +11,29 @@
  * re-classified (an untrusted server's annotations can only make a tool more conservative).
  * `callTool` goes through the ledger: the action is identified by the tool and its arguments
  * (or its declared key fields), never by the JSON-RPC id, so a retry under a new request id, a
- * reconnect or a re-planned call is the same action. The idempotency key (and a `traceparent`)
- * goes to the server in the request's `_meta`; the ledger's answer comes back in the result's
- * `_meta` under `io.agentledger/ledger`. `isError: true` is a failed call carrying its text; a
+ * reconnect or a re-planned call is the same action. The idempotency key (and a `traceparent`,
+ * given or the caller's active OpenTelemetry span's) goes to the server in the request's
+ * `_meta`; the ledger's answer comes back in the result's `_meta` under `io.agentledger/ledger`. `isError: true` is a failed call carrying its text; a
  * timeout or a dead server is uncertain; a refusal comes back as an error result whose text is
- * the model-facing observation, so the model never mistakes it for success.
+ * the model-facing observation, so the model never mistakes it for success. With `fileRoot`, a
+ * file write under that root carries a write plan the guard computes (before hash, after hash,
+ * diff; `file-writes.ts`), and a write whose outcome was lost settles by the file's hash:
+ * already applied, applied again after approval, or a conflict.
  *
  * Nothing of the SDK is imported: the client is used by its shape.
  */
 
 import type { LedgerClient, Run } from "./client.js";
-import { LedgerRequestError, ToolError } from "./errors.js";
-import { type Observation, runEnded } from "./observations.js";
+import { ToolError } from "./errors.js";
+import { FileWrites } from "./file-writes.js";
+import type { Observation } from "./observations.js";
 import { type Body, type CallOptions, DEFAULT_APPROVAL_DEADLINE } from "./protocol.js";
+import { ambientTraceparent } from "./trace.js";
 
 /** Where the ledger's answer goes in a result's `_meta`. */
 export const LEDGER_META_KEY = "io.agentledger/ledger";
 /** Where the idempotency key goes in a request's `_meta`. */
 export const KEY_META_KEY = "io.agentledger/idempotency-key";
-/** The ledger's refusals of a call whose run has ended. */
-const RUN_ENDED = new Set(["RUN_FINISHED", "RUN_HALTED"]);
 
 /** An MCP tool call's result, by the fields read here. */
 export interface CallToolResult {
@@ -62,6 +65,8 @@ export interface GuardSettings {
   toolTimeout?: number;
   /** What identifies some tools' business action, by tool name: `{ create_issue: ["title"] }`. */
   keyFields?: Record<string, string[]>;
+  /** The folder the server's file writes lie under: they carry write plans (`file-writes.ts`). */
+  fileRoot?: string;
 }
 
 /** The ledger's answer as it goes into a result's `_meta`. */
@@ -92,6 +97,15 @@ export function resultOf(observation: Observation): CallToolResult {
   };
 }
 
+/** An uncertain write the ledger settles by asking (its replay policy): its outcome was lost. */
+function lost(observation: Observation): boolean {
+  return (
+    observation.code === "SIDE_EFFECT_UNCERTAIN" &&
+    observation.metadata.replay_policy === "ask" &&
+    Boolean(observation.metadata.call_id)
+  );
+}
+
 function textOf(result: CallToolResult): string {
   const parts = result.content.map((part) =>
     typeof part === "object" && part !== null && "text" in part ? String(part.text) : "",
@@ -101,9 +115,10 @@ function textOf(result: CallToolResult): string {
 
 /** An MCP client whose tool calls go through the ledger, in one run. */
 export class LedgerGuard {
-  private readonly settings: Required<Omit<GuardSettings, "toolTimeout">> & {
+  private readonly settings: Required<Omit<GuardSettings, "toolTimeout" | "fileRoot">> & {
     toolTimeout?: number;
   };
+  private readonly files: FileWrites | undefined;
 
   constructor(
     readonly client: McpClient,
@@ -111,13 +126,15 @@ export class LedgerGuard {
     readonly run: Run,
     settings: GuardSettings,
   ) {
+    const { fileRoot, ...rest } = settings;
     this.settings = {
       trust: "untrusted",
       waitForApproval: true,
       approvalDeadline: DEFAULT_APPROVAL_DEADLINE,
       keyFields: {},
-      ...settings,
+      ...rest,
     };
+    this.files = fileRoot === undefined ? undefined : new FileWrites(fileRoot);
   }
 
   /** The server's tools, after importing them into the ledger's registry. */
@@ -142,9 +159,23 @@ export class LedgerGuard {
     args: Body = {},
     options: CallOptions & { toolCallId?: string; signal?: AbortSignal } = {},
   ): Promise<CallToolResult> {
-    const { toolCallId, ...call } = options;
+    const { toolCallId, ...given } = options;
+    // The trace context goes to the ledger and to the server: given, or the active span's.
+    const traceparent = given.traceparent ?? (await ambientTraceparent());
+    const call = traceparent === undefined ? given : { ...given, traceparent };
     const toolTimeout = this.settings.toolTimeout;
+    let plan: Body | undefined;
+    let refused: unknown;
+    if (this.files !== undefined && name in this.files.tools) {
+      try {
+        plan = this.files.plan(this.settings.server, name, args);
+      } catch (error) {
+        refused = error;
+      }
+    }
     const execute = async (context: { idempotencyKey: string }, signal: AbortSignal) => {
+      // The guard's own check, before anything reached the server: a failure with no effect.
+      if (refused !== undefined) throw refused;
       const meta: Body = { [KEY_META_KEY]: context.idempotencyKey };
       if (call.traceparent) meta.traceparent = call.traceparent;
       const result = (await this.client.callTool(
@@ -163,17 +194,23 @@ export class LedgerGuard {
       ...call,
     };
     if (toolCallId) settings.stepId = toolCallId;
+    if (plan !== undefined) settings.writePlan = plan;
     if (toolTimeout !== undefined && settings.timeout === undefined) {
       settings.timeout = toolTimeout + 1;
     }
-    let observation: Observation;
-    try {
-      observation = await this.run.call(`${this.settings.server}/${name}`, args, execute, settings);
-    } catch (error) {
-      if (!(error instanceof LedgerRequestError) || !RUN_ENDED.has(String(error.problem.code))) {
-        throw error;
-      }
-      observation = runEnded(error.problem);
+    let observation = await this.run.callForModel(
+      `${this.settings.server}/${name}`,
+      args,
+      execute,
+      settings,
+    );
+    if (this.files !== undefined && plan !== undefined && lost(observation)) {
+      // A write whose outcome was lost, settled by the file's hash now.
+      observation = await this.ledger.replay(String(observation.metadata.call_id), args, execute, {
+        currentHash: this.files.currentHash(this.files.target(args)),
+        waitForApproval: settings.waitForApproval ?? true,
+        approvalDeadline: settings.approvalDeadline ?? DEFAULT_APPROVAL_DEADLINE,
+      });
     }
     return resultOf(observation);
   }

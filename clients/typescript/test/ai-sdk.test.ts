@@ -6,13 +6,13 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { generateText, stepCountIs, tool } from "ai";
+import { generateText, type ModelMessage, stepCountIs, tool } from "ai";
 import { MockLanguageModelV3, mockValues } from "ai/test";
 import { z } from "zod";
 
 import { ledgerCallOf, ledgerTools } from "../src/ai-sdk.js";
 import { LedgerClient } from "../src/client.js";
-import { decideFirst, loseNextOrder, ordersOf } from "./people.js";
+import { approvalsOf, decideFirst, loseNextOrder, ordersOf } from "./people.js";
 
 const ledgerUrl = process.env.LEDGER_URL ?? "";
 const token = process.env.LEDGER_TOKEN ?? "";
@@ -227,4 +227,117 @@ test("a rejection reaches the model with the approver's reason, and nothing runs
   assert.equal((output as { code?: string }).code, "APPROVAL_REJECTED");
   assert.match(JSON.stringify(output), /over this month's budget/);
   assert.equal(await ordersOf("amount-800"), 0);
+});
+
+// A tool with a gate of its own: the SDK asks its person before the ledger is asked.
+const gatedOrder = tool({ ...orderAmount, needsApproval: true });
+
+/** The first generateText of `amount` stops at the SDK's approval request; the messages to go
+ * on with the person's answer, and what the ledger holds meanwhile. */
+async function askedBySdk(
+  run: Parameters<typeof ledgerTools>[0],
+  model: MockLanguageModelV3,
+  amount: number,
+  approved: boolean,
+): Promise<ModelMessage[]> {
+  const prompt: ModelMessage[] = [{ role: "user", content: `Order ${amount}.` }];
+  const asked = await generateText({
+    model,
+    tools: ledgerTools(run, { create_order: gatedOrder }),
+    messages: prompt,
+    stopWhen: stepCountIs(5),
+  });
+  const request = asked.content.find((part) => part.type === "tool-approval-request");
+  assert.ok(request, JSON.stringify(asked.content));
+  assert.equal(await ordersOf(`amount-${amount}`), 0);
+  return [
+    ...prompt,
+    ...asked.response.messages,
+    {
+      role: "tool",
+      content: [
+        {
+          type: "tool-approval-response",
+          approvalId: request.approvalId,
+          approved,
+          ...(approved ? {} : { reason: "not this one" }),
+        },
+      ],
+    },
+  ];
+}
+
+/** The tool results the SDK sends the model (an approved call's is not in any step). */
+function resultsOf(result: { response: { messages: ModelMessage[] } }): { type: string; value?: unknown }[] {
+  return result.response.messages.flatMap((message) =>
+    message.role === "tool"
+      ? message.content.flatMap((part) => (part.type === "tool-result" ? [part.output] : []))
+      : [],
+  );
+}
+
+test("the SDK's person and the ledger's policy both hold an order; the SDK's approval is forwarded and it runs once", { skip: approver }, async () => {
+  const ledger = new LedgerClient(ledgerUrl, token);
+  const person = new LedgerClient(ledgerUrl, process.env.APPROVER_TOKEN ?? "");
+  const model = ordersOnce(1100);
+  const result = await ledger.run({ userId: "u-ai" }, async (run) => {
+    const messages = await askedBySdk(run, model, 1100, true);
+    return generateText({
+      model,
+      tools: ledgerTools(run, { create_order: gatedOrder }, { approver: person }),
+      messages,
+      stopWhen: stepCountIs(5),
+    });
+  });
+  const outputs = resultsOf(result);
+  assert.equal(outputs.length, 1, JSON.stringify(outputs));
+  assert.equal((outputs[0]?.value as { reference?: string }).reference, "amount-1100");
+  assert.equal(await ordersOf("amount-1100"), 1);
+  const [decided] = await approvalsOf(1100);
+  // Approved by the person the SDK asked, through their own token; used by the one run.
+  assert.equal(decided?.state, "consumed", JSON.stringify(decided));
+  assert.match(String(decided?.decided_by), /bob/);
+  assert.equal(decided?.decision_reason, "approved in the agent's UI");
+});
+
+test("an order the SDK's person denies never reaches the ledger and never runs", { skip: approver }, async () => {
+  const ledger = new LedgerClient(ledgerUrl, token);
+  const model = ordersOnce(1200);
+  const result = await ledger.run({ userId: "u-ai" }, async (run) => {
+    const messages = await askedBySdk(run, model, 1200, false);
+    return generateText({
+      model,
+      tools: ledgerTools(run, { create_order: gatedOrder }),
+      messages,
+      stopWhen: stepCountIs(5),
+    });
+  });
+  assert.equal(result.text, "Told.");
+  const [denied] = resultsOf(result);
+  assert.equal(denied?.type, "execution-denied", JSON.stringify(denied));
+  // Had the ledger been asked, its policy would have opened a request for the order.
+  assert.deepEqual(await approvalsOf(1200), []);
+  assert.equal(await ordersOf("amount-1200"), 0);
+});
+
+test("an order the SDK's person approves still needs the ledger's approver, whose rejection the model hears", { skip: approver }, async () => {
+  const ledger = new LedgerClient(ledgerUrl, token);
+  const model = ordersOnce(1300);
+  const [result] = await ledger.run({ userId: "u-ai" }, async (run) => {
+    const messages = await askedBySdk(run, model, 1300, true);
+    // No approver client: the SDK's approval does not decide the ledger's.
+    return Promise.all([
+      generateText({
+        model,
+        tools: ledgerTools(run, { create_order: gatedOrder }, { approvalDeadline: 30 }),
+        messages,
+        stopWhen: stepCountIs(5),
+      }),
+      decideFirst(false, "the ledger's approver says no"),
+    ]);
+  });
+  const [output] = resultsOf(result);
+  assert.equal((output?.value as { code?: string }).code, "APPROVAL_REJECTED", JSON.stringify(output));
+  assert.match(JSON.stringify(output), /the ledger's approver says no/);
+  assert.equal(await ordersOf("amount-1300"), 0);
 });

@@ -12,6 +12,7 @@ import { tool } from "@langchain/core/tools";
 import {
   Command,
   END,
+  InMemoryStore,
   MemorySaver,
   MessagesAnnotation,
   START,
@@ -21,7 +22,7 @@ import { ToolNode, toolsCondition } from "@langchain/langgraph/prebuilt";
 import { z } from "zod";
 
 import { LedgerClient } from "../src/client.js";
-import { LedgerToolCalls } from "../src/langgraph.js";
+import { ledgerCallOf, LedgerToolCalls } from "../src/langgraph.js";
 import { decideFirst, loseNextOrder, ordersOf } from "./people.js";
 
 const ledgerUrl = process.env.LEDGER_URL ?? "";
@@ -31,10 +32,13 @@ const approverToken = process.env.APPROVER_TOKEN ?? "";
 const skip = approverToken === "" ? "no ledger or approver named" : false;
 
 const createOrder = tool(
-  async ({ reference }: { reference: string }) => {
+  async ({ reference }: { reference: string }, config?: object) => {
     const response = await fetch(`${sandboxUrl}/orders/objects`, {
       method: "POST",
-      headers: { "Content-Type": "application/json" },
+      headers: {
+        "Content-Type": "application/json",
+        "Idempotency-Key": ledgerCallOf(config)?.idempotencyKey ?? "",
+      },
       body: JSON.stringify({ reference }),
       signal: AbortSignal.timeout(500),
     });
@@ -48,8 +52,14 @@ const createOrder = tool(
   },
 );
 
-/** A graph whose agent asks for each of `turns` in turn, then says `last`. */
-function graphOf(calls: LedgerToolCalls, turns: { id: string; args: Record<string, unknown> }[], last: string) {
+/** A graph whose agent asks for each of `turns` in turn, then says `last`; its checkpoints (and
+ * store) are `kept`'s when given, as a database's would outlive a process. */
+function graphOf(
+  calls: LedgerToolCalls,
+  turns: { id: string; args: Record<string, unknown> }[],
+  last: string,
+  kept: { checkpointer: MemorySaver; store?: InMemoryStore } = { checkpointer: new MemorySaver() },
+) {
   const script: BaseMessage[] = [
     ...turns.map(
       (turn) =>
@@ -71,7 +81,7 @@ function graphOf(calls: LedgerToolCalls, turns: { id: string; args: Record<strin
     .addEdge(START, "agent")
     .addConditionalEdges("agent", toolsCondition, ["tools", END])
     .addEdge("tools", "agent")
-    .compile({ checkpointer: new MemorySaver() });
+    .compile(kept);
 }
 
 function toolMessages(messages: BaseMessage[]): ToolMessage[] {
@@ -93,6 +103,42 @@ test("a lost order planned again under a new tool-call id runs once; both messag
     assert.doesNotMatch(String(message?.content), /fix/i);
   }
   assert.equal(await ordersOf("lg-1"), 1);
+});
+
+test("a lost order re-sent under its own tool-call id by a restarted graph runs once; both messages say uncertain", { skip }, async () => {
+  await loseNextOrder();
+  const calls = new LedgerToolCalls(new LedgerClient(ledgerUrl, token), { userId: "u-lg" });
+  const order = { reference: "lg-3" };
+  const config = { configurable: { thread_id: "lg-thread-restarted" } };
+  // The process restarts with its checkpoints lost and runs the thread again from the model's
+  // recorded message: the same thread, the same tool-call id.
+  const messages: ToolMessage[] = [];
+  for (let attempt = 0; attempt < 2; attempt += 1) {
+    const graph = graphOf(calls, [{ id: "tc-3", args: order }], "I will ask.");
+    const state = await graph.invoke({ messages: [new HumanMessage("order lg-3")] }, config);
+    messages.push(...toolMessages(state.messages));
+  }
+  await calls.finish(config);
+  assert.equal(messages.length, 2);
+  for (const message of messages) {
+    assert.equal(message.status, "error");
+    assert.match(String(message.content), /SIDE_EFFECT_UNCERTAIN/);
+  }
+  assert.equal(await ordersOf("lg-3"), 1);
+});
+
+test("a call in a thread whose run has finished runs nothing; the model hears the run has ended", { skip }, async () => {
+  const calls = new LedgerToolCalls(new LedgerClient(ledgerUrl, token), { userId: "u-lg" });
+  const config = { configurable: { thread_id: "lg-thread-finished" } };
+  await calls.finish(config);
+  const graph = graphOf(calls, [{ id: "tc-4", args: { reference: "lg-4" } }], "Stopped.");
+  const state = await graph.invoke({ messages: [new HumanMessage("order lg-4")] }, config);
+  const [message] = toolMessages(state.messages);
+  assert.equal(message?.status, "error");
+  assert.match(String(message?.content), /RUN_FINISHED/);
+  assert.match(String(message?.content), /Nothing was executed/);
+  assert.doesNotMatch(String(message?.content), /fix/i);
+  assert.equal(await ordersOf("lg-4"), 0);
 });
 
 test("a held order interrupts the graph; approved by a person, the resumed graph runs it once", { skip }, async () => {
@@ -129,4 +175,30 @@ test("a held order rejected on resume never runs; the model hears the reason", {
   assert.match(String(told?.content), /APPROVAL_REJECTED/);
   assert.match(String(told?.content), /not this month/);
   assert.equal(await ordersOf("lg-800"), 0);
+});
+
+test("a held order kept in the graph's store is resumed by another process, approved, and runs once with its key", { skip }, async () => {
+  // The checkpointer and the store outlive the process, as a database's would.
+  const kept = { checkpointer: new MemorySaver(), store: new InMemoryStore() };
+  const config = { configurable: { thread_id: "lg-thread-stored" } };
+  const turns = [{ id: "tc-6", args: { reference: "lg-600", amount: 600 } }];
+  const first = new LedgerToolCalls(new LedgerClient(ledgerUrl, token), { userId: "u-lg" });
+  await graphOf(first, turns, "Ordered.", kept).invoke({ messages: [new HumanMessage("order 600")] }, config);
+  assert.equal(await ordersOf("lg-600"), 0);
+  // Another process: a new adapter and graph, the same checkpointer and store; the approval
+  // given in the graph is forwarded through a person's client.
+  const approver = new LedgerClient(ledgerUrl, approverToken);
+  const second = new LedgerToolCalls(new LedgerClient(ledgerUrl, token), { userId: "u-lg", approver });
+  const state = await graphOf(second, turns.slice(1), "Ordered.", kept).invoke(
+    new Command({ resume: { approve: true } }),
+    config,
+  );
+  await second.finish(config);
+  const [done] = toolMessages(state.messages);
+  assert.equal(done?.status, "success", String(done?.content));
+  // The model is handed the tool's own result (not a serialized ToolMessage), which carries
+  // the key the tool sent the downstream.
+  assert.match(String(done?.content), /^\{"id":"ord_/);
+  assert.match(String(done?.content), /"idempotency_key":"agent:/);
+  assert.equal(await ordersOf("lg-600"), 1);
 });

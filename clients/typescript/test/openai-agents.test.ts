@@ -20,7 +20,7 @@ import { z } from "zod";
 
 import { LedgerClient } from "../src/client.js";
 import { ledgerCallOf, ledgerTool } from "../src/openai-agents.js";
-import { decideFirst, loseNextOrder, ordersOf } from "./people.js";
+import { approvalsOf, decideFirst, loseNextOrder, ordersOf } from "./people.js";
 
 const ledgerUrl = process.env.LEDGER_URL ?? "";
 const token = process.env.LEDGER_TOKEN ?? "";
@@ -128,6 +128,24 @@ test("a lost order planned again under a new call id runs once; the model hears 
   assert.equal(await ordersOf("oa-1"), 1);
 });
 
+test("a lost order re-sent under its own call id, by a turn run again, runs once; the model hears it is uncertain", { skip }, async () => {
+  await loseNextOrder();
+  const ledger = new LedgerClient(ledgerUrl, token);
+  // The SDK answers a call id once a run; the runtime re-sends the call by running the turn
+  // again from the model's recorded response (as after a crash), in the same ledger run.
+  const outputs = await ledger.run({ userId: "u-oa" }, async (run) => {
+    const turns = [];
+    for (let attempt = 0; attempt < 2; attempt += 1) {
+      const model = new Scripted([{ id: "call-1", cart: "oa-3" }], "I will ask the user.");
+      turns.push(await runAgent(ordersAgent(model, run), "Order cart oa-3."));
+    }
+    return turns.flatMap((turn) => outputsOf(turn.newItems as { type: string; output?: unknown }[]));
+  });
+  assert.equal(outputs.length, 2);
+  for (const output of outputs) assert.match(String(JSON.stringify(output)), /SIDE_EFFECT_UNCERTAIN/);
+  assert.equal(await ordersOf("oa-3"), 1);
+});
+
 test("an order planned twice is made once and the second call gets its result", { skip }, async () => {
   const ledger = new LedgerClient(ledgerUrl, token);
   const model = new Scripted(
@@ -176,4 +194,87 @@ test("a rejection reaches the model with the approver's reason, and nothing runs
   assert.match(String(JSON.stringify(output)), /APPROVAL_REJECTED/);
   assert.match(String(JSON.stringify(output)), /over budget/);
   assert.equal(await ordersOf("amount-800"), 0);
+});
+
+/** An agent whose create_order has a gate of its own (the SDK asks its person first). */
+function gatedAgent(model: Model, ledgerRun: Parameters<typeof ledgerTool>[0], person?: LedgerClient): Agent {
+  const createOrder = tool(
+    ledgerTool(
+      ledgerRun,
+      {
+        name: "create_order",
+        description: "Create an order for a cart.",
+        parameters: z.object({ cart: z.string(), amount: z.number() }),
+        needsApproval: true,
+        execute: async ({ cart }: { cart: string }) => {
+          const response = await fetch(`${sandboxUrl}/orders/objects`, {
+            method: "POST",
+            headers: { "Content-Type": "application/json" },
+            body: JSON.stringify({ reference: cart }),
+          });
+          return (await response.json()) as Record<string, unknown>;
+        },
+      },
+      person === undefined ? {} : { approver: person },
+    ),
+  );
+  return new Agent({ name: "orders", instructions: "Order what is asked.", model, tools: [createOrder] });
+}
+
+test("the SDK's person and the ledger's policy both hold an order; the SDK's approval is forwarded and it runs once", { skip: approver }, async () => {
+  const ledger = new LedgerClient(ledgerUrl, token);
+  const person = new LedgerClient(ledgerUrl, process.env.APPROVER_TOKEN ?? "");
+  const result = await ledger.run({ userId: "u-oa" }, async (run) => {
+    const agent = gatedAgent(new Scripted([{ id: "call-g1", amount: 1400 }], "Ordered."), run, person);
+    const paused = await runAgent(agent, "Order 1400.");
+    const [item] = paused.interruptions;
+    assert.ok(item, "the SDK asks its person first");
+    assert.equal(await ordersOf("amount-1400"), 0);
+    assert.deepEqual(await approvalsOf(1400), [], "the ledger is not asked before the SDK's person");
+    paused.state.approve(item);
+    return runAgent(agent, paused.state);
+  });
+  assert.equal(result.finalOutput, "Ordered.");
+  assert.equal(await ordersOf("amount-1400"), 1);
+  const [decided] = await approvalsOf(1400);
+  assert.equal(decided?.state, "consumed", JSON.stringify(decided));
+  assert.equal(decided?.decision_reason, "approved in the agent's UI");
+  assert.match(String(decided?.decided_by), /bob/);
+});
+
+test("an order the SDK's person rejects never reaches the ledger and never runs", { skip: approver }, async () => {
+  const ledger = new LedgerClient(ledgerUrl, token);
+  const person = new LedgerClient(ledgerUrl, process.env.APPROVER_TOKEN ?? "");
+  const result = await ledger.run({ userId: "u-oa" }, async (run) => {
+    const agent = gatedAgent(new Scripted([{ id: "call-g2", amount: 1500 }], "Not ordered."), run, person);
+    const paused = await runAgent(agent, "Order 1500.");
+    const [item] = paused.interruptions;
+    assert.ok(item);
+    paused.state.reject(item);
+    return runAgent(agent, paused.state);
+  });
+  assert.equal(result.finalOutput, "Not ordered.");
+  assert.equal(await ordersOf("amount-1500"), 0);
+  assert.deepEqual(await approvalsOf(1500), []);
+});
+
+test("an \"always approve\" in the SDK is not forwarded: the ledger's approver still decides", { skip: approver }, async () => {
+  const ledger = new LedgerClient(ledgerUrl, token);
+  const person = new LedgerClient(ledgerUrl, process.env.APPROVER_TOKEN ?? "");
+  const result = await ledger.run({ userId: "u-oa" }, async (run) => {
+    const agent = gatedAgent(new Scripted([{ id: "call-g3", amount: 1600 }], "Told."), run, person);
+    const paused = await runAgent(agent, "Order 1600.");
+    const [item] = paused.interruptions;
+    assert.ok(item);
+    paused.state.approve(item, { alwaysApprove: true });
+    const [resumed] = await Promise.all([
+      runAgent(agent, paused.state),
+      decideFirst(false, "no standing approvals here"),
+    ]);
+    return resumed;
+  });
+  const outputs = outputsOf(result.newItems as { type: string; output?: unknown }[]);
+  assert.match(JSON.stringify(outputs), /APPROVAL_REJECTED/);
+  assert.match(JSON.stringify(outputs), /no standing approvals here/);
+  assert.equal(await ordersOf("amount-1600"), 0);
 });

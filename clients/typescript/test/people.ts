@@ -53,3 +53,32 @@ export async function decideFirst(
   }
   throw new Error("no approval was asked for");
 }
+
+const approverHeaders = (): Record<string, string> => ({
+  Authorization: `Bearer ${process.env.APPROVER_TOKEN ?? ""}`,
+});
+
+/** The ledger's approval requests, in any state, that `wanted` picks. */
+export async function approvalsWhere(
+  wanted: (approval: Record<string, unknown>) => boolean,
+): Promise<Record<string, unknown>[]> {
+  const found: Record<string, unknown>[] = [];
+  for (const state of ["open", "approved", "rejected", "consumed"]) {
+    const listed = await fetch(`${ledgerUrl}/api/v1/approvals?state=${state}`, {
+      headers: approverHeaders(),
+    });
+    found.push(...((await listed.json()) as Record<string, unknown>[]));
+  }
+  return found.filter(wanted);
+}
+
+/** The ledger's approval requests, in any state, for an order of `amount`. */
+export function approvalsOf(amount: number): Promise<Record<string, unknown>[]> {
+  return approvalsWhere((approval) => (approval.input as { amount?: number }).amount === amount);
+}
+
+/** One approval request as the approver reads it (with the write plan of a file write). */
+export async function approvalDetail(id: number): Promise<Record<string, unknown>> {
+  const response = await fetch(`${ledgerUrl}/api/v1/approvals/${id}`, { headers: approverHeaders() });
+  return (await response.json()) as Record<string, unknown>;
+}
