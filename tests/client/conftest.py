@@ -97,14 +97,17 @@ class BlockingAsyncClient:
         self.loop.close()
 
 
+#: What the ``client`` fixture's clients are made with.
+CLIENT_SETTINGS: dict[str, Any] = {"agent_id": "test-agent", "request_timeout": 10}
+
+
 @pytest.fixture(params=["sync", "async"])
 def client(request, live_server, ledger_token: str) -> Iterator[Any]:
-    settings = {"agent_id": "test-agent", "request_timeout": 10}
     if request.param == "sync":
-        with LedgerClient(live_server.url, ledger_token, **settings) as ledger:
+        with LedgerClient(live_server.url, ledger_token, **CLIENT_SETTINGS) as ledger:
             yield ledger
         return
-    ledger = BlockingAsyncClient(live_server.url, ledger_token, **settings)
+    ledger = BlockingAsyncClient(live_server.url, ledger_token, **CLIENT_SETTINGS)
     try:
         yield ledger
     finally:

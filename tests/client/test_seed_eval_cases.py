@@ -1,5 +1,7 @@
-"""Seed 000's eight eval cases and seed 001's hard acceptance, through the Python client
-against a live server and the sandbox downstreams over real HTTP."""
+"""Seed 000's eval cases and seed 001's hard acceptance that need the sandbox downstreams over
+real HTTP, or the ledger's own records, through the Python client against a live server. The
+cases with a tool of their own (a read retried after its timeout, a permission denied, `ls`
+and `npm publish`) are rows of the table both clients run (tests/client/cases/calls.json)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import httpx
 import pytest
 from django.db import connections
 
-from agent_ledger_client import CallContext, LedgerClient, ToolError
+from agent_ledger_client import CallContext, LedgerClient
 from agent_ledger_client.errors import LedgerRequestError
 from ledger.models import ApprovalRequest, IdempotencyRecord, Tenant
 from ledger.services.approvals import decide
@@ -45,22 +47,6 @@ def create_order_tool(sandbox: SandboxServer, counter: Counter, timeout: float =
         return response.json()
 
     return execute
-
-
-def test_read_file_timeout_is_retried(client: LedgerClient) -> None:
-    counter = Counter()
-
-    def read_file(ctx: CallContext) -> dict[str, str]:
-        counter.calls += 1
-        if counter.calls == 1:
-            time.sleep(1.0)  # longer than the tool timeout below
-        return {"content": "hello"}
-
-    with client.run(user_id="u1") as run:
-        observation = run.call("read_file", {"path": "a.txt"}, execute=read_file, timeout=0.3)
-    assert observation["ok"] is True and observation["content"] == {"content": "hello"}
-    assert counter.calls == 2
-    assert IdempotencyRecord.objects.get().executions == 2
 
 
 def test_create_order_timeout_forbids_a_retry(client: LedgerClient, sandbox: SandboxServer) -> None:
@@ -195,22 +181,6 @@ def test_write_file_changed_by_someone_else_is_a_conflict(
     assert not ApprovalRequest.objects.exists()
 
 
-def test_permission_denied_is_not_replayed(client: LedgerClient) -> None:
-    counter = Counter()
-
-    def denied(ctx: CallContext) -> None:
-        counter.calls += 1
-        raise ToolError("PERMISSION_DENIED", "no access to /secret", retryable=True)
-
-    with client.run(user_id="u1") as run:
-        # A retry is the same step (the model's tool call id), so the same key.
-        first = run.call("read_file", {"path": "/secret"}, execute=denied, step_id="tc-7")
-        again = run.call("read_file", {"path": "/secret"}, execute=denied, step_id="tc-7")
-    assert first["code"] == again["code"] == "PERMISSION_DENIED"
-    assert first["metadata"]["retryable"] is False
-    assert counter.calls == 1
-
-
 def test_mcp_create_issue_is_non_idempotent_by_default(client: LedgerClient) -> None:
     tools = client.import_mcp_tools(
         "tracker",
@@ -228,37 +198,6 @@ def test_mcp_create_issue_is_non_idempotent_by_default(client: LedgerClient) -> 
     )
     assert tools[0]["classification"]["idempotency"] == "non_idempotent"
     assert tools[0]["classification"]["replay_policy"] == "never"
-
-
-def test_run_command_ls_is_replayed_automatically(client: LedgerClient) -> None:
-    counter = Counter()
-
-    def ls(ctx: CallContext) -> str:
-        counter.calls += 1
-        if counter.calls == 1:
-            raise ConnectionResetError("lost the sandbox shell")
-        return "README.md\n"
-
-    with client.run(user_id="u1") as run:
-        observation = run.call("run_command", {"command": "ls"}, execute=ls)
-    assert observation["ok"] is True and observation["content"] == "README.md\n"
-    assert counter.calls == 2
-
-
-def test_run_command_npm_publish_is_never_replayed(client: LedgerClient) -> None:
-    counter = Counter()
-
-    def publish(ctx: CallContext) -> str:
-        counter.calls += 1
-        raise ConnectionResetError("registry connection reset")
-
-    with client.run(user_id="u1") as run:
-        first = run.call("run_command", {"command": "npm publish"}, execute=publish)
-        again = run.call("run_command", {"command": "npm publish"}, execute=publish)
-    assert first["code"] == "SIDE_EFFECT_UNCERTAIN"
-    assert again["code"] == "SIDE_EFFECT_UNCERTAIN"
-    assert again["metadata"]["replay_policy"] == "never"
-    assert counter.calls == 1
 
 
 def test_hard_acceptance_ten_retries_after_a_timeout_leave_one_record(

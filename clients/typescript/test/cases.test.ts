@@ -24,7 +24,7 @@ interface Case {
   tool: string;
   input: Record<string, unknown>;
   attempts: Attempt[];
-  calls: { step_id?: string; business_object_id?: string; timeout?: number }[];
+  calls: { step_id?: string; business_object_id?: string; timeout?: number; restarted?: boolean }[];
   expect: {
     calls?: Record<string, unknown>[];
     every_call?: Record<string, unknown>;
@@ -79,7 +79,11 @@ for (const each of cases) {
     const observations: Observation[] = await ledger.run({ userId: "u-cases" }, async (run) => {
       const found: Observation[] = [];
       for (const call of each.calls) {
-        found.push(await run.call(each.tool, { ...each.input }, tool.execute, optionsOf(call)));
+        // A restarted runtime: a new client continues the run.
+        const caller = call.restarted
+          ? await new LedgerClient(ledgerUrl, token).startRun({ userId: "u-cases", runId: run.runId })
+          : run;
+        found.push(await caller.call(each.tool, { ...each.input }, tool.execute, optionsOf(call)));
       }
       return found;
     });
