@@ -64,6 +64,53 @@ def _fast_password_hashing() -> Iterator[None]:
         yield
 
 
+#: The tables whose rows a trigger refuses to delete (the audit log is append-only).
+_GUARDED = """
+    SELECT DISTINCT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+    WHERE NOT t.tgisinternal AND t.tgtype & 8 <> 0 AND c.relname = ANY(%s)
+"""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _flush_by_delete() -> Iterator[None]:
+    """A transactional test ends with Django's flush, which TRUNCATEs every table: on
+    PostgreSQL each TRUNCATE makes new files and syncs them, half a second for the schema's
+    tables, which hold a few rows. DELETE empties them in milliseconds. Django's foreign keys are
+    deferred, so the order does not matter; the tables a trigger keeps rows in (the audit
+    log) are still truncated, which fires no row trigger. Sequences go on as with Django's
+    flush (``reset_sequences`` is off in this suite)."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    truncate = DatabaseOperations.sql_flush
+
+    def sql_flush(
+        ops: DatabaseOperations,
+        style: object,
+        tables: list[str],
+        *,
+        reset_sequences: bool = False,
+        allow_cascade: bool = False,
+    ) -> list[str]:
+        if reset_sequences or allow_cascade or not tables:
+            return truncate(
+                ops, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+            )
+        with ops.connection.cursor() as cursor:
+            cursor.execute(_GUARDED, [list(tables)])
+            guarded = sorted(name for (name,) in cursor.fetchall())
+        quoted = ops.quote_name
+        statements = [f"TRUNCATE {', '.join(quoted(name) for name in guarded)}"] if guarded else []
+        # The names are Django's own tables, from its introspection, quoted.
+        deletes = [f"DELETE FROM {quoted(name)}" for name in tables if name not in guarded]  # noqa: S608
+        return statements + deletes
+
+    DatabaseOperations.sql_flush = sql_flush  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DatabaseOperations.sql_flush = truncate  # type: ignore[method-assign]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _empty_test_queues() -> None:
     """Tests that commit enqueue look-ups nobody consumes; start every run with empty queues."""

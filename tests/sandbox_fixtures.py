@@ -11,11 +11,15 @@ import pytest
 
 from sandbox.server import SandboxServer, serve
 
+#: Seconds between a test server's checks for shutdown (``serve_forever``'s poll interval):
+#: the default half second is what ``shutdown()`` waits, at the end of every test.
+SHUTDOWN_POLL = 0.05
+
 
 @pytest.fixture
 def sandbox(tmp_path: Path) -> Iterator[SandboxServer]:
     server = serve("127.0.0.1", 0, tmp_path / "workspace")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL,), daemon=True)
     thread.start()
     try:
         yield server

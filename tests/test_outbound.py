@@ -17,7 +17,7 @@ from ledger import outbound
 from ledger.combinations import thresholds
 from ledger.errors import InvalidInput
 from ledger.models import Threshold
-from tests.sandbox_fixtures import arm
+from tests.sandbox_fixtures import SHUTDOWN_POLL, arm
 
 pytestmark = pytest.mark.django_db
 
@@ -91,7 +91,7 @@ def hook() -> Iterator[tuple[int, list[tuple[str, str]]]]:
             pass
 
     server = HTTPServer(("127.0.0.1", 0), Hook)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL,), daemon=True)
     thread.start()
     yield server.server_address[1], hits
     server.shutdown()
@@ -172,7 +172,7 @@ def test_requests_keep_no_cookies_between_them(settings) -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL,), daemon=True).start()
     try:
         base = f"http://127.0.0.1:{server.server_port}"
         outbound.get(f"{base}/tenant-a/lookup/k1", timeout=5)

@@ -16,6 +16,7 @@ import pytest
 
 from agent_ledger_client import LedgerClient
 from tests.client.conftest import BlockingAsyncClient
+from tests.sandbox_fixtures import SHUTDOWN_POLL
 
 
 class StoreDown(BaseHTTPRequestHandler):
@@ -41,7 +42,7 @@ class StoreDown(BaseHTTPRequestHandler):
 def store_down() -> Iterator[str]:
     StoreDown.seen = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), StoreDown)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()

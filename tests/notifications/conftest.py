@@ -17,6 +17,7 @@ import pytest
 from aiosmtpd.controller import Controller
 
 from tests.reconcile.conftest import broker  # noqa: F401 - a private Redis for worker tests
+from tests.sandbox_fixtures import SHUTDOWN_POLL
 
 
 @dataclass
@@ -53,7 +54,7 @@ def webhook_receiver() -> Iterator[WebhookReceiver]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     receiver.url = f"http://127.0.0.1:{server.server_port}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL,), daemon=True)
     thread.start()
     try:
         yield receiver
