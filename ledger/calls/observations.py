@@ -282,9 +282,12 @@ def _settled(record: IdempotencyRecord, context: CallContext, *, replayed: bool)
 
 
 def _awaiting_approval(context: CallContext, approval: ApprovalRequest | None) -> dict[str, Any]:
-    """Waiting for a human; an approval policy that asked before the first run says why."""
-    extra = {"approval_id": approval.pk} if approval else {}
+    """Waiting for a human; an approval policy that asked before the first run says why, and
+    is named in ``approval_policy`` (a hold of a first run, not of a replay)."""
+    extra: dict[str, Any] = {"approval_id": approval.pk} if approval else {}
     policy = approval.policy if approval is not None and approval.policy_id else None
+    if policy is not None:
+        extra["approval_policy"] = policy.name
     return refusal(
         ObservationCode.APPROVAL_REQUIRED,
         context,

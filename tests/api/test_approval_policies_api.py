@@ -75,3 +75,16 @@ def test_a_policy_of_another_tenant_cannot_be_removed(
     policy = ApprovalPolicy.objects.get(tenant=tenant)
     assert _delete(other_api, f"/approval-policies/{policy.pk}").status_code == 404
     assert ApprovalPolicy.objects.filter(pk=policy.pk).exists()
+
+
+def test_a_call_a_policy_holds_names_the_policy(
+    api: ApiClient,
+) -> None:
+    """A framework adapter forwards its own person's approval to a policy's hold only: the
+    observation of a first run held by a policy names it (``approval_policy``); a replay's hold
+    names none (``tests/api/test_replay.py``)."""
+    api.post("/approval-policies", LARGE_ORDERS)
+    api.start_run()
+    held = api.call("create_order", {"amount": 500}, business_object_id="o-500").json()
+    assert held["observation"]["code"] == "APPROVAL_REQUIRED"
+    assert held["observation"]["metadata"]["approval_policy"] == "large orders"

@@ -57,6 +57,8 @@ def test_a_replay_of_a_call_waiting_for_its_approval_waits_for_the_approval(
     assert body["decision"] == "approval_required"
     assert body["observation"]["code"] == "APPROVAL_REQUIRED"
     assert body["observation"]["metadata"]["next_action"] == "await_approval"
+    # A hold of a replay, not of an approval policy: a framework's approval never decides it.
+    assert "approval_policy" not in body["observation"]["metadata"]
     assert ApprovalRequest.objects.get().record_id == record.pk
 
 

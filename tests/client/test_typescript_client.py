@@ -96,8 +96,11 @@ def _node_test(script: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_protocol_decides_without_io(built: Path) -> None:
-    result = _node_test(built / "test" / "protocol.test.js")
+@pytest.mark.parametrize("script", ["protocol.test.js", "file-writes.test.js"])
+def test_the_parts_without_a_server(built: Path, script: str) -> None:
+    """The protocol's decisions on scripted answers, and the MCP guard's write plans on files
+    in a temporary folder."""
+    result = _node_test(built / "test" / script)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "# fail 0" in result.stdout and "# pass 0" not in result.stdout
 
@@ -137,7 +140,7 @@ def _mcp_server(folder: Path) -> dict[str, str]:
         pytest.param("ai-sdk.test.js", 8, marks=pytest.mark.scale),
         pytest.param("openai-agents.test.js", 8, marks=pytest.mark.scale),
         ("approvals.test.js", 3),
-        pytest.param("langgraph.test.js", 6, marks=pytest.mark.scale),
+        pytest.param("langgraph.test.js", 8, marks=pytest.mark.scale),
         ("cases.test.js", len(cases()) + 1),
         pytest.param(
             "mcp.test.js",

@@ -16,9 +16,11 @@
  * The SDK asks first: a call its person denies never reaches the ledger. A call the person
  * approved (a `tool-approval-response` in the messages) goes to the ledger; if a policy of the
  * ledger holds it, the approval is forwarded through `approver` (a client holding a person's
- * token with the approver role) and the call runs once. Without `approver`, or for a tool
- * without a gate of its own, a held call waits inside `execute` for the ledger's approvers (the
- * console or the approvals API) up to `approvalDeadline`.
+ * token with the approver role) and the call runs once. Without `approver`, for a tool without
+ * a gate of its own, or for a replay the ledger asks about, a held call waits inside `execute`
+ * for the ledger's approvers (the console or the approvals API) up to `approvalDeadline`. The
+ * approval is read from the messages the SDK is given: pass `approver` only where those come
+ * from the server's own state, not as a browser sent them.
  *
  * Nothing of `ai` is imported: the tools are wrapped by their shape.
  */

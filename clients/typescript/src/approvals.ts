@@ -15,7 +15,7 @@
 
 import type { LedgerClient, Run } from "./client.js";
 import { LedgerRequestError } from "./errors.js";
-import type { Observation } from "./observations.js";
+import { normalised, type Observation, rejectedInRuntime } from "./observations.js";
 import type { Body, CallOptions, ToolFunction } from "./protocol.js";
 
 /** Seconds a held call waits for the ledger's approval when nothing else is said. */
@@ -28,6 +28,15 @@ export function isHeld(observation: Observation): boolean {
     observation.metadata.approval_id !== undefined &&
     observation.metadata.call_id !== undefined
   );
+}
+
+/**
+ * Whether an approval policy holds the call before its first run (`metadata.approval_policy`):
+ * the only hold a framework's approval of a new tool call may decide. A replay the ledger asks
+ * about (an outcome that was lost) is a person's to decide on what the ledger shows.
+ */
+export function isPolicyHold(observation: Observation): boolean {
+  return isHeld(observation) && observation.metadata.approval_policy !== undefined;
 }
 
 /**
@@ -70,10 +79,29 @@ export function resumed(
 }
 
 /**
+ * The observation for a held call a person rejected in the framework, which never runs: the
+ * ledger's rejection (with the reason) once `approver` has made it, else one that says the
+ * framework's person rejected it. An approval the ledger had already given stays given, and
+ * the call still does not run.
+ */
+export async function rejected(
+  ledger: LedgerClient,
+  held: Observation,
+  tool: string,
+  reason: string,
+  approver: LedgerClient | undefined,
+): Promise<Observation> {
+  await forward(approver, held, false, reason);
+  const latest = await ledger.getCall(String(held.metadata.call_id));
+  if (latest.approval_state === "rejected") return normalised(latest.observation);
+  return rejectedInRuntime(tool, reason);
+}
+
+/**
  * `run.callForModel`, for a call whose framework gate a person has (`approvedHere`) or has not
- * approved: with an approver client and that approval, a hold of the ledger's is decided as the
- * person decided it and the call runs once; otherwise the call waits for the ledger's
- * approvers as `options` say.
+ * approved: with an approver client and that approval, an approval policy's hold is decided as
+ * the person decided it and the call runs once; any other hold, or without both, the call
+ * waits for the ledger's approvers as `options` say.
  */
 export async function callWithApproval(
   run: Run,
@@ -92,7 +120,7 @@ export async function callWithApproval(
     waitForApproval: false,
   });
   if (!isHeld(observation)) return observation;
-  await forward(approver, observation, true);
+  if (isPolicyHold(observation)) await forward(approver, observation, true);
   return resumed(run.client, observation, input, execute, {
     ...options,
     ...(gate.wait === undefined ? {} : { wait: gate.wait }),

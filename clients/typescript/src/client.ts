@@ -117,9 +117,11 @@ export class LedgerClient {
     return outcome;
   }
 
-  /** Record, decide, execute if allowed, report: the observation for the model. */
-  /** One call through the whole protocol; the trace context is `traceparent`, else the
-   * caller's active OpenTelemetry span's (`trace.ts`). */
+  /**
+   * Record, decide, execute if allowed, report: the observation for the model. Here and in
+   * `replay` and `resume` the trace context is `traceparent`, else the caller's active
+   * OpenTelemetry span's (`trace.ts`).
+   */
   async call(
     runId: string,
     tool: string,
@@ -127,29 +129,32 @@ export class LedgerClient {
     execute: ToolFunction,
     options: CallOptions & Cancellable = {},
   ): Promise<Observation> {
-    const traceparent = options.traceparent ?? (await ambientTraceparent());
-    const traced = traceparent === undefined ? options : { ...options, traceparent };
-    return this.drive(this.protocol.call(runId, tool, input, execute, traced), options.signal);
+    const flow = this.protocol.call(runId, tool, input, execute, await traced(options));
+    return this.drive(flow, options.signal);
   }
 
   /** Recover an uncertain or failed call by the ledger's recovery table. */
-  replay(
+  async replay(
     callId: string,
     input: Body,
     execute: ToolFunction,
     options: CallOptions & Cancellable & { currentHash?: string } = {},
   ): Promise<Observation> {
-    return this.drive(this.protocol.replay(callId, input, execute, options), options.signal);
+    const flow = this.protocol.replay(callId, input, execute, await traced(options));
+    return this.drive(flow, options.signal);
   }
 
   /** Follow a call held for a human until it is decided (see `LedgerProtocol.resume`). */
-  resume(
+  async resume(
     callId: string,
     input: Body,
     execute: ToolFunction,
     options: CallOptions & Cancellable = {},
   ): Promise<Observation> {
-    return this.drive(this.protocol.resume(callId, input, execute, options), options.signal);
+    return this.drive(
+      this.protocol.resume(callId, input, execute, await traced(options)),
+      options.signal,
+    );
   }
 
   registerTool(
@@ -295,6 +300,12 @@ export class LedgerClient {
       every = nextHeartbeat(reply, every);
     }
   }
+}
+
+/** `options` with the trace context: its own `traceparent`, else the active span's. */
+async function traced<T extends CallOptions>(options: T): Promise<T> {
+  const traceparent = options.traceparent ?? (await ambientTraceparent());
+  return traceparent === undefined ? options : { ...options, traceparent };
 }
 
 /** The ledger's refusals of a call whose run has ended. */

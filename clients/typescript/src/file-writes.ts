@@ -9,7 +9,14 @@
  */
 
 import { createHash } from "node:crypto";
-import { existsSync, readFileSync, realpathSync, statSync } from "node:fs";
+import {
+  existsSync,
+  lstatSync,
+  readFileSync,
+  readlinkSync,
+  realpathSync,
+  statSync,
+} from "node:fs";
 import { basename, dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
 
 import { ToolError } from "./errors.js";
@@ -25,11 +32,23 @@ function sha256(data: Buffer | string): string {
   return createHash("sha256").update(data).digest("hex");
 }
 
-/** `path` with every symlink of its existing part resolved (the rest kept as written). */
-function realResolved(path: string): string {
+/** How many symbolic links a path may pass through (as the kernel's limit). */
+const MAX_LINKS = 40;
+
+/**
+ * `path` with every symlink resolved, a dangling one too (to where it points: a write through
+ * it would create that file); the part that does not exist is kept as written.
+ */
+function realResolved(path: string, links = 0): string {
   if (existsSync(path)) return realpathSync(path);
+  if (lstatSync(path, { throwIfNoEntry: false })?.isSymbolicLink()) {
+    if (links >= MAX_LINKS) {
+      throw new ToolError(`${path} passes through too many links`, { code: "INVALID_TOOL_INPUT" });
+    }
+    return realResolved(resolve(dirname(path), readlinkSync(path)), links + 1);
+  }
   const parent = dirname(path);
-  return parent === path ? path : join(realResolved(parent), basename(path));
+  return parent === path ? path : join(realResolved(parent, links), basename(path));
 }
 
 /** The lines of `text`, each with its line ending; a last line without one is marked. */

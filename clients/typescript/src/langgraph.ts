@@ -17,12 +17,15 @@
  * `{ ledger: observation, tool_call }` (the observation carries `metadata.approval_id` and the
  * policy's reason). Resume the graph with `new Command({ resume: { approve: true } })`, or
  * `{ approve: false, reason }`: with an `approver` client (a person with the approver role) the
- * decision is forwarded to the ledger. Rejected, the call never runs and the model hears the
- * reason; approved, it runs once the ledger's approval is given too (forwarded, or decided in
- * the console), waited for up to `approvalWait` seconds. The held call is kept in the graph's
- * store (`graph.compile({ store })`) until the thread is resumed, so another process, with the
- * same checkpointer and store, may resume it; without a store it is kept in this object's
- * memory, and the same process must resume it.
+ * decision is forwarded to the ledger. Rejected, the call never runs (even if the ledger's
+ * approvers had approved it) and the model hears the reason; approved, it runs once the
+ * ledger's approval is given too (forwarded, or decided in the console), waited for up to
+ * `approvalWait` seconds. When one step holds several calls, name each decision's
+ * `approval_id` (LangGraph hands resume values out by the order of the interrupts): a decision
+ * naming another call's approval is refused, and nothing runs. The held call is kept in the
+ * graph's store (`graph.compile({ store })`) until the thread is resumed, so another process,
+ * with the same checkpointer and store, may resume it; without a store it is kept in this
+ * object's memory, and the same process must resume it.
  *
  * `ledgerCallOf(config)` gives a wrapped tool its ledger call (its idempotency key, to hand the
  * downstream), from the config the tool is invoked with.
@@ -35,9 +38,9 @@ import { tool } from "@langchain/core/tools";
 import { ToolMessage } from "@langchain/core/messages";
 import { interrupt } from "@langchain/langgraph";
 
-import { forward, isHeld, resumed } from "./approvals.js";
+import { forward, isHeld, rejected, resumed } from "./approvals.js";
 import type { LedgerClient, Run } from "./client.js";
-import { modelText, type Observation, rejectedInRuntime } from "./observations.js";
+import { modelText, type Observation, startRefused } from "./observations.js";
 import type { Body, CallContext, CallOptions } from "./protocol.js";
 
 /** What the graph is resumed with for a held call. */
@@ -198,12 +201,17 @@ export class LedgerToolCalls {
     input: Body,
     execute: (context: CallContext, signal: AbortSignal) => Promise<unknown>,
   ): Promise<Observation> {
+    const named = (answer as { approval_id?: unknown } | null)?.approval_id;
+    if (named !== undefined && Number(named) !== Number(held.metadata.approval_id)) {
+      const detail = `the decision was given for approval ${String(named)}, not this call's`;
+      return startRefused(tool, { code: "IDEMPOTENCY_KEY_CONFLICT", detail });
+    }
     const decision = decisionOf(answer);
     const { userId: _user, approver, approvalWait, ...options } = this.settings;
-    if (decision !== null && !decision.approve && approver === undefined) {
-      return rejectedInRuntime(tool, decision.reason ?? "");
+    if (decision !== null && !decision.approve) {
+      return rejected(this.ledger, held, tool, decision.reason ?? "", approver);
     }
-    if (decision !== null) await forward(approver, held, decision.approve, decision.reason);
+    if (decision !== null) await forward(approver, held, true);
     return resumed(this.ledger, held, input, execute, {
       ...options,
       ...(approvalWait === undefined ? {} : { wait: approvalWait }),

@@ -206,10 +206,11 @@ export class LedgerGuard {
     );
     if (this.files !== undefined && plan !== undefined && lost(observation)) {
       // A write whose outcome was lost, settled by the file's hash now.
+      // With the call's own settings: its signal, its tool timeout, its trace.
+      const { stepId: _step, writePlan: _plan, ...again } = settings;
       observation = await this.ledger.replay(String(observation.metadata.call_id), args, execute, {
+        ...again,
         currentHash: this.files.currentHash(this.files.target(args)),
-        waitForApproval: settings.waitForApproval ?? true,
-        approvalDeadline: settings.approvalDeadline ?? DEFAULT_APPROVAL_DEADLINE,
       });
     }
     return resultOf(observation);

@@ -6,11 +6,14 @@
 
 type OpenTelemetry = typeof import("@opentelemetry/api");
 
+const API = "@opentelemetry/api";
 let loaded: Promise<OpenTelemetry | null> | undefined;
 
 /** The active span's `traceparent`, or undefined without one (or without the API). */
 export async function ambientTraceparent(): Promise<string | undefined> {
-  loaded ??= import("@opentelemetry/api").then(
+  // A specifier in a variable: bundlers leave the import to run time, where a runtime without
+  // the API gets null here instead of a build that fails.
+  loaded ??= (import(API) as Promise<OpenTelemetry>).then(
     (api) => api,
     () => null,
   );

@@ -202,3 +202,39 @@ test("a held order kept in the graph's store is resumed by another process, appr
   assert.match(String(done?.content), /"idempotency_key":"agent:/);
   assert.equal(await ordersOf("lg-600"), 1);
 });
+
+test("a rejection on resume never runs the call, even one the ledger's approvers had approved", { skip }, async () => {
+  const approver = new LedgerClient(ledgerUrl, approverToken);
+  const calls = new LedgerToolCalls(new LedgerClient(ledgerUrl, token), { userId: "u-lg", approver });
+  const graph = graphOf(calls, [{ id: "tc-7", args: { reference: "lg-700", amount: 700 } }], "Told.");
+  const config = { configurable: { thread_id: "lg-thread-approved-then-rejected" } };
+  await graph.invoke({ messages: [new HumanMessage("order 700")] }, config);
+  await decideFirst(true, "fine by me"); // in the console, before the graph's person says no
+  const state = await graph.invoke(
+    new Command({ resume: { approve: false, reason: "the customer called it off" } }),
+    config,
+  );
+  await calls.finish(config);
+  const [told] = toolMessages(state.messages);
+  assert.equal(told?.status, "error");
+  assert.match(String(told?.content), /APPROVAL_REJECTED/);
+  assert.match(String(told?.content), /the customer called it off/);
+  assert.equal(await ordersOf("lg-700"), 0);
+});
+
+test("a decision naming another call's approval is refused and nothing runs", { skip }, async () => {
+  const approver = new LedgerClient(ledgerUrl, approverToken);
+  const calls = new LedgerToolCalls(new LedgerClient(ledgerUrl, token), { userId: "u-lg", approver });
+  const graph = graphOf(calls, [{ id: "tc-5", args: { reference: "lg-500", amount: 500 } }], "Told.");
+  const config = { configurable: { thread_id: "lg-thread-wrong-approval" } };
+  const paused = await graph.invoke({ messages: [new HumanMessage("order 500")] }, config);
+  const [pause] = (paused as { __interrupt__?: { value: { ledger: { metadata: Record<string, unknown> } } }[] })
+    .__interrupt__ ?? [];
+  const theirs = Number(pause?.value.ledger.metadata.approval_id) + 1000;
+  const state = await graph.invoke(new Command({ resume: { approve: true, approval_id: theirs } }), config);
+  await calls.finish(config);
+  const [told] = toolMessages(state.messages);
+  assert.equal(told?.status, "error");
+  assert.match(String(told?.content), /IDEMPOTENCY_KEY_CONFLICT/);
+  assert.equal(await ordersOf("lg-500"), 0);
+});
