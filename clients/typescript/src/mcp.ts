@@ -13,9 +13,10 @@
  * (or its declared key fields), never by the JSON-RPC id, so a retry under a new request id, a
  * reconnect or a re-planned call is the same action. The idempotency key (and a `traceparent`,
  * given or the caller's active OpenTelemetry span's) goes to the server in the request's
- * `_meta`; the ledger's answer comes back in the result's `_meta` under `io.agentledger/ledger`. `isError: true` is a failed call carrying its text; a
- * timeout or a dead server is uncertain; a refusal comes back as an error result whose text is
- * the model-facing observation, so the model never mistakes it for success. With `fileRoot`, a
+ * `_meta`; the ledger's answer comes back in the result's `_meta` under `io.agentledger/ledger`.
+ * `isError: true` is a failed call carrying its text; a timeout or a dead server is uncertain;
+ * a refusal comes back as an error result whose text is the model-facing observation, so the
+ * model never mistakes it for success. With `fileRoot`, a
  * file write under that root carries a write plan the guard computes (before hash, after hash,
  * diff; `file-writes.ts`), and a write whose outcome was lost settles by the file's hash:
  * already applied, applied again after approval, or a conflict.

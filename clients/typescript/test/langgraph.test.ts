@@ -84,6 +84,11 @@ function graphOf(
     .compile(kept);
 }
 
+/** What an interrupted graph run returned: the pauses, each with the ledger's observation. */
+function pausesOf(state: object): { value: { ledger: { metadata: Record<string, unknown> } } }[] {
+  return (state as { __interrupt__?: ReturnType<typeof pausesOf> }).__interrupt__ ?? [];
+}
+
 function toolMessages(messages: BaseMessage[]): ToolMessage[] {
   return messages.filter((m): m is ToolMessage => m instanceof ToolMessage);
 }
@@ -146,8 +151,7 @@ test("a held order interrupts the graph; approved by a person, the resumed graph
   const graph = graphOf(calls, [{ id: "tc-9", args: { reference: "lg-900", amount: 900 } }], "Ordered.");
   const config = { configurable: { thread_id: "lg-thread-2" } };
   const paused = await graph.invoke({ messages: [new HumanMessage("order 900")] }, config);
-  const [pause] = (paused as { __interrupt__?: { value: { ledger: { metadata: Record<string, unknown> } } }[] })
-    .__interrupt__ ?? [];
+  const [pause] = pausesOf(paused);
   assert.ok(pause, "the graph paused for a human");
   assert.ok(pause.value.ledger.metadata.approval_id, "the pause carries the ledger's approval id");
   assert.equal(await ordersOf("lg-900"), 0);
@@ -228,8 +232,7 @@ test("a decision naming another call's approval is refused and nothing runs", { 
   const graph = graphOf(calls, [{ id: "tc-5", args: { reference: "lg-500", amount: 500 } }], "Told.");
   const config = { configurable: { thread_id: "lg-thread-wrong-approval" } };
   const paused = await graph.invoke({ messages: [new HumanMessage("order 500")] }, config);
-  const [pause] = (paused as { __interrupt__?: { value: { ledger: { metadata: Record<string, unknown> } } }[] })
-    .__interrupt__ ?? [];
+  const [pause] = pausesOf(paused);
   const theirs = Number(pause?.value.ledger.metadata.approval_id) + 1000;
   const state = await graph.invoke(new Command({ resume: { approve: true, approval_id: theirs } }), config);
   await calls.finish(config);

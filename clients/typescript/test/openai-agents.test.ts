@@ -12,6 +12,7 @@ import {
   type ModelRequest,
   type ModelResponse,
   run as runAgent,
+  type RunResult,
   setTracingDisabled,
   tool,
   Usage,
@@ -221,19 +222,38 @@ function gatedAgent(model: Model, ledgerRun: Parameters<typeof ledgerTool>[0], p
   return new Agent({ name: "orders", instructions: "Order what is asked.", model, tools: [createOrder] });
 }
 
-test("the SDK's person and the ledger's policy both hold an order; the SDK's approval is forwarded and it runs once", { skip: approver }, async () => {
+// The SDK types a run's result by its context and agent; these tests use neither.
+type Paused = RunResult<any, any>;
+
+/**
+ * An order of `amount` (call `id`) whose tool's own gate pauses the run: nothing has run and
+ * the ledger has not been asked yet; then the SDK's person answers on the paused state
+ * (`answer`), and the run goes on beside `meanwhile` (a ledger approver). The resumed result.
+ */
+async function answeredInSdk(
+  id: string,
+  amount: number,
+  last: string,
+  answer: (state: Paused["state"], item: NonNullable<Paused["interruptions"][number]>) => void,
+  meanwhile: () => Promise<unknown> = async () => undefined,
+): Promise<Paused> {
   const ledger = new LedgerClient(ledgerUrl, token);
   const person = new LedgerClient(ledgerUrl, process.env.APPROVER_TOKEN ?? "");
-  const result = await ledger.run({ userId: "u-oa" }, async (run) => {
-    const agent = gatedAgent(new Scripted([{ id: "call-g1", amount: 1400 }], "Ordered."), run, person);
-    const paused = await runAgent(agent, "Order 1400.");
+  return ledger.run({ userId: "u-oa" }, async (run) => {
+    const agent = gatedAgent(new Scripted([{ id, amount }], last), run, person);
+    const paused = await runAgent(agent, `Order ${amount}.`);
     const [item] = paused.interruptions;
     assert.ok(item, "the SDK asks its person first");
-    assert.equal(await ordersOf("amount-1400"), 0);
-    assert.deepEqual(await approvalsOf(1400), [], "the ledger is not asked before the SDK's person");
-    paused.state.approve(item);
-    return runAgent(agent, paused.state);
+    assert.equal(await ordersOf(`amount-${amount}`), 0);
+    assert.deepEqual(await approvalsOf(amount), [], "the ledger is not asked before the SDK's person");
+    answer(paused.state, item);
+    const [resumed] = await Promise.all([runAgent(agent, paused.state), meanwhile()]);
+    return resumed;
   });
+}
+
+test("the SDK's person and the ledger's policy both hold an order; the SDK's approval is forwarded and it runs once", { skip: approver }, async () => {
+  const result = await answeredInSdk("call-g1", 1400, "Ordered.", (state, item) => state.approve(item));
   assert.equal(result.finalOutput, "Ordered.");
   assert.equal(await ordersOf("amount-1400"), 1);
   const [decided] = await approvalsOf(1400);
@@ -243,36 +263,20 @@ test("the SDK's person and the ledger's policy both hold an order; the SDK's app
 });
 
 test("an order the SDK's person rejects never reaches the ledger and never runs", { skip: approver }, async () => {
-  const ledger = new LedgerClient(ledgerUrl, token);
-  const person = new LedgerClient(ledgerUrl, process.env.APPROVER_TOKEN ?? "");
-  const result = await ledger.run({ userId: "u-oa" }, async (run) => {
-    const agent = gatedAgent(new Scripted([{ id: "call-g2", amount: 1500 }], "Not ordered."), run, person);
-    const paused = await runAgent(agent, "Order 1500.");
-    const [item] = paused.interruptions;
-    assert.ok(item);
-    paused.state.reject(item);
-    return runAgent(agent, paused.state);
-  });
+  const result = await answeredInSdk("call-g2", 1500, "Not ordered.", (state, item) => state.reject(item));
   assert.equal(result.finalOutput, "Not ordered.");
   assert.equal(await ordersOf("amount-1500"), 0);
   assert.deepEqual(await approvalsOf(1500), []);
 });
 
 test("an \"always approve\" in the SDK is not forwarded: the ledger's approver still decides", { skip: approver }, async () => {
-  const ledger = new LedgerClient(ledgerUrl, token);
-  const person = new LedgerClient(ledgerUrl, process.env.APPROVER_TOKEN ?? "");
-  const result = await ledger.run({ userId: "u-oa" }, async (run) => {
-    const agent = gatedAgent(new Scripted([{ id: "call-g3", amount: 1600 }], "Told."), run, person);
-    const paused = await runAgent(agent, "Order 1600.");
-    const [item] = paused.interruptions;
-    assert.ok(item);
-    paused.state.approve(item, { alwaysApprove: true });
-    const [resumed] = await Promise.all([
-      runAgent(agent, paused.state),
-      decideFirst(false, "no standing approvals here"),
-    ]);
-    return resumed;
-  });
+  const result = await answeredInSdk(
+    "call-g3",
+    1600,
+    "Told.",
+    (state, item) => state.approve(item, { alwaysApprove: true }),
+    () => decideFirst(false, "no standing approvals here"),
+  );
   const outputs = outputsOf(result.newItems as { type: string; output?: unknown }[]);
   assert.match(JSON.stringify(outputs), /APPROVAL_REJECTED/);
   assert.match(JSON.stringify(outputs), /no standing approvals here/);
