@@ -40,8 +40,17 @@ class Sizes:
     cleanup_load_seconds: float
 
 
-QUICK = Sizes(3, (1, 8, 32), 100, 30_000, 1_000, 20, 5, 400, 3)
-FULL = Sizes(15, (1, 8, 32), 100, 1_000_000, 20_000, 300, 20, 3_000, 30)
+# The hot path's levels reach 256 clients: whether its rate holds as clients queue for the
+# server's workers and database connections.
+LEVELS = (1, 8, 32, 64, 128, 256)
+QUICK = Sizes(3, LEVELS, 100, 30_000, 1_000, 20, 5, 400, 3)
+FULL = Sizes(15, LEVELS, 100, 1_000_000, 20_000, 300, 20, 3_000, 30)
+
+
+def cores() -> int:
+    """The cores the bench sizes its server and load generator for: ``CORES``, else this
+    machine's."""
+    return int(os.environ.get("CORES") or os.cpu_count() or 1)
 
 
 def recreate_database(url: str) -> None:
@@ -69,6 +78,7 @@ def machine(database_url: str, redis_url: str) -> dict[str, Any]:
     )
     return {
         "cores": os.cpu_count(),
+        "sized_for_cores": cores(),
         "ram_gb": round(mem_kb / 1024 / 1024, 1),
         "cpu": next(
             (
@@ -189,7 +199,7 @@ def run(
     from bench import reconcile_throughput as reconcile
     from bench.autovacuum import AutovacuumStandIn
     from bench.floor import FLOOR_TABLE_SQL
-    from bench.load import merge, ms, percentile
+    from bench.load import LoadGenerator, merge, ms, percentile
     from console.startup import freeze_loaded_objects
     from ledger.services.cleanup import expired_records
 
@@ -220,17 +230,30 @@ def run(
     statements_file = logdir / "statements.pickle"
     hotpath.save(captured, statements_file)
     web_env = {**env, "BENCH_SQL_FLOOR_STATEMENTS": str(statements_file)}
-    workers = 2 * (os.cpu_count() or 1) + 1
+    workers = 2 * cores() + 1
     gunicorn, port = processes.start_gunicorn(logdir, web_env, workers)
     services.append(gunicorn)
     sampler.watch["web"].append(gunicorn)
     sampler.start()
-    results["server"] = {"gunicorn_workers": workers, "worker_class": "sync"}
+    # The clients run in processes of their own, one a core (two at least), so that the load
+    # generator is never the limit it measures.
+    load = LoadGenerator(max(2, cores()))
+    services.append(load)
+    # The raw floor holds as many transactions open at once as the web workers can: one
+    # connection a client would measure PostgreSQL's slowdown under 256 backends on these
+    # cores, which no deployment of the service (at most a connection a worker) meets.
+    raw_connections = workers
+    results["server"] = {
+        "gunicorn_workers": workers,
+        "worker_class": "sync",
+        "load_generator_processes": len(load.processes),
+        "raw_floor_connections": raw_connections,
+    }
 
     log("warm-up")
-    hotpath.hot_path(port, fixture.token, 8, 1.0, "warm")
-    hotpath.framework_floor(port, 8, 1.0, "warm")
-    hotpath.django_sql_floor(port, 8, 1.0, "warm")
+    hotpath.hot_path(load, port, fixture.token, 8, 1.0, "warm")
+    hotpath.framework_floor(load, port, 8, 1.0, "warm")
+    hotpath.django_sql_floor(load, port, 8, 1.0, "warm")
     by_clients: dict[str, Any] = {}
     # Where the server runs without autovacuum, a stand-in does its work (bench.autovacuum).
     standin = AutovacuumStandIn(database_url)
@@ -241,20 +264,32 @@ def run(
             # path and the floors alike instead of skewing one of them.
             hots, frameworks, raws, django_sqls = [], [], [], []
             part = sizes.seconds / ROUNDS
-            meter = cpu.CpuMeter(cpu.web_groups(gunicorn.pid))
+            meter = cpu.CpuMeter(cpu.web_groups(gunicorn.pid, load.pids))
             for n in range(ROUNDS):
                 tag = f"{clients}-{n}"
                 hot_round = partial(
-                    hotpath.hot_path, port, fixture.token, clients, part, f"hot{tag}"
+                    hotpath.hot_path, load, port, fixture.token, clients, part, f"hot{tag}"
                 )
-                floor_round = partial(hotpath.framework_floor, port, clients, part, f"fw{tag}")
-                sql_round = partial(hotpath.django_sql_floor, port, clients, part, f"sql{tag}")
+                floor_round = partial(
+                    hotpath.framework_floor, load, port, clients, part, f"fw{tag}"
+                )
+                sql_round = partial(
+                    hotpath.django_sql_floor, load, port, clients, part, f"sql{tag}"
+                )
                 hots.append(meter.measure("hot_path", hot_round))
                 frameworks.append(meter.measure("framework_floor", floor_round))
                 django_sqls.append(meter.measure("django_sql_floor", sql_round))
-                raws.append(
-                    hotpath.raw_sql_floor(database_url, captured, clients, part, f"raw{tag}")
+                raw_round = partial(
+                    hotpath.raw_sql_floor,
+                    load,
+                    database_url,
+                    captured,
+                    clients,
+                    part,
+                    f"raw{tag}",
+                    connections=raw_connections,
                 )
+                raws.append(meter.measure("raw_sql_floor", raw_round))
             hot, framework, raw = merge(hots), merge(frameworks), merge(raws)
             django_sql = merge(django_sqls)
             row = hot.summary("calls")
@@ -262,6 +297,7 @@ def run(
                 "hot_path": meter.per_unit_ms("hot_path", hot.units * 2),
                 "framework_floor": meter.per_unit_ms("framework_floor", framework.units),
                 "django_sql_floor": meter.per_unit_ms("django_sql_floor", django_sql.units * 2),
+                "raw_sql_floor": meter.per_unit_ms("raw_sql_floor", raw.units * 2),
             }
             row["requests_per_second"] = round(hot.per_second * 2, 1)
             row["raw_calls_per_second"] = round(raw.per_second, 1)
@@ -340,7 +376,9 @@ def run(
         ready, _, _ = select.select([cleaner.stdout], [], [], 120)
         if not ready or json.loads(cleaner.stdout.readline() or "{}") != {"ready": True}:
             raise RuntimeError("the cleanup process did not start")
-        baseline = hotpath.hot_path(port, fixture.token, 8, sizes.cleanup_load_seconds, "pre-clean")
+        baseline = hotpath.hot_path(
+            load, port, fixture.token, 8, sizes.cleanup_load_seconds, "pre-clean"
+        )
         reader = threading.Thread(
             target=lambda: batches.extend(json.loads(line) for line in cleaner.stdout or []),
             daemon=True,
@@ -349,7 +387,9 @@ def run(
         cleaner.stdin.write("go\n")
         cleaner.stdin.flush()
         cleaning_began = time.monotonic()
-        during = hotpath.hot_path(port, fixture.token, 8, sizes.cleanup_load_seconds, "in-clean")
+        during = hotpath.hot_path(
+            load, port, fixture.token, 8, sizes.cleanup_load_seconds, "in-clean"
+        )
         # The window is measured: the cleaner stops after the batch under way.
         cleaner.stdin.close()
         if cleaner.wait() != 0:

@@ -48,12 +48,13 @@ def tree(pid: int) -> list[int]:
 Pids = Callable[[], list[int]]
 
 
-def web_groups(web_pid: int) -> dict[str, Pids]:
-    """The hot path's groups: gunicorn, PostgreSQL and this process (the load generator)."""
+def web_groups(web_pid: int, load_pids: list[int]) -> dict[str, Pids]:
+    """The hot path's groups: gunicorn, PostgreSQL and the load generator (its processes and
+    this one, which deals out the loads)."""
     return {
         "web": lambda: tree(web_pid),
         "postgres": postgres_pids,
-        "load_generator": lambda: [os.getpid()],
+        "load_generator": lambda: [os.getpid(), *load_pids],
     }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pickle
+import queue
 import threading
 import time
 import uuid
@@ -23,7 +24,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from bench.load import Http, LoadResult, run_load
+from bench.load import Http, LoadGenerator, LoadResult
 from ledger.models import ApiToken, LedgerEntry, Run, Tenant
 from ledger.sql.raw_cursor import numbered
 
@@ -71,21 +72,43 @@ def tool_call(http: Http, key: str) -> dict[str, float]:
     return {"calls": calls_took, "complete": complete_took}
 
 
-def hot_path(port: int, token: str, clients: int, seconds: float, tag: str) -> LoadResult:
-    http = Http(port, token)
-    return run_load(clients, seconds, lambda c, i: tool_call(http, f"{tag}-{c}-{i}"))
+@dataclass(frozen=True)
+class HotPath:
+    """A client's unit of work on the hot path: one tool call with a key of its own."""
+
+    port: int
+    token: str
+    tag: str
+
+    def __call__(self, client: int, iteration: int) -> dict[str, float]:
+        return tool_call(Http(self.port, self.token), f"{self.tag}-{client}-{iteration}")
 
 
-def framework_floor(port: int, clients: int, seconds: float, tag: str) -> LoadResult:
-    http = Http(port)
+@dataclass(frozen=True)
+class FrameworkFloor:
+    """One request to ``bench.floor.floor_view``: one INSERT through the same server."""
 
-    def work(client: int, iteration: int) -> dict[str, float]:
-        status, _body, took = http.post("/bench/floor", f"{tag}-{client}-{iteration}", raw=True)
+    port: int
+    tag: str
+
+    def __call__(self, client: int, iteration: int) -> dict[str, float]:
+        key = f"{self.tag}-{client}-{iteration}"
+        status, _body, took = Http(self.port).post("/bench/floor", key, raw=True)
         if status != 200:
             raise RuntimeError(f"floor answered {status}")
         return {"floor": took}
 
-    return run_load(clients, seconds, work)
+
+def hot_path(
+    load: LoadGenerator, port: int, token: str, clients: int, seconds: float, tag: str
+) -> LoadResult:
+    return load.run(clients, seconds, HotPath(port, token, tag))
+
+
+def framework_floor(
+    load: LoadGenerator, port: int, clients: int, seconds: float, tag: str
+) -> LoadResult:
+    return load.run(clients, seconds, FrameworkFloor(port, tag))
 
 
 # --- statements per request and the raw SQL floor ------------------------------------------
@@ -270,25 +293,64 @@ def _swap(mapping: dict[Any, Any], value: Any) -> Any:
         return value
 
 
+# Each load generator process keeps its raw floor connections from one load to the next, as a
+# pooler would: their backends stay up, so a round's PostgreSQL CPU is counted (bench.cpu).
+_IDLE: dict[tuple[str, bool], queue.LifoQueue[psycopg.Connection[Any]]] = {}
+
+
+class RawSqlFloor:
+    """The same statements as one tool call, straight from psycopg, bound the way the service
+    binds them: when ``DATABASE_PREPARED_STATEMENTS`` is on, as ``statements.run_precompiled``
+    sends them (numbered placeholders, a ``RawCursor``, prepared on first use), else
+    client-side. At most ``connections`` transactions are open at once, as many as the
+    service's web workers can hold: the clients of a load take turns on them."""
+
+    def __init__(
+        self, dsn: str, captured: Captured, server_side: bool, tag: str, connections: int
+    ) -> None:
+        self.dsn, self.server_side, self.tag = dsn, server_side, tag
+        self.captured = captured.bound_for(server_side)
+        self.connections = max(1, connections)
+        self._turns = threading.BoundedSemaphore(self.connections)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_turns"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._turns = threading.BoundedSemaphore(self.connections)
+
+    def share(self, index: int, processes: int) -> RawSqlFloor:
+        """The part of the connections that load generator process ``index`` may use."""
+        part = self.connections // processes + (index < self.connections % processes)
+        share = RawSqlFloor.__new__(RawSqlFloor)
+        share.__setstate__({**self.__getstate__(), "connections": max(1, part)})
+        return share
+
+    def __call__(self, client: int, iteration: int) -> dict[str, float]:
+        idle = _IDLE.setdefault((self.dsn, self.server_side), queue.LifoQueue())
+        with self._turns:
+            conn = _connect(self.dsn, self.server_side) if idle.empty() else idle.get()
+            try:
+                mapping = self.captured.fresh(f"{self.tag}-{client}-{iteration}")
+                return _replay_tool_call(conn, self.captured, mapping)
+            finally:
+                idle.put(conn)
+
+
 def raw_sql_floor(
-    dsn: str, captured: Captured, clients: int, seconds: float, tag: str
+    load: LoadGenerator,
+    dsn: str,
+    captured: Captured,
+    clients: int,
+    seconds: float,
+    tag: str,
+    *,
+    connections: int,
 ) -> LoadResult:
-    """The same statements as one tool call, straight from psycopg, one connection a thread,
-    bound the way the service binds them: when ``DATABASE_PREPARED_STATEMENTS`` is on, as
-    ``statements.run_precompiled`` sends them (numbered placeholders, a ``RawCursor``,
-    prepared on first use), else client-side."""
-    local = threading.local()
-    server_side = binds_server_side()
-    captured = captured.bound_for(server_side)
-
-    def work(client: int, iteration: int) -> dict[str, float]:
-        if not hasattr(local, "conn"):
-            local.conn = _connect(dsn, server_side)
-        return _replay_tool_call(
-            local.conn, captured, captured.fresh(f"{tag}-{client}-{iteration}")
-        )
-
-    return run_load(clients, seconds, work)
+    """The raw floor from ``load``'s processes, ``connections`` transactions at once in all."""
+    work = RawSqlFloor(dsn, captured, binds_server_side(), tag, min(clients, connections))
+    return load.run(clients, seconds, work)
 
 
 def _connect(dsn: str, server_side: bool) -> psycopg.Connection[Any]:
@@ -337,15 +399,18 @@ def binds_server_side() -> bool:
     return settings.DATABASES["default"].get("OPTIONS", {}).get("server_side_binding") is True
 
 
-def django_sql_floor(port: int, clients: int, seconds: float, tag: str) -> LoadResult:
+@dataclass(frozen=True)
+class DjangoSqlFloor:
     """The captured statements of a tool call sent by ``bench.floor`` views through the same
     gunicorn and Django stack: two requests, as the hot path makes, with nothing else."""
-    http = Http(port)
 
-    def work(client: int, iteration: int) -> dict[str, float]:
-        status, body, calls_took = http.post(
-            "/bench/sql-floor/calls", f"{tag}-{client}-{iteration}"
-        )
+    port: int
+    tag: str
+
+    def __call__(self, client: int, iteration: int) -> dict[str, float]:
+        http = Http(self.port)
+        key = f"{self.tag}-{client}-{iteration}"
+        status, body, calls_took = http.post("/bench/sql-floor/calls", key)
         if status != 200:
             raise RuntimeError(f"SQL floor calls answered {status}: {body}")
         status, done, complete_took = http.post("/bench/sql-floor/complete", body)
@@ -353,7 +418,11 @@ def django_sql_floor(port: int, clients: int, seconds: float, tag: str) -> LoadR
             raise RuntimeError(f"SQL floor complete answered {status}: {done}")
         return {"calls": calls_took, "complete": complete_took}
 
-    return run_load(clients, seconds, work)
+
+def django_sql_floor(
+    load: LoadGenerator, port: int, clients: int, seconds: float, tag: str
+) -> LoadResult:
+    return load.run(clients, seconds, DjangoSqlFloor(port, tag))
 
 
 def save(captured: Captured, path: Path) -> None:

@@ -1,13 +1,19 @@
-"""Closed-loop load: N client threads, each doing one unit of work after another."""
+"""Closed-loop load: N clients, each doing one unit of work after another, as threads of
+several load generator processes."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 
@@ -63,21 +69,27 @@ def merge(results: list[LoadResult]) -> LoadResult:
     return merged
 
 
-# A unit of work: (client index, iteration) -> per-request latencies by name, or raises.
+# A unit of work: (client index, iteration) -> per-request latencies by name, or raises. The
+# load generator's processes receive it pickled: a module-level callable object, not a closure.
 Work = Callable[[int, int], dict[str, float]]
 
 
-def run_load(clients: int, seconds: float, work: Work) -> LoadResult:
-    result = LoadResult(clients, seconds)
+def _run_threads(
+    indices: range, seconds: float, work: Work, start_at: float | None = None
+) -> LoadResult:
+    """A thread for each client index, each doing ``work`` one unit after another from
+    ``start_at`` (a ``time.monotonic()`` instant, the same in every process of the machine)
+    for ``seconds``."""
+    result = LoadResult(len(indices), seconds)
     lock = threading.Lock()
-    start = threading.Barrier(clients + 1)
-    deadline = [0.0]
+    began = time.monotonic() if start_at is None else start_at
+    deadline = began + seconds
 
     def client(index: int) -> None:
-        start.wait()
+        time.sleep(max(0.0, began - time.monotonic()))
         iteration = 0
-        while time.monotonic() < deadline[0]:
-            began = time.perf_counter()
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
             try:
                 parts = work(index, iteration)
             except Exception:
@@ -85,7 +97,7 @@ def run_load(clients: int, seconds: float, work: Work) -> LoadResult:
                     result.errors += 1
                 iteration += 1
                 continue
-            took = time.perf_counter() - began
+            took = time.perf_counter() - started
             with lock:
                 result.units += 1
                 result.latencies.append(took)
@@ -93,16 +105,96 @@ def run_load(clients: int, seconds: float, work: Work) -> LoadResult:
                     result.parts.setdefault(name, []).append(value)
             iteration += 1
 
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in indices]
     for thread in threads:
         thread.start()
-    deadline[0] = time.monotonic() + seconds
-    began = time.monotonic()
-    start.wait()
     for thread in threads:
         thread.join(seconds + 120)
     result.seconds = time.monotonic() - began
     return result
+
+
+def _serve(pipe: Connection) -> None:
+    """A load generator process: runs each job it is sent, answers with its result."""
+    if os.environ.get("DJANGO_SETTINGS_MODULE"):
+        import django
+
+        django.setup()  # a job's work may be a class of a module that imports models
+    pipe.send("ready")
+    while True:
+        job = pipe.recv()
+        if job is None:
+            return
+        indices, seconds, work, start_at = job
+        try:
+            pipe.send(_run_threads(indices, seconds, work, start_at))
+        except Exception as error:  # the parent raises it
+            pipe.send(error)
+
+
+def _share(work: Work, index: int, processes: int) -> Work:
+    """What process ``index`` of ``processes`` runs: the work itself, or, for work that divides
+    something among the processes (the raw floor's connections), its ``share``."""
+    share = getattr(work, "share", None)
+    return share(index, processes) if share is not None else work
+
+
+class LoadGenerator:
+    """Closed-loop load from several processes, so that on a many-core machine the bench
+    measures the server and not its own interpreter lock. The processes stay up from one load
+    to the next (their pids are the load generator's CPU group, ``bench.cpu``); the clients of
+    a load are dealt out among them, each a thread, all starting at one instant."""
+
+    def __init__(self, processes: int) -> None:
+        context = multiprocessing.get_context("spawn")  # no copy of this process's threads
+        self.pipes: list[Connection] = []
+        self.processes: list[BaseProcess] = []
+        for _ in range(max(1, processes)):
+            ours, theirs = context.Pipe()
+            process = context.Process(target=_serve, args=(theirs,), daemon=True)
+            process.start()
+            self.pipes.append(ours)
+            self.processes.append(process)
+        for pipe in self.pipes:  # a job's start instant is near: every process is up first
+            if pipe.recv() != "ready":
+                raise RuntimeError("a load generator process did not start")
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes if p.pid is not None]
+
+    def run(self, clients: int, seconds: float, work: Work) -> LoadResult:
+        """``clients`` clients doing ``work`` for ``seconds``; client i runs in process
+        i mod the number of processes."""
+        count = len(self.processes)
+        busy = [(pipe, range(i, clients, count)) for i, pipe in enumerate(self.pipes[:clients])]
+        # Time for every process to start its threads before the first request.
+        start_at = time.monotonic() + 0.2 + 0.002 * clients
+        for index, (pipe, indices) in enumerate(busy):
+            pipe.send((indices, seconds, _share(work, index, len(busy)), start_at))
+        answers = [pipe.recv() for pipe, _indices in busy]
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        result = merge(answers)
+        result.clients = clients
+        result.seconds = max(answer.seconds for answer in answers)
+        return result
+
+    def stop(self) -> None:
+        for pipe in self.pipes:
+            with contextlib.suppress(OSError):
+                pipe.send(None)
+        for process in self.processes:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+
+    def __enter__(self) -> LoadGenerator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 class Http:
