@@ -106,12 +106,14 @@ def _uncertain_write(client: LedgerClient, sandbox: SandboxServer) -> tuple[Any,
 
 def _approve_when_asked(*, approve: bool = True) -> threading.Thread:
     """A human approver, in another thread, who approves (or rejects) the first pending
-    request."""
+    request. It waits up to a minute for one: the request comes after the runtime has started
+    its tool server and waited out a hung call, which on a loaded machine takes more than ten
+    seconds."""
 
     def decide_first_pending() -> None:
         try:
             approver = make_approver(Tenant.objects.get(), "approver")
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 pending = ApprovalRequest.objects.filter(state="pending").first()
                 if pending is not None:
