@@ -24,10 +24,11 @@ _TITLES = {
 }
 
 
-def problem(
+def problem_body(
     status: int, code: str, detail: str, *, extra: dict[str, Any] | None = None
-) -> HttpResponse:
-    body = {
+) -> dict[str, Any]:
+    """The problem document: the body of an error answer, or one call's refusal in a batch."""
+    return {
         "type": f"https://agent-ledger.invalid/problems/{code.lower().replace('_', '-')}",
         "title": _TITLES.get(status, "Error"),
         "status": status,
@@ -35,6 +36,17 @@ def problem(
         "detail": detail,
         **(extra or {}),
     }
+
+
+def problem(
+    status: int, code: str, detail: str, *, extra: dict[str, Any] | None = None
+) -> HttpResponse:
+    return problem_response(problem_body(status, code, detail, extra=extra))
+
+
+def problem_response(body: dict[str, Any]) -> HttpResponse:
+    """The error answer carrying the problem document ``body``, with its status."""
+    status = body["status"]
     response = JsonResponse(body, status=status, content_type=PROBLEM_CONTENT_TYPE)
     if status == 401:
         response["WWW-Authenticate"] = 'Bearer realm="agent-ledger"'

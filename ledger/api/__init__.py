@@ -19,7 +19,7 @@ from ledger.api.auth import TokenAuth
 from ledger.api.parser import StrictJSONParser
 from ledger.errors import LedgerError
 from ledger.middleware import store_unavailable
-from ledger.problems import PROBLEM_CONTENT_TYPE, problem
+from ledger.problems import PROBLEM_CONTENT_TYPE, problem, problem_body, problem_response
 from ledger.services.runs import RunHalted
 
 TEXT_PATTERN = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
@@ -125,8 +125,15 @@ class LedgerAPI(NinjaAPI):
         return schema
 
 
-def _ledger_error(request: HttpRequest, exc: LedgerError) -> HttpResponse:
-    return problem(exc.http_status, exc.code, exc.message, extra=exc.extra)
+def refusal(exc: LedgerError | RunHalted) -> dict[str, Any]:
+    """The problem document of a refusal the services raise: its status is the answer's."""
+    if isinstance(exc, RunHalted):
+        return problem_body(409, exc.code, str(exc), extra={"combination_id": exc.combination.pk})
+    return problem_body(exc.http_status, exc.code, exc.message, extra=exc.extra)
+
+
+def _refused(request: HttpRequest, exc: LedgerError | RunHalted) -> HttpResponse:
+    return problem_response(refusal(exc))
 
 
 def _database_error(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
@@ -136,10 +143,6 @@ def _database_error(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
     if answer is None:
         raise exc
     return answer
-
-
-def _run_halted(request: HttpRequest, exc: RunHalted) -> HttpResponse:
-    return problem(409, exc.code, str(exc), extra={"combination_id": exc.combination.pk})
 
 
 def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
@@ -158,7 +161,7 @@ def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResp
 
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     if isinstance(exc.__cause__, LedgerError):  # the parser's own refusal, with its status
-        return _ledger_error(request, exc.__cause__)
+        return _refused(request, exc.__cause__)
     code = "INVALID_JSON" if exc.status_code == 400 else "HTTP_ERROR"
     detail = str(exc)
     if exc.__cause__ is not None:  # ninja wraps the parser's error; say what was wrong
@@ -171,9 +174,9 @@ def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 
 
 _HANDLERS: dict[type[Exception], Any] = {
-    LedgerError: _ledger_error,
+    LedgerError: _refused,
     DatabaseError: _database_error,
-    RunHalted: _run_halted,
+    RunHalted: _refused,
     ValidationError: _validation_error,
     AuthenticationError: _unauthenticated,
     HttpError: _http_error,

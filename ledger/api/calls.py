@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from functools import partial
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema
 from pydantic import Field
 
 from ledger import calls, tracing
+from ledger.api import refusal
 from ledger.api.auth import TokenAuth, caller_of
 from ledger.api.parser import reject_unknown_query
 from ledger.api.schemas import (
+    CallBatchIn,
+    CallBatchItemOut,
+    CallBatchOut,
     CallIn,
     CallOut,
     ClassificationOut,
@@ -22,16 +27,18 @@ from ledger.api.schemas import (
     LeaseOut,
     Problem,
     RecordOut,
+    RefusalOut,
     ReplayIn,
     StartIn,
 )
 from ledger.calls.values import entry_classification
 from ledger.domain import Decision
-from ledger.errors import NotFound
+from ledger.errors import LedgerError, NotFound
 from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry
 from ledger.permissions import Scope
 from ledger.records import Outcome, lease_seconds_granted
 from ledger.services.compensations import compensation_view
+from ledger.services.runs import RunHalted
 
 router = Router(tags=["calls"], auth=TokenAuth(Scope.CALLS))
 records_router = Router(tags=["records"], auth=TokenAuth(Scope.CALLS))
@@ -71,12 +78,8 @@ def call_out(
     )
 
 
-def _respond(result: calls.CallResult) -> HttpResponse:
-    """The answer to a call, built as a validated ``CallOut`` and serialised by pydantic itself
-    (compiled), rather than dumped to Python values by django-ninja and encoded by the
-    standard library's ``json``: on the hot path that costs about 5% of a request's CPU. The
-    routes still declare ``CallOut`` (the OpenAPI document); ``schemas.ApiDateTime`` keeps
-    times in the format the rest of the API writes."""
+def _answer(result: calls.CallResult) -> CallOut:
+    """The answer to one call, as a validated ``CallOut``."""
     body = call_out(
         result.entry,
         observation=result.observation,
@@ -85,25 +88,42 @@ def _respond(result: calls.CallResult) -> HttpResponse:
         notes=result.notes,
     )
     body.decision = result.decision
-    response = HttpResponse(
-        body.model_dump_json(),
-        status=result.http_status,
-        content_type="application/json; charset=utf-8",
+    return body
+
+
+def _json(body: Schema, status: int = 200) -> HttpResponse:
+    """``body`` serialised by pydantic itself (compiled), rather than dumped to Python values
+    by django-ninja and encoded by the standard library's ``json``: on the hot path that costs
+    about 5% of a request's CPU. The routes still declare their schemas (the OpenAPI
+    document); ``schemas.ApiDateTime`` keeps times in the format the rest of the API writes."""
+    return HttpResponse(
+        body.model_dump_json(), status=status, content_type="application/json; charset=utf-8"
     )
+
+
+def _respond(result: calls.CallResult) -> HttpResponse:
+    response = _json(_answer(result), result.http_status)
     if result.http_status == 409:
         # A ``wait`` tells the runtime when to ask again.
         response["Retry-After"] = str(calls.RETRY_AFTER_SECONDS)
     return response
 
 
+def _in_span(
+    request: HttpRequest, step: str, decide: Callable[[], calls.CallResult]
+) -> calls.CallResult:
+    """One step of the protocol, decided inside its trace span."""
+    with tracing.decision_span(request.headers, step) as span:
+        result = decide()
+        tracing.describe_decision(span, result)
+    return result
+
+
 def _decided(
     request: HttpRequest, step: str, decide: Callable[[], calls.CallResult]
 ) -> HttpResponse:
     """The answer to one step of the protocol, decided inside its trace span."""
-    with tracing.decision_span(request.headers, step) as span:
-        result = decide()
-        tracing.describe_decision(span, result)
-    return _respond(result)
+    return _respond(_in_span(request, step, decide))
 
 
 @router.post(
@@ -118,8 +138,42 @@ def record_call(request: HttpRequest, payload: CallIn) -> HttpResponse:
     ``wait`` (409, Retry-After), ``approval_required``, ``forbidden`` or ``conflict`` (422),
     with the observation to hand to the model.
     """
+    caller = caller_of(request)
+    call = _call_input(payload)
+    return _decided(request, "record", lambda: calls.record_call(caller=caller, request=call))
+
+
+@router.post(
+    "/batch",
+    response={200: CallBatchOut, **COMMON},
+    summary="Record several tool calls at once and get a decision for each",
+)
+def record_calls(request: HttpRequest, payload: CallBatchIn) -> HttpResponse:
+    """The tool calls a model asked for in one turn, in one request: each is recorded and
+    decided exactly as it would be alone, in the order given (so a second call of the same
+    action in the batch is answered as its retry), and each answer carries the HTTP status the
+    call would have had alone. A call that is refused (an unknown run, the caller's deadline
+    passed, ...) has its problem document in its place; the others are still decided. A body
+    that does not validate changes nothing (400). When the whole request fails (503, a broken
+    connection) some calls may have been recorded: send the same batch again, and each call is
+    answered as its retry."""
+    caller = caller_of(request)
+    results = []
+    for payload_call in payload.calls:
+        decide = partial(calls.record_call, caller=caller, request=_call_input(payload_call))
+        try:
+            result = _in_span(request, "record", decide)
+        except (LedgerError, RunHalted) as exc:
+            problem = RefusalOut.model_validate(refusal(exc))
+            results.append(CallBatchItemOut(status=problem.status, problem=problem))
+        else:
+            results.append(CallBatchItemOut(status=result.http_status, call=_answer(result)))
+    return _json(CallBatchOut(results=results))
+
+
+def _call_input(payload: CallIn) -> calls.CallInput:
     plan = payload.write_plan
-    request_in = calls.CallInput(
+    return calls.CallInput(
         run_id=payload.run_id,
         step_id=payload.step_id,
         tool=payload.tool,
@@ -130,8 +184,6 @@ def record_call(request: HttpRequest, payload: CallIn) -> HttpResponse:
         end_user_id=payload.end_user_id,
         write_plan=calls.WritePlanInput(**plan.model_dump()) if plan else None,
     )
-    caller = caller_of(request)
-    return _decided(request, "record", lambda: calls.record_call(caller=caller, request=request_in))
 
 
 @router.get("/{call_id}", response={200: CallOut, **COMMON}, summary="Get a call")

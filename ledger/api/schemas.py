@@ -15,6 +15,7 @@ from pydantic import (
     PlainSerializer,
     StrictBool,
     WithJsonSchema,
+    field_serializer,
 )
 
 from ledger.classification import Classification
@@ -290,6 +291,41 @@ class CallOut(Schema):
     approval_state: str | None
     record_state: str | None
     notes: list[str]
+
+
+# The most calls one batch may carry: more than a model hands a runtime in one turn.
+MAX_BATCH_CALLS = 32
+
+
+class CallBatchIn(Strict):
+    """Tool calls a model asked for in one turn, each recorded and decided as if sent alone,
+    in this order."""
+
+    calls: list[CallIn] = Field(min_length=1, max_length=MAX_BATCH_CALLS)
+
+
+class RefusalOut(Problem):
+    """The problem document the call would have been answered with alone."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class CallBatchItemOut(Schema):
+    """One call's answer: ``status`` is the HTTP status it would have had alone; ``call`` its
+    answer (200, 409 ``wait``, 422 ``conflict``), else ``problem`` its refusal."""
+
+    status: int
+    call: CallOut | None = None
+    problem: RefusalOut | None = None
+
+    @field_serializer("problem")
+    def _as_alone(self, problem: RefusalOut | None) -> dict[str, Any] | None:
+        # The very document the call would have been answered with: no empty members.
+        return problem.model_dump(exclude_none=True) if problem else None
+
+
+class CallBatchOut(Schema):
+    results: list[CallBatchItemOut]
 
 
 class HeartbeatIn(Strict):

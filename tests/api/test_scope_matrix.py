@@ -164,6 +164,7 @@ WHO_MAY: dict[str, frozenset[Role | None]] = {
     "GET /approvals/{approval_id}": STAFF,
     "POST /approvals/{approval_id}/decide": APPROVERS,
     "POST /calls": ANY_MEMBER,
+    "POST /calls/batch": ANY_MEMBER,
     "GET /calls/{call_id}": ANY_MEMBER,
     "POST /calls/{call_id}/complete": ANY_MEMBER,
     "POST /calls/{call_id}/heartbeat": ANY_MEMBER,

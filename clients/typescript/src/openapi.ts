@@ -185,6 +185,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/calls/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Record several tool calls at once and get a decision for each
+         * @description The tool calls a model asked for in one turn, in one request: each is recorded and
+         *     decided exactly as it would be alone, in the order given (so a second call of the same
+         *     action in the batch is answered as its retry), and each answer carries the HTTP status the
+         *     call would have had alone. A call that is refused (an unknown run, the caller's deadline
+         *     passed, ...) has its problem document in its place; the others are still decided. A body
+         *     that does not validate changes nothing (400). When the whole request fails (503, a broken
+         *     connection) some calls may have been recorded: send the same batch again, and each call is
+         *     answered as its retry.
+         */
+        post: operations["ledger_api_calls_record_calls"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/calls/{call_id}": {
         parameters: {
             query?: never;
@@ -1172,6 +1199,33 @@ export interface components {
              * @default
              */
             patch_ref: string;
+        };
+        /**
+         * CallBatchItemOut
+         * @description One call's answer: ``status`` is the HTTP status it would have had alone; ``call`` its
+         *     answer (200, 409 ``wait``, 422 ``conflict``), else ``problem`` its refusal.
+         */
+        CallBatchItemOut: {
+            /** Status */
+            status: number;
+            call?: components["schemas"]["CallOut"] | null;
+            problem?: {
+                [key: string]: unknown;
+            } | null;
+        };
+        /** CallBatchOut */
+        CallBatchOut: {
+            /** Results */
+            results: components["schemas"]["CallBatchItemOut"][];
+        };
+        /**
+         * CallBatchIn
+         * @description Tool calls a model asked for in one turn, each recorded and decided as if sent alone,
+         *     in this order.
+         */
+        CallBatchIn: {
+            /** Calls */
+            calls: components["schemas"]["CallIn"][];
         };
         /** StartIn */
         StartIn: {
@@ -2694,6 +2748,87 @@ export interface operations {
                 };
                 content: {
                     "application/problem+json": components["schemas"]["CallOut"] | components["schemas"]["Problem"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    ledger_api_calls_record_calls: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description How many milliseconds the caller will still wait for this answer; no action is reserved for a caller past it (503 DEADLINE_EXCEEDED). */
+                "X-Ledger-Timeout-Ms"?: number;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CallBatchIn"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallBatchOut"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token does not hold the scope this operation needs */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Service Unavailable */
