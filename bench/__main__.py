@@ -95,6 +95,50 @@ def machine(database_url: str, redis_url: str) -> dict[str, Any]:
     }
 
 
+# The calls of one model turn (bench.hotpath.Calls), from as many clients.
+BATCH = 8
+BATCH_CLIENTS = 8
+
+
+def batch_against_alone(
+    load: Any, web_pid: int, port: int, token: str, seconds: float
+) -> dict[str, Any]:
+    """The server's CPU (web and PostgreSQL) for a batch of ``BATCH`` calls against one call
+    sent alone, in interleaved rounds; both answer ``execute`` for every call."""
+    from bench import cpu, hotpath
+    from bench.load import merge
+
+    meter = cpu.CpuMeter(cpu.web_groups(web_pid, load.pids))
+    alone, together = [], []
+    for n in range(ROUNDS):
+        work = hotpath.Calls(port, token, f"alone{n}", 1, batch=False)
+        alone.append(
+            meter.measure("alone", partial(load.run, BATCH_CLIENTS, seconds / ROUNDS, work))
+        )
+        work = hotpath.Calls(port, token, f"batch{n}", BATCH, batch=True)
+        together.append(
+            meter.measure("batch", partial(load.run, BATCH_CLIENTS, seconds / ROUNDS, work))
+        )
+    one, batches = merge(alone), merge(together)
+    per_call = meter.per_unit_ms("alone", one.units)
+    per_batch = meter.per_unit_ms("batch", batches.units)
+    server = ("web", "postgres")
+    return {
+        "size": BATCH,
+        "clients": BATCH_CLIENTS,
+        "cpu_ms_per_call_alone": per_call,
+        "cpu_ms_per_batch": per_batch,
+        "server_cpu_batch_in_calls_alone": round(
+            sum(per_batch[g] for g in server) / sum(per_call[g] for g in server), 2
+        )
+        if one.units and batches.units
+        else None,
+        "calls_alone_per_second": round(one.per_second, 1),
+        "calls_in_batches_per_second": round(batches.per_second * BATCH, 1),
+        "errors": one.errors + batches.errors,
+    }
+
+
 def web_environment(database_url: str, broker_url: str) -> dict[str, str]:
     """The environment of the bench's processes: production settings, the bench's database."""
     env = {
@@ -322,6 +366,9 @@ def run(
         "by_clients": by_clients,
         "autovacuum": standin.summary(),
     }
+
+    log(f"a batch of {BATCH} calls against {BATCH} calls alone, {BATCH_CLIENTS} clients")
+    results["batch"] = batch_against_alone(load, gunicorn.pid, port, fixture.token, sizes.seconds)
 
     log(f"contention: {sizes.callers} callers on one key")
     single_p99 = by_clients[str(sizes.levels[0])]["calls_p99_ms"]

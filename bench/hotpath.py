@@ -99,6 +99,31 @@ class FrameworkFloor:
         return {"floor": took}
 
 
+@dataclass(frozen=True)
+class Calls:
+    """The tool calls of one model turn: ``size`` new keys, sent alone (``POST /calls`` each,
+    ``size`` 1) or together (``POST /calls/batch``). Only the decisions: nothing completes."""
+
+    port: int
+    token: str
+    tag: str
+    size: int
+    batch: bool
+
+    def __call__(self, client: int, iteration: int) -> dict[str, float]:
+        http = Http(self.port, self.token)
+        bodies = [call_body(f"{self.tag}-{client}-{iteration}-{n}") for n in range(self.size)]
+        if self.batch:
+            status, answer, took = http.post("/api/v1/calls/batch", {"calls": bodies})
+            decisions = [item["call"]["decision"] for item in answer["results"]]
+        else:
+            status, answer, took = http.post("/api/v1/calls", bodies[0])
+            decisions = [answer.get("decision")]
+        if status != 200 or decisions != ["execute"] * self.size:
+            raise RuntimeError(f"calls answered {status}: {answer}")
+        return {"batch" if self.batch else "alone": took}
+
+
 def hot_path(
     load: LoadGenerator, port: int, token: str, clients: int, seconds: float, tag: str
 ) -> LoadResult:

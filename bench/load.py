@@ -75,18 +75,20 @@ Work = Callable[[int, int], dict[str, float]]
 
 
 def _run_threads(
-    indices: range, seconds: float, work: Work, start_at: float | None = None
+    indices: range, seconds: float, work: Work, armed: Callable[[], float]
 ) -> LoadResult:
-    """A thread for each client index, each doing ``work`` one unit after another from
-    ``start_at`` (a ``time.monotonic()`` instant, the same in every process of the machine)
-    for ``seconds``."""
+    """A thread for each client index, each doing ``work`` one unit after another for
+    ``seconds``. Once every thread is up, ``armed`` says when to begin (a ``time.monotonic()``
+    instant, the same in every process of the machine)."""
     result = LoadResult(len(indices), seconds)
     lock = threading.Lock()
-    began = time.monotonic() if start_at is None else start_at
-    deadline = began + seconds
+    go = threading.Event()
+    began = [0.0]
 
     def client(index: int) -> None:
-        time.sleep(max(0.0, began - time.monotonic()))
+        go.wait()
+        time.sleep(max(0.0, began[0] - time.monotonic()))
+        deadline = began[0] + seconds
         iteration = 0
         while time.monotonic() < deadline:
             started = time.perf_counter()
@@ -108,9 +110,11 @@ def _run_threads(
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in indices]
     for thread in threads:
         thread.start()
+    began[0] = armed()
+    go.set()
     for thread in threads:
         thread.join(seconds + 120)
-    result.seconds = time.monotonic() - began
+    result.seconds = time.monotonic() - began[0]
     return result
 
 
@@ -125,9 +129,14 @@ def _serve(pipe: Connection) -> None:
         job = pipe.recv()
         if job is None:
             return
-        indices, seconds, work, start_at = job
+        indices, seconds, work = job
+
+        def armed() -> float:
+            pipe.send("armed")  # every thread is up: the parent says when to begin
+            return float(pipe.recv())
+
         try:
-            pipe.send(_run_threads(indices, seconds, work, start_at))
+            pipe.send(_run_threads(indices, seconds, work, armed))
         except Exception as error:  # the parent raises it
             pipe.send(error)
 
@@ -168,10 +177,14 @@ class LoadGenerator:
         i mod the number of processes."""
         count = len(self.processes)
         busy = [(pipe, range(i, clients, count)) for i, pipe in enumerate(self.pipes[:clients])]
-        # Time for every process to start its threads before the first request.
-        start_at = time.monotonic() + 0.2 + 0.002 * clients
         for index, (pipe, indices) in enumerate(busy):
-            pipe.send((indices, seconds, _share(work, index, len(busy)), start_at))
+            pipe.send((indices, seconds, _share(work, index, len(busy))))
+        for answer in [pipe.recv() for pipe, _indices in busy]:
+            if isinstance(answer, BaseException):  # a process that could not start its threads
+                raise answer
+        start_at = time.monotonic() + 0.01  # every process's threads are up
+        for pipe, _indices in busy:
+            pipe.send(start_at)
         answers = [pipe.recv() for pipe, _indices in busy]
         for answer in answers:
             if isinstance(answer, BaseException):

@@ -21,6 +21,15 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
             f"{top.get('django_sql_ratio_vs_framework', 0):.2f})",
         )
     out.extend(hot_path_goals(by_clients))
+    batch = results.get("batch")
+    if batch and batch["server_cpu_batch_in_calls_alone"] is not None:
+        goal(
+            f"a batch of {batch['size']} calls < 3 calls alone (server CPU)",
+            batch["server_cpu_batch_in_calls_alone"] < 3,
+            f"{batch['server_cpu_batch_in_calls_alone']} calls alone (web + PostgreSQL: "
+            f"{_server_ms(batch['cpu_ms_per_batch'])} ms a batch, "
+            f"{_server_ms(batch['cpu_ms_per_call_alone'])} ms a call)",
+        )
     sizes = results.get("request_size")
     if sizes:
         worst = sizes["max_cpu_ms"]
@@ -82,6 +91,10 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
             f"{memory['worker_peak_mb']} MB",
         )
     return out
+
+
+def _server_ms(groups: dict[str, float]) -> float:
+    return round(groups["web"] + groups["postgres"], 2)
 
 
 # How far below the best rate at fewer clients a level may fall and still count as holding:
@@ -219,7 +232,7 @@ def table(results: dict[str, Any]) -> str:
             f"all answered in {contention['all_answered_ms']} ms; the same burst on the framework "
             f"floor: {contention['framework_floor_all_answered_ms']} ms"
         )
-    for name in ("reconcile", "cleanup", "memory"):
+    for name in ("batch", "reconcile", "cleanup", "memory"):
         if name in results:
             lines.append(f"{name.capitalize()}: {results[name]}")
     for label, row in results.get("reconcile", {}).items():

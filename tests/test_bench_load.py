@@ -15,7 +15,7 @@ import pytest
 
 from bench.hotpath import Captured, RawSqlFloor
 from bench.load import LoadGenerator
-from bench.report import hot_path_goals
+from bench.report import goals, hot_path_goals
 
 
 @dataclass(frozen=True)
@@ -103,3 +103,27 @@ def test_a_load_generator_dearer_than_the_server_misses_its_goal() -> None:
         "the load generator's CPU per request < the server's, at every level"
     ]
     assert "8: 1.2 vs 1.0 ms" in failed[0]["value"]
+
+
+def _batch(per_batch: dict[str, float], per_call: dict[str, float], ratio: float) -> dict:
+    return {
+        "hot_path": {"by_clients": {}},
+        "statements": {"calls": 3, "complete": 3},
+        "batch": {
+            "size": 8,
+            "cpu_ms_per_batch": per_batch,
+            "cpu_ms_per_call_alone": per_call,
+            "server_cpu_batch_in_calls_alone": ratio,
+        },
+    }
+
+
+def test_a_batch_dearer_than_three_calls_alone_misses_its_goal() -> None:
+    alone = {"web": 2.8, "postgres": 0.5, "load_generator": 0.3}
+    cheap = goals(_batch({"web": 7.0, "postgres": 2.0, "load_generator": 0.3}, alone, 2.73))
+    dear = goals(_batch({"web": 10.0, "postgres": 2.5, "load_generator": 0.3}, alone, 3.79))
+    name = "a batch of 8 calls < 3 calls alone (server CPU)"
+    assert [(g["met"], g["value"]) for g in cheap if g["goal"] == name] == [
+        (True, "2.73 calls alone (web + PostgreSQL: 9.0 ms a batch, 3.3 ms a call)")
+    ]
+    assert [g["met"] for g in dear if g["goal"] == name] == [False]
