@@ -110,8 +110,10 @@ def _run_threads(
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in indices]
     for thread in threads:
         thread.start()
-    began[0] = armed()
-    go.set()
+    try:
+        began[0] = armed()
+    finally:
+        go.set()  # told to stop instead, the threads find their deadline passed
     for thread in threads:
         thread.join(seconds + 120)
     result.seconds = time.monotonic() - began[0]
@@ -125,18 +127,20 @@ def _serve(pipe: Connection) -> None:
 
         django.setup()  # a job's work may be a class of a module that imports models
     pipe.send("ready")
+
+    def armed() -> float:
+        pipe.send("armed")  # every thread is up: the parent says when to begin
+        return float(pipe.recv())
+
     while True:
-        job = pipe.recv()
-        if job is None:
-            return
-        indices, seconds, work = job
-
-        def armed() -> float:
-            pipe.send("armed")  # every thread is up: the parent says when to begin
-            return float(pipe.recv())
-
         try:
+            job = pipe.recv()  # unpickles the work: it may fail too
+            if job is None:
+                return
+            indices, seconds, work = job
             pipe.send(_run_threads(indices, seconds, work, armed))
+        except EOFError:  # the parent is gone
+            return
         except Exception as error:  # the parent raises it
             pipe.send(error)
 
@@ -162,6 +166,7 @@ class LoadGenerator:
             ours, theirs = context.Pipe()
             process = context.Process(target=_serve, args=(theirs,), daemon=True)
             process.start()
+            theirs.close()  # so a process that dies is an EOFError here, not a wait for ever
             self.pipes.append(ours)
             self.processes.append(process)
         for pipe in self.pipes:  # a job's start instant is near: every process is up first
@@ -174,7 +179,14 @@ class LoadGenerator:
 
     def run(self, clients: int, seconds: float, work: Work) -> LoadResult:
         """``clients`` clients doing ``work`` for ``seconds``; client i runs in process
-        i mod the number of processes."""
+        i mod the number of processes. A process that fails or dies stops them all."""
+        try:
+            return self._run(clients, seconds, work)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _run(self, clients: int, seconds: float, work: Work) -> LoadResult:
         count = len(self.processes)
         busy = [(pipe, range(i, clients, count)) for i, pipe in enumerate(self.pipes[:clients])]
         for index, (pipe, indices) in enumerate(busy):

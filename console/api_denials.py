@@ -16,6 +16,7 @@ from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 
 from console.denials import Reason, record_denial
+from ledger.api.calls import refused_in_batch
 from ledger.calls import Caller
 from ledger.middleware import API_PREFIX, store_unavailable
 
@@ -32,20 +33,30 @@ class ApiDenialMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
-        reason = DENIED.get(response.status_code)
-        if reason is None or not request.path.startswith(API_PREFIX):
+        if not request.path.startswith(API_PREFIX):
+            return response
+        # The answer's own status, and each refused call of a batch (answered 200 as a whole).
+        answered = [(response.status_code, "answered")] + [
+            (status, f"call {n} of its batch answered")
+            for n, status in enumerate(refused_in_batch(request))
+        ]
+        denied = [
+            (DENIED[status], f"{said} {status}") for status, said in answered if status in DENIED
+        ]
+        if not denied:
             return response
         caller = getattr(request, "auth", None)
         tenant = caller.tenant if isinstance(caller, Caller) else None
         try:
-            record_denial(
-                request,
-                reason=reason,
-                tenant=tenant,
-                target=("path", request.path[:100]),
-                detail=f"{request.method} {request.path}: answered {response.status_code}",
-                action="api.denied",
-            )
+            for reason, said in denied:
+                record_denial(
+                    request,
+                    reason=reason,
+                    tenant=tenant,
+                    target=("path", request.path[:100]),
+                    detail=f"{request.method} {request.path}: {said}",
+                    action="api.denied",
+                )
         except DatabaseError as exc:  # store trouble: the answer is a 503, as for any request
             answer = store_unavailable(request, exc)
             if answer is None:

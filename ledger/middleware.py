@@ -20,7 +20,7 @@ from django.http import FileResponse, HttpRequest, HttpResponse, StreamingHttpRe
 from django.http.response import HttpResponseBase
 
 from ledger import deadline, store_budget
-from ledger.problems import PROBLEM_CONTENT_TYPE, problem
+from ledger.problems import PROBLEM_CONTENT_TYPE, problem, problem_body, problem_response
 from ledger.store import CODE as STORE_CODE
 from ledger.store import forget_connection, store_trouble
 
@@ -154,6 +154,22 @@ class StoreTroubleMiddleware:
 
 def store_unavailable(request: HttpRequest, exc: BaseException) -> HttpResponse | None:
     """The 503 answer for store trouble ``exc`` (None for any other error)."""
+    refusal = store_refusal(request, exc)
+    if refusal is None:
+        return None
+    body, retry_after = refusal
+    if request.path.startswith(API_PREFIX):
+        response = problem_response(body)
+    else:
+        response = HttpResponse(body["detail"], status=503, content_type="text/plain")
+    response["Retry-After"] = str(retry_after)
+    return response
+
+
+def store_refusal(request: HttpRequest, exc: BaseException) -> tuple[dict, int] | None:
+    """For store trouble ``exc`` (None for any other error): the 503 problem document and the
+    seconds to wait before trying again. The trouble is logged and a broken connection
+    forgotten."""
     trouble = store_trouble(exc)
     if trouble is None:
         return None
@@ -167,9 +183,5 @@ def store_unavailable(request: HttpRequest, exc: BaseException) -> HttpResponse 
             "path": request.path,
         },
     )
-    if request.path.startswith(API_PREFIX):
-        response = problem(503, STORE_CODE, trouble.detail, extra={"reason": trouble.reason})
-    else:
-        response = HttpResponse(trouble.detail, status=503, content_type="text/plain")
-    response["Retry-After"] = str(trouble.retry_after_seconds)
-    return response
+    body = problem_body(503, STORE_CODE, trouble.detail, extra={"reason": trouble.reason})
+    return body, trouble.retry_after_seconds

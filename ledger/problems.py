@@ -24,6 +24,10 @@ _TITLES = {
 }
 
 
+# What a 503's ``Retry-After`` says unless its cause says otherwise (store trouble does).
+RETRY_AFTER_SECONDS = 1
+
+
 def problem_body(
     status: int, code: str, detail: str, *, extra: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -51,5 +55,5 @@ def problem_response(body: dict[str, Any]) -> HttpResponse:
     if status == 401:
         response["WWW-Authenticate"] = 'Bearer realm="agent-ledger"'
     if status == 503:
-        response["Retry-After"] = "1"
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return response

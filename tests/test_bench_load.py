@@ -61,6 +61,41 @@ def test_fewer_clients_than_processes_use_as_many_processes(load: LoadGenerator)
     assert len(set(result.parts["pid"])) == 1
 
 
+class Unreadable:
+    """Work a load generator process cannot unpickle."""
+
+    def __init__(self) -> None:
+        self.state = "pickled with it"
+
+    def __call__(self, client: int, iteration: int) -> dict[str, float]:
+        return {}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        raise RuntimeError("cannot be read here")
+
+
+@dataclass(frozen=True)
+class Dying:
+    """Work whose process dies at its first unit."""
+
+    def __call__(self, client: int, iteration: int) -> dict[str, float]:
+        os._exit(3)
+
+
+@pytest.mark.parametrize(
+    ("work", "error"), [(Unreadable(), RuntimeError), (Dying(), EOFError)], ids=["unread", "dies"]
+)
+def test_a_process_that_fails_or_dies_stops_the_load_instead_of_hanging(
+    work: object, error: type[BaseException]
+) -> None:
+    generator = LoadGenerator(2)
+    began = time.monotonic()
+    with pytest.raises(error):
+        generator.run(4, 0.5, work)  # type: ignore[arg-type]
+    assert time.monotonic() - began < 30
+    assert not any(process.is_alive() for process in generator.processes)
+
+
 def test_the_raw_floors_connections_are_divided_among_the_processes() -> None:
     captured = Captured([], [], "key", uuid.uuid4(), 1, 2, False, True, [], [])
     floor = RawSqlFloor("postgres://x@127.0.0.1/x", captured, False, "raw", 5)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema
 from pydantic import Field
@@ -16,7 +19,6 @@ from ledger.api.auth import TokenAuth, caller_of
 from ledger.api.parser import reject_unknown_query
 from ledger.api.schemas import (
     CallBatchIn,
-    CallBatchItemOut,
     CallBatchOut,
     CallIn,
     CallOut,
@@ -27,15 +29,16 @@ from ledger.api.schemas import (
     LeaseOut,
     Problem,
     RecordOut,
-    RefusalOut,
     ReplayIn,
     StartIn,
 )
 from ledger.calls.values import entry_classification
 from ledger.domain import Decision
 from ledger.errors import LedgerError, NotFound
+from ledger.middleware import store_refusal
 from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry
 from ledger.permissions import Scope
+from ledger.problems import RETRY_AFTER_SECONDS
 from ledger.records import Outcome, lease_seconds_granted
 from ledger.services.compensations import compensation_view
 from ledger.services.runs import RunHalted
@@ -153,22 +156,61 @@ def record_calls(request: HttpRequest, payload: CallBatchIn) -> HttpResponse:
     decided exactly as it would be alone, in the order given (so a second call of the same
     action in the batch is answered as its retry), and each answer carries the HTTP status the
     call would have had alone. A call that is refused (an unknown run, the caller's deadline
-    passed, ...) has its problem document in its place; the others are still decided. A body
-    that does not validate changes nothing (400). When the whole request fails (503, a broken
-    connection) some calls may have been recorded: send the same batch again, and each call is
-    answered as its retry."""
+    passed, ...) has its problem document in its place; the others are still decided. When
+    the database is in trouble, that call and every call after it are answered with the 503
+    it would have had alone, and nothing is tried for those after it; the calls before it keep
+    their answers. A body that does not validate changes nothing (400)."""
     caller = caller_of(request)
-    results = []
+    results: list[dict[str, Any]] = []
+    trouble: tuple[dict[str, Any], int] | None = None
     for payload_call in payload.calls:
+        if trouble is not None:  # not tried: the store is in trouble
+            results.append(_refused_in_batch(request, *trouble))
+            continue
         decide = partial(calls.record_call, caller=caller, request=_call_input(payload_call))
         try:
             result = _in_span(request, "record", decide)
         except (LedgerError, RunHalted) as exc:
-            problem = RefusalOut.model_validate(refusal(exc))
-            results.append(CallBatchItemOut(status=problem.status, problem=problem))
+            body = refusal(exc)
+            retry_after = RETRY_AFTER_SECONDS if body["status"] == 503 else None
+            results.append(_refused_in_batch(request, body, retry_after))
+        except DatabaseError as exc:
+            trouble = store_refusal(request, exc)
+            if trouble is None:
+                raise
+            results.append(_refused_in_batch(request, *trouble))
         else:
-            results.append(CallBatchItemOut(status=result.http_status, call=_answer(result)))
-    return _json(CallBatchOut(results=results))
+            results.append(
+                {
+                    "status": result.http_status,
+                    "call": _answer(result).model_dump(mode="json"),
+                    "problem": None,
+                    "retry_after": calls.RETRY_AFTER_SECONDS if result.http_status == 409 else None,
+                }
+            )
+    return HttpResponse(
+        json.dumps({"results": results}), content_type="application/json; charset=utf-8"
+    )
+
+
+def _refused_in_batch(
+    request: HttpRequest, problem: dict[str, Any], retry_after: int | None
+) -> dict[str, Any]:
+    """A call of a batch answered with ``problem``, the document it would have had alone; its
+    status is kept on the request for the security log (``console.api_denials``)."""
+    refused_in_batch(request).append(problem["status"])
+    return {
+        "status": problem["status"],
+        "call": None,
+        "problem": problem,
+        "retry_after": retry_after,
+    }
+
+
+def refused_in_batch(request: HttpRequest) -> list[int]:
+    """The statuses of the calls of this request's batch that were refused, in order."""
+    refused: list[int] = request.__dict__.setdefault("ledger_refused_in_batch", [])
+    return refused
 
 
 def _call_input(payload: CallIn) -> calls.CallInput:

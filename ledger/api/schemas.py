@@ -15,7 +15,6 @@ from pydantic import (
     PlainSerializer,
     StrictBool,
     WithJsonSchema,
-    field_serializer,
 )
 
 from ledger.classification import Classification
@@ -312,16 +311,13 @@ class RefusalOut(Problem):
 
 class CallBatchItemOut(Schema):
     """One call's answer: ``status`` is the HTTP status it would have had alone; ``call`` its
-    answer (200, 409 ``wait``, 422 ``conflict``), else ``problem`` its refusal."""
+    answer (200, 409 ``wait``, 422 ``conflict``), else ``problem`` its refusal; ``retry_after``
+    what the answer's ``Retry-After`` header would have said (a ``wait``, a 503)."""
 
     status: int
     call: CallOut | None = None
     problem: RefusalOut | None = None
-
-    @field_serializer("problem")
-    def _as_alone(self, problem: RefusalOut | None) -> dict[str, Any] | None:
-        # The very document the call would have been answered with: no empty members.
-        return problem.model_dump(exclude_none=True) if problem else None
+    retry_after: int | None = None
 
 
 class CallBatchOut(Schema):

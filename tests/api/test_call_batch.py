@@ -3,12 +3,16 @@ as it would be alone."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import psycopg
 import pytest
+from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from console.models import SecurityEvent
 from ledger.api.schemas import MAX_BATCH_CALLS
 from ledger.models import IdempotencyRecord, LedgerEntry, Run
 from tests.api.conftest import ApiClient, client_for
@@ -37,14 +41,15 @@ def _body(call: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in call.items() if v is not None}
 
 
-def _decision(status: int, answer: dict[str, Any]) -> tuple[Any, ...]:
+def _decision(status: int, answer: dict[str, Any], retry_after: Any) -> tuple[Any, ...]:
     """What a decision is, without the ids that differ from one tenant to another."""
-    if answer.get("call") is None and "code" in answer:
-        return (status, "refused", answer["code"])
+    if "code" in answer:  # a refusal: the whole problem document
+        return (status, retry_after, answer)
     observation = answer.get("observation") or {}
     metadata = observation.get("metadata", {})
     return (
         status,
+        retry_after,
         answer["decision"],
         answer["status"],
         answer["record_state"],
@@ -93,11 +98,17 @@ def test_a_batch_decides_each_call_as_the_same_calls_sent_one_by_one(
     one_by_one = []
     for call in batch:
         response = alone.post("/calls", _body(call))
-        one_by_one.append(_decision(response.status_code, response.json()))
+        retry_after = response.get("Retry-After")
+        one_by_one.append(
+            _decision(response.status_code, response.json(), retry_after and int(retry_after))
+        )
     response = together.post("/calls/batch", {"calls": [_body(call) for call in batch]})
     assert response.status_code == 200, response.content
     results = response.json()["results"]
-    in_batch = [_decision(item["status"], item["call"] or item["problem"]) for item in results]
+    in_batch = [
+        _decision(item["status"], item["call"] or item["problem"], item["retry_after"])
+        for item in results
+    ]
     assert in_batch == one_by_one
     assert _records(alone) == _records(together)
 
@@ -150,10 +161,17 @@ def test_a_refused_call_has_its_problem_in_its_place_and_the_others_are_decided(
     refused, decided = response.json()["results"]
     assert refused["status"] == 404 and refused["call"] is None
     assert refused["problem"]["code"] == "NOT_FOUND"
-    assert refused["problem"]["status"] == 404 and "record_state" not in refused["problem"]
+    alone = api.post("/calls", {**call, "run_id": "theirs", "step_id": "s1"})
+    assert refused["problem"] == alone.json()
     assert decided["status"] == 200 and decided["call"]["decision"] == "execute"
     assert not LedgerEntry.objects.filter(tenant=other_api.tenant).exists()
     assert not Run.objects.filter(tenant=api.tenant, run_id="theirs").exists()
+    # Each refusal is in the security log, the one in the batch as the one sent alone.
+    kept = SecurityEvent.objects.filter(action="api.denied").order_by("pk")
+    assert [(e.reason, e.tenant_id, e.facts["path"]) for e in kept] == [
+        ("not_found", api.tenant.pk, "/api/v1/calls/batch"),
+        ("not_found", api.tenant.pk, "/api/v1/calls"),
+    ]
 
 
 def test_past_the_callers_deadline_no_call_of_the_batch_is_reserved(api: ApiClient) -> None:
@@ -172,7 +190,7 @@ def test_past_the_callers_deadline_no_call_of_the_batch_is_reserved(api: ApiClie
         secure=True,
     )
     assert [r["problem"]["code"] for r in response.json()["results"]] == ["DEADLINE_EXCEEDED"] * 3
-    assert [r["status"] for r in response.json()["results"]] == [503] * 3
+    assert [(r["status"], r["retry_after"]) for r in response.json()["results"]] == [(503, 1)] * 3
     assert not IdempotencyRecord.objects.exists()
 
 
@@ -203,3 +221,80 @@ def test_a_batch_that_does_not_validate_changes_nothing(
     problem = response.json()
     assert problem["code"] == "INVALID_INPUT" and problem["detail"].startswith(where)
     assert not LedgerEntry.objects.exists() and not IdempotencyRecord.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_store_trouble_answers_that_call_and_the_rest_and_keeps_the_answers_before(
+    api: ApiClient,
+) -> None:
+    """A duplicate whose record another connection holds locked meets the lock timeout: it is
+    answered the 503 it would get alone, the calls after it are not tried, and the call
+    before it keeps its answer, lease and all."""
+    api.start_run()
+    first = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1").json()
+    record = IdempotencyRecord.objects.get()
+    db = connection.settings_dict
+    held, release = threading.Event(), threading.Event()
+
+    def hold_lock() -> None:
+        with (
+            psycopg.connect(
+                host=db["HOST"], port=db["PORT"] or None, user=db["USER"], dbname=db["NAME"]
+            ) as other,
+            other.transaction(),
+        ):
+            other.execute(
+                "SELECT 1 FROM ledger_idempotencyrecord WHERE id = %s FOR UPDATE", [record.pk]
+            )
+            held.set()
+            release.wait(30)
+
+    order = {"run_id": "run-1", "tool": "create_order"}
+    locker = threading.Thread(target=hold_lock)
+    locker.start()
+    try:
+        assert held.wait(10)
+        response = api.post(
+            "/calls/batch",
+            {
+                "calls": [
+                    {
+                        **order,
+                        "step_id": "s2",
+                        "input": {"cart": "c-2"},
+                        "business_object_id": "cart-2",
+                    },
+                    {
+                        **order,
+                        "step_id": "s1",
+                        "input": {"cart": "c-1"},
+                        "business_object_id": "cart-1",
+                    },
+                    {
+                        **order,
+                        "step_id": "s3",
+                        "input": {"cart": "c-3"},
+                        "business_object_id": "cart-3",
+                    },
+                ]
+            },
+        )
+    finally:
+        release.set()
+        locker.join(10)
+    assert response.status_code == 200
+    before, locked, after = response.json()["results"]
+    assert before["call"]["decision"] == "execute" and before["call"]["lease"]["fencing_token"] == 1
+    for refused in (locked, after):
+        assert refused["status"] == 503 and refused["retry_after"] >= 1
+        assert refused["problem"]["code"] == "LEDGER_STORE_UNAVAILABLE"
+        assert refused["problem"]["reason"] == "lock_timeout"
+    keys = IdempotencyRecord.objects.values_list("key", flat=True)
+    assert sorted(key.rsplit(":", 1)[1] for key in keys) == ["cart-1", "cart-2"]
+    assert IdempotencyRecord.objects.get(pk=record.pk).duplicate_hits == 0
+    # The call before the trouble was recorded with the answer it was given: it can complete.
+    done = api.post(
+        f"/calls/{before['call']['call_id']}/complete",
+        {"fencing_token": 1, "outcome": "succeeded", "result": {"order": "o-2"}},
+    )
+    assert done.status_code == 200 and first["decision"] == "execute"

@@ -200,10 +200,10 @@ export interface paths {
          *     decided exactly as it would be alone, in the order given (so a second call of the same
          *     action in the batch is answered as its retry), and each answer carries the HTTP status the
          *     call would have had alone. A call that is refused (an unknown run, the caller's deadline
-         *     passed, ...) has its problem document in its place; the others are still decided. A body
-         *     that does not validate changes nothing (400). When the whole request fails (503, a broken
-         *     connection) some calls may have been recorded: send the same batch again, and each call is
-         *     answered as its retry.
+         *     passed, ...) has its problem document in its place; the others are still decided. When
+         *     the database is in trouble, that call and every call after it are answered with the 503
+         *     it would have had alone, and nothing is tried for those after it; the calls before it keep
+         *     their answers. A body that does not validate changes nothing (400).
          */
         post: operations["ledger_api_calls_record_calls"];
         delete?: never;
@@ -1203,20 +1203,47 @@ export interface components {
         /**
          * CallBatchItemOut
          * @description One call's answer: ``status`` is the HTTP status it would have had alone; ``call`` its
-         *     answer (200, 409 ``wait``, 422 ``conflict``), else ``problem`` its refusal.
+         *     answer (200, 409 ``wait``, 422 ``conflict``), else ``problem`` its refusal; ``retry_after``
+         *     what the answer's ``Retry-After`` header would have said (a ``wait``, a 503).
          */
         CallBatchItemOut: {
             /** Status */
             status: number;
             call?: components["schemas"]["CallOut"] | null;
-            problem?: {
-                [key: string]: unknown;
-            } | null;
+            problem?: components["schemas"]["RefusalOut"] | null;
+            /** Retry After */
+            retry_after?: number | null;
         };
         /** CallBatchOut */
         CallBatchOut: {
             /** Results */
             results: components["schemas"]["CallBatchItemOut"][];
+        };
+        /**
+         * RefusalOut
+         * @description The problem document the call would have been answered with alone.
+         */
+        RefusalOut: {
+            /** Type */
+            type: string;
+            /** Title */
+            title: string;
+            /** Status */
+            status: number;
+            /** Code */
+            code: string;
+            /** Detail */
+            detail: string;
+            /** Record State */
+            record_state?: string | null;
+            /** Observation */
+            observation?: {
+                [key: string]: unknown;
+            } | null;
+            /** Reason */
+            reason?: string | null;
+        } & {
+            [key: string]: unknown;
         };
         /**
          * CallBatchIn
