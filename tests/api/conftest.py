@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import pytest
+from django.db import connection
 from django.test import Client
 
-from ledger.models import ApiToken, Tenant
+from ledger.models import ApiToken, IdempotencyRecord, Tenant
 from ledger.permissions import SERVICE_ACCOUNT_SCOPES
 
 #: The steps of a call that name the input they run (``ledger.calls.same_input``).
@@ -68,6 +72,36 @@ def client_for(tenant: Tenant, scopes: Iterable[str] = SERVICE_ACCOUNT_SCOPES) -
     alike (``tests/api/test_scope_matrix.py`` checks each scope on its own)."""
     _token, plaintext = ApiToken.issue(tenant=tenant, name="runtime", scopes=sorted(scopes))
     return ApiClient(tenant, plaintext)
+
+
+@contextmanager
+def locked_elsewhere(record: IdempotencyRecord) -> Iterator[None]:
+    """While the block runs, another connection holds ``record``'s row ``FOR UPDATE``, as a
+    request stuck inside its transaction would."""
+    db = connection.settings_dict
+    held, release = threading.Event(), threading.Event()
+
+    def hold_lock() -> None:
+        with (
+            psycopg.connect(
+                host=db["HOST"], port=db["PORT"] or None, user=db["USER"], dbname=db["NAME"]
+            ) as other,
+            other.transaction(),
+        ):
+            other.execute(
+                "SELECT 1 FROM ledger_idempotencyrecord WHERE id = %s FOR UPDATE", [record.pk]
+            )
+            held.set()
+            release.wait(30)
+
+    locker = threading.Thread(target=hold_lock)
+    locker.start()
+    try:
+        assert held.wait(10)
+        yield
+    finally:
+        release.set()
+        locker.join(10)
 
 
 @pytest.fixture

@@ -3,19 +3,16 @@ as it would be alone."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-import psycopg
 import pytest
-from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from console.models import SecurityEvent
 from ledger.api.schemas import MAX_BATCH_CALLS
 from ledger.models import IdempotencyRecord, LedgerEntry, Run
-from tests.api.conftest import ApiClient, client_for
+from tests.api.conftest import ApiClient, client_for, locked_elsewhere
 from tests.factories import make_tenant
 
 pytestmark = pytest.mark.django_db
@@ -233,27 +230,8 @@ def test_store_trouble_answers_that_call_and_the_rest_and_keeps_the_answers_befo
     api.start_run()
     first = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1").json()
     record = IdempotencyRecord.objects.get()
-    db = connection.settings_dict
-    held, release = threading.Event(), threading.Event()
-
-    def hold_lock() -> None:
-        with (
-            psycopg.connect(
-                host=db["HOST"], port=db["PORT"] or None, user=db["USER"], dbname=db["NAME"]
-            ) as other,
-            other.transaction(),
-        ):
-            other.execute(
-                "SELECT 1 FROM ledger_idempotencyrecord WHERE id = %s FOR UPDATE", [record.pk]
-            )
-            held.set()
-            release.wait(30)
-
     order = {"run_id": "run-1", "tool": "create_order"}
-    locker = threading.Thread(target=hold_lock)
-    locker.start()
-    try:
-        assert held.wait(10)
+    with locked_elsewhere(record):
         response = api.post(
             "/calls/batch",
             {
@@ -279,9 +257,6 @@ def test_store_trouble_answers_that_call_and_the_rest_and_keeps_the_answers_befo
                 ]
             },
         )
-    finally:
-        release.set()
-        locker.join(10)
     assert response.status_code == 200
     before, locked, after = response.json()["results"]
     assert before["call"]["decision"] == "execute" and before["call"]["lease"]["fencing_token"] == 1

@@ -3,16 +3,14 @@ a connection that saw a read-only error is dropped at once, so the next request 
 
 from __future__ import annotations
 
-import threading
 import time
 
-import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
 
 from ledger.models import IdempotencyRecord
-from tests.api.conftest import ApiClient
+from tests.api.conftest import ApiClient, locked_elsewhere
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,33 +45,11 @@ def test_a_locked_record_is_answered_within_the_lock_timeout(api: ApiClient) -> 
     first = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1")
     assert first.json()["decision"] == "execute"
     record = IdempotencyRecord.objects.get()
-    held, release = threading.Event(), threading.Event()
-    db = settings.DATABASES["default"]
-
-    def hold_lock() -> None:
-        with (
-            psycopg.connect(
-                host=db["HOST"], port=db["PORT"] or None, user=db["USER"], dbname=db["NAME"]
-            ) as other,
-            other.transaction(),
-        ):
-            other.execute(
-                "SELECT 1 FROM ledger_idempotencyrecord WHERE id = %s FOR UPDATE", [record.pk]
-            )
-            held.set()
-            release.wait(30)
-
-    locker = threading.Thread(target=hold_lock)
-    locker.start()
-    try:
-        assert held.wait(10)
+    with locked_elsewhere(record):
         began = time.monotonic()
         duplicate = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1")
         took = time.monotonic() - began
         other_key = api.call("create_order", {"cart": "c-2"}, business_object_id="cart-2")
-    finally:
-        release.set()
-        locker.join(10)
     assert duplicate.status_code == 503 and duplicate.json()["reason"] == "lock_timeout"
     assert took < settings.DATABASE_TIMEOUTS_MS["lock_timeout"] / 1000 + 3
     assert other_key.status_code == 200 and other_key.json()["decision"] == "execute"
