@@ -32,16 +32,16 @@ from ledger.api.schemas import (
     ReplayIn,
     StartIn,
 )
+from ledger.calls import batch
 from ledger.calls.values import entry_classification
 from ledger.domain import Decision
-from ledger.errors import LedgerError, NotFound
+from ledger.errors import NotFound
 from ledger.middleware import store_refusal
 from ledger.models import ApprovalRequest, IdempotencyRecord, LedgerEntry
 from ledger.permissions import Scope
 from ledger.problems import RETRY_AFTER_SECONDS
 from ledger.records import Outcome, lease_seconds_granted
 from ledger.services.compensations import compensation_view
-from ledger.services.runs import RunHalted
 
 router = Router(tags=["calls"], auth=TokenAuth(Scope.CALLS))
 records_router = Router(tags=["records"], auth=TokenAuth(Scope.CALLS))
@@ -154,41 +154,44 @@ def record_calls(request: HttpRequest, payload: CallBatchIn) -> HttpResponse:
     decided exactly as it would be alone, in the order given (so a second call of the same
     action in the batch is answered as its retry), and each answer carries the HTTP status the
     call would have had alone. A call that is refused (an unknown run, the caller's deadline
-    passed, ...) has its problem document in its place; the others are still decided. When
-    the database is in trouble, that call and every call after it are answered with the 503
-    it would have had alone, and nothing is tried for those after it; the calls before it keep
-    their answers. A body that does not validate changes nothing (400)."""
+    passed, ...) has its problem document in its place; the others are still decided. The new
+    keys of consecutive calls are reserved in one statement. When the database is in trouble,
+    the call that meets it and every call after it are answered with the 503 they would have
+    had alone, and nothing is tried for them; the calls before it keep their answers, and so
+    does a call reserved in one statement with them (its lease is the runtime's). A body that
+    does not validate changes nothing (400)."""
     caller = caller_of(request)
     results: list[dict[str, Any]] = []
+    decided = batch.record_calls(
+        caller=caller,
+        requests=[_call_input(call) for call in payload.calls],
+        decide=partial(_in_span, request, "record"),
+    )
     trouble: tuple[dict[str, Any], int] | None = None
-    for payload_call in payload.calls:
-        if trouble is not None:  # not tried: the store is in trouble
-            results.append(_refused_in_batch(request, *trouble))
-            continue
-        decide = partial(calls.record_call, caller=caller, request=_call_input(payload_call))
-        try:
-            result = _in_span(request, "record", decide)
-        except (LedgerError, RunHalted) as exc:
-            body = refusal(exc)
-            retry_after = RETRY_AFTER_SECONDS if body["status"] == 503 else None
-            results.append(_refused_in_batch(request, body, retry_after))
-        except DatabaseError as exc:
-            trouble = store_refusal(request, exc)
-            if trouble is None:
-                raise
+    for outcome in decided:
+        if isinstance(outcome, calls.CallResult):
+            results.append(_answered_in_batch(outcome))
+        elif isinstance(outcome, DatabaseError):
+            trouble = trouble or store_refusal(request, outcome)
+            if trouble is None:  # not store trouble: a fault, logged as one
+                raise outcome
             results.append(_refused_in_batch(request, *trouble))
         else:
-            results.append(
-                {
-                    "status": result.http_status,
-                    "call": _answer(result).model_dump(mode="json"),
-                    "problem": None,
-                    "retry_after": calls.RETRY_AFTER_SECONDS if result.http_status == 409 else None,
-                }
-            )
+            body = refusal(outcome)
+            retry_after = RETRY_AFTER_SECONDS if body["status"] == 503 else None
+            results.append(_refused_in_batch(request, body, retry_after))
     return HttpResponse(
         json.dumps({"results": results}), content_type="application/json; charset=utf-8"
     )
+
+
+def _answered_in_batch(result: calls.CallResult) -> dict[str, Any]:
+    return {
+        "status": result.http_status,
+        "call": _answer(result).model_dump(mode="json"),
+        "problem": None,
+        "retry_after": calls.RETRY_AFTER_SECONDS if result.http_status == 409 else None,
+    }
 
 
 def _refused_in_batch(

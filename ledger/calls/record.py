@@ -30,6 +30,7 @@ from ledger.keys import (
     fingerprint,
 )
 from ledger.models import (
+    AuditEvent,
     IdempotencyRecord,
     LedgerEntry,
     Run,
@@ -103,21 +104,19 @@ def record_call(*, caller: Caller, request: CallInput) -> CallResult:
         _check_write_plan(request.write_plan)
     run, registered, policies = run_and_tool(caller.tenant, request.run_id, request.tool)
     # A registered tool's call is made once, for the one-statement way and the general one.
-    call = _new_call(caller, run, registered, request) if registered is not None else None
+    call = call_of(caller, run, registered, request) if registered is not None else None
     taken = False  # the one-statement way found the key taken
-    if call is not None and request.write_plan is None and not run.halted:
-        asked = policies and _asking_policy(policies, run, request, call.classification)
-        if not asked and not shadow.dry_run_required(run, call.classification.idempotency):
-            fast = _first_call_of_key(call)
-            if fast is not None:
-                return fast
-            taken = True
+    if call is not None and takes_key_at_once(run, policies, request, call):
+        fast = _first_call_of_key(call)
+        if fast is not None:
+            return fast
+        taken = True
     # One transaction: a first use of a catalogue tool registers it, and an error anywhere
     # below (a bad key, say) must leave nothing behind.
     with transaction.atomic():
         if call is None:
             tool = _tool(caller.tenant, request.tool, caller.identity)
-            call = _new_call(caller, run, tool, request)
+            call = call_of(caller, run, tool, request)
         tool, classification, key = call.tool, call.classification, call.key
         if run.halted:
             entry = entries.add(
@@ -197,7 +196,7 @@ def _shadow_dry_run(call: entries.NewCall, write_plan: WritePlanInput | None) ->
     return CallResult(entry, Decision.SHADOW_DRY_RUN, call.classification, observation)
 
 
-def _new_call(caller: Caller, run: Run, tool: Tool, request: CallInput) -> entries.NewCall:
+def call_of(caller: Caller, run: Run, tool: Tool, request: CallInput) -> entries.NewCall:
     """The call as the ledger records it: classified (handed the tenant's workspace roots), its
     idempotency key built and its input fingerprinted (raises on a bad input or key)."""
     classification = classify_tool_call(tool, request.input, roots=WorkspaceRoot.paths_for(tool))
@@ -206,16 +205,27 @@ def _new_call(caller: Caller, run: Run, tool: Tool, request: CallInput) -> entri
     return entries.new_call(caller, run, tool, request, input_hash, classification, key)
 
 
-def _first_call_of_key(call: entries.NewCall) -> CallResult | None:
-    """The common case, a key used for the first time by a registered tool in a running run:
-    the record, its audit event and the entry in one statement, without a transaction
-    (``records.reserve_new_key``). A duplicate (the key taken) is answered from the record
-    that statement read when it can be (``_duplicate_as_seen``). None when neither could be
-    done (or the database cannot): the caller then takes the general way, which answers from
-    the locked record."""
+def takes_key_at_once(
+    run: Run, policies: list[PolicySpec], request: CallInput, call: entries.NewCall
+) -> bool:
+    """Whether a registered tool's call may take its key in one statement, without a
+    transaction: no write plan, a running run, no policy asking a human first and no shadow
+    run keeping it from running."""
+    if request.write_plan is not None or run.halted:
+        return False
+    if policies and _asking_policy(policies, run, request, call.classification):
+        return False
+    return not shadow.dry_run_required(run, call.classification.idempotency)
+
+
+def first_call_rows(
+    call: entries.NewCall,
+) -> tuple[LedgerEntry, IdempotencyRecord, AuditEvent]:
+    """What the first call of a key writes when it takes the key at once (unsaved): its entry,
+    executing, and the record with its audit event (``records.executing_record``)."""
     caller = call.caller
     entry = entries.build(call, decision=Decision.EXECUTE, record=None)
-    first = records.reserve_new_key(
+    record, event = records.executing_record(
         tenant=caller.tenant,
         tool=call.tool,
         key=call.key,
@@ -226,11 +236,30 @@ def _first_call_of_key(call: entries.NewCall) -> CallResult | None:
         run=call.run,
         entry=entry,
     )
+    return entry, record, event
+
+
+def executing(call: entries.NewCall, entry: LedgerEntry) -> CallResult:
+    """The answer to the first call of a key, whose ``entry`` was saved with its record:
+    execute, under the record's lease."""
+    record = entry.record
+    assert record is not None
+    result = CallResult(entry, Decision.EXECUTE, call.classification)
+    result.lease = Lease(record.fencing_token, record.lease_expires_at)  # type: ignore[arg-type]
+    return result
+
+
+def _first_call_of_key(call: entries.NewCall) -> CallResult | None:
+    """The common case, a key used for the first time by a registered tool in a running run:
+    the record, its audit event and the entry in one statement, without a transaction
+    (``records.reserve_new_key``). A duplicate (the key taken) is answered from the record
+    that statement read when it can be (``_duplicate_as_seen``). None when neither could be
+    done (or the database cannot): the caller then takes the general way, which answers from
+    the locked record."""
+    entry, record, event = first_call_rows(call)
+    first = records.reserve_new_key(record, event, entry)
     if first.created is not None:
-        result = CallResult(entry, Decision.EXECUTE, call.classification)
-        record = first.created
-        result.lease = Lease(record.fencing_token, record.lease_expires_at)  # type: ignore[arg-type]
-        return result
+        return executing(call, entry)
     if first.seen is None:
         return None
     return _duplicate_as_seen(first.seen, first.seen_lapsed, call)

@@ -28,8 +28,10 @@ from ledger.records.reserve import (
     FirstCall,
     Reservation,
     answer_locked,
+    executing_record,
     reserve_key,
     reserve_new_key,
+    reserve_new_keys,
     start_execution,
 )
 from ledger.records.resolve import resolve_locked, resolve_unknown
@@ -54,6 +56,7 @@ __all__ = [
     "complete_locked",
     "count_duplicate_as_seen",
     "decide_approval",
+    "executing_record",
     "expire_leases",
     "heartbeat",
     "lease_seconds_granted",
@@ -63,6 +66,7 @@ __all__ = [
     "refuse_completion",
     "reserve_key",
     "reserve_new_key",
+    "reserve_new_keys",
     "resolve_locked",
     "resolve_unknown",
     "start_execution",

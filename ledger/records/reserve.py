@@ -9,9 +9,11 @@ the row's lock (``reserve_key``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -78,7 +80,7 @@ class FirstCall:
     seen_lapsed: bool = False
 
 
-def reserve_new_key(
+def executing_record(
     *,
     tenant: Tenant,
     tool: Tool,
@@ -89,18 +91,11 @@ def reserve_new_key(
     actor: str,
     run: Run,
     entry: LedgerEntry,
-) -> FirstCall:
-    """The hot path's common case in one statement: take ``key`` for the first time, executing
-    at once, with its audit event and ``entry`` (the ledger entry of the call, unsaved; it is
-    saved pointing at the record). One statement is atomic by itself, so no transaction is
-    opened (no ``BEGIN``/``COMMIT`` round trips).
-
-    When the key is already taken it writes nothing, and the same statement reads the key's
-    record (unlocked): a duplicate can often be answered from it (``answer_as_seen``). Else
-    the caller goes the general way (``reserve_key`` in a transaction, told the key is
-    ``taken``), which answers from the locked record. The action takes the data
-    classification of ``entry``'s call."""
-    deadline.check()
+) -> tuple[IdempotencyRecord, AuditEvent]:
+    """The record of a key taken for the first time by the call of ``entry`` (the ledger entry,
+    unsaved), executing at once, and its audit event, both unsaved: what ``reserve_new_key``
+    and ``reserve_new_keys`` write. The action takes the data classification of ``entry``'s
+    call, and ``entry`` the record's fencing token."""
     record, event = _new_record(
         tenant=tenant,
         tool=tool,
@@ -115,7 +110,80 @@ def reserve_new_key(
         combination=run.combination,
     )
     entry.fencing_token = record.fencing_token
+    return record, event
+
+
+def reserve_new_key(record: IdempotencyRecord, event: AuditEvent, entry: LedgerEntry) -> FirstCall:
+    """The hot path's common case in one statement: take ``record``'s key for the first time,
+    executing at once, with its audit ``event`` and ``entry`` (saved pointing at the record;
+    all three from ``executing_record``). One statement is atomic by itself, so no transaction
+    is opened (no ``BEGIN``/``COMMIT`` round trips).
+
+    When the key is already taken it writes nothing, and the same statement reads the key's
+    record (unlocked): a duplicate can often be answered from it (``answer_as_seen``). Else
+    the caller goes the general way (``reserve_key`` in a transaction, told the key is
+    ``taken``), which answers from the locked record."""
+    deadline.check()
     return _insert_if_absent(record, event, entry=entry)
+
+
+def reserve_new_keys(
+    firsts: Sequence[tuple[IdempotencyRecord, AuditEvent, LedgerEntry]],
+) -> list[IdempotencyRecord | None]:
+    """``reserve_new_key`` for several keys, all different, in one statement: the calls of a
+    model turn (``calls.record_calls``). Each key not yet taken gets its record, audit event
+    and entry, as ``reserve_new_key`` would write them; a taken key gets nothing written and
+    None in its place (its call is then decided alone, as its duplicate). The one statement
+    is atomic: store trouble writes none of them."""
+    deadline.check()
+    n = _first_call_names()
+    rows: list[str] = []
+    params: list[Any] = []
+    columns = ""
+    for record, _event, _entry in firsts:
+        columns, values, row_params = insert_parts(record)
+        rows.append(f"({values})")
+        params += row_params
+    # Identifiers come from the models' metadata, values are parameters: nothing from input.
+    ctes = [
+        f"inserted AS (INSERT INTO {n['record']} ({columns}) "  # noqa: S608
+        f"VALUES {', '.join(rows)} ON CONFLICT ON CONSTRAINT {n['unique']} DO NOTHING "
+        f"RETURNING {n['id']} AS id, {n['lease']} AS lease, {n['key']} AS taken)"
+    ]
+    for index, (record, event, entry) in enumerate(firsts):
+        audit_columns, audit_values, audit_params = insert_parts(
+            event, expressions={"target_id": ("inserted.id::text", [])}
+        )
+        entry_columns, entry_values, entry_params = insert_parts(
+            entry, expressions={"record_id": ("inserted.id", [])}
+        )
+        ctes += [
+            f"a{index} AS (INSERT INTO {quote(AuditEvent._meta.db_table)} ({audit_columns}) "  # noqa: S608
+            f"SELECT {audit_values} FROM inserted WHERE inserted.taken = %s)",
+            f"e{index} AS (INSERT INTO {quote(LedgerEntry._meta.db_table)} ({entry_columns}) "  # noqa: S608
+            f"SELECT {entry_values} FROM inserted WHERE inserted.taken = %s "
+            f"RETURNING {n['entry_id']} AS id, {n['entry_record']} AS record, {index} AS n)",
+        ]
+        params += [*audit_params, record.key, *entry_params, record.key]
+    entered = " UNION ALL ".join(f"SELECT id, record, n FROM e{i}" for i in range(len(firsts)))  # noqa: S608
+    # One row of arrays, in the calls' order: the entries written, their records and leases.
+    sql = (
+        f"WITH {', '.join(ctes)} "  # noqa: S608
+        "SELECT array_agg(e.n ORDER BY e.n), array_agg(e.id ORDER BY e.n), "
+        "array_agg(i.id ORDER BY e.n), array_agg(i.lease ORDER BY e.n) "
+        f"FROM ({entered}) e JOIN inserted i ON i.id = e.record"
+    )
+    row, _count = run_precompiled(sql, params)
+    created: list[IdempotencyRecord | None] = [None] * len(firsts)
+    assert row is not None
+    for index, entry_id, record_id, lease in zip(*(column or [] for column in row), strict=True):
+        record, _event, entry = firsts[index]
+        record.pk, record.lease_expires_at = record_id, lease
+        record._state.adding = False
+        entry.pk, entry.record = entry_id, record
+        entry._state.adding = False
+        created[index] = record
+    return created
 
 
 def _insert_if_absent(
@@ -197,6 +265,7 @@ def _first_call_names() -> dict[str, str]:
         "tenant": column(IdempotencyRecord, "tenant"),
         "key": column(IdempotencyRecord, "key"),
         "entry_id": column(LedgerEntry, "pk"),
+        "entry_record": column(LedgerEntry, "record"),
     }
 
 

@@ -221,55 +221,44 @@ def test_a_batch_that_does_not_validate_changes_nothing(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_store_trouble_answers_that_call_and_the_rest_and_keeps_the_answers_before(
+def test_store_trouble_answers_that_call_and_the_rest_and_keeps_the_answers_reserved(
     api: ApiClient,
 ) -> None:
     """A duplicate whose record another connection holds locked meets the lock timeout: it is
-    answered the 503 it would get alone, the calls after it are not tried, and the call
-    before it keeps its answer, lease and all."""
+    answered the 503 it would get alone and the calls after it are not tried, while the calls
+    reserved before it, and with it in one statement, keep their answers, lease and all."""
     api.start_run()
     first = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1").json()
     record = IdempotencyRecord.objects.get()
     order = {"run_id": "run-1", "tool": "create_order"}
+
+    def cart(n: int) -> dict[str, Any]:
+        return {
+            **order,
+            "step_id": f"s{n}",
+            "input": {"cart": f"c-{n}"},
+            "business_object_id": f"cart-{n}",
+        }
+
     with locked_elsewhere(record):
-        response = api.post(
-            "/calls/batch",
-            {
-                "calls": [
-                    {
-                        **order,
-                        "step_id": "s2",
-                        "input": {"cart": "c-2"},
-                        "business_object_id": "cart-2",
-                    },
-                    {
-                        **order,
-                        "step_id": "s1",
-                        "input": {"cart": "c-1"},
-                        "business_object_id": "cart-1",
-                    },
-                    {
-                        **order,
-                        "step_id": "s3",
-                        "input": {"cart": "c-3"},
-                        "business_object_id": "cart-3",
-                    },
-                ]
-            },
-        )
+        # cart-2, cart-1 and cart-3 go in one statement, which finds cart-1 taken: it is then
+        # decided alone, under the lock. cart-2 again is a retry, decided after them: not tried.
+        response = api.post("/calls/batch", {"calls": [cart(2), cart(1), cart(3), cart(2)]})
     assert response.status_code == 200
-    before, locked, after = response.json()["results"]
-    assert before["call"]["decision"] == "execute" and before["call"]["lease"]["fencing_token"] == 1
+    before, locked, reserved_with_it, after = response.json()["results"]
+    for kept in (before, reserved_with_it):
+        assert kept["call"]["decision"] == "execute" and kept["call"]["lease"]["fencing_token"] == 1
     for refused in (locked, after):
         assert refused["status"] == 503 and refused["retry_after"] >= 1
         assert refused["problem"]["code"] == "LEDGER_STORE_UNAVAILABLE"
         assert refused["problem"]["reason"] == "lock_timeout"
     keys = IdempotencyRecord.objects.values_list("key", flat=True)
-    assert sorted(key.rsplit(":", 1)[1] for key in keys) == ["cart-1", "cart-2"]
-    assert IdempotencyRecord.objects.get(pk=record.pk).duplicate_hits == 0
-    # The call before the trouble was recorded with the answer it was given: it can complete.
-    done = api.post(
-        f"/calls/{before['call']['call_id']}/complete",
-        {"fencing_token": 1, "outcome": "succeeded", "result": {"order": "o-2"}},
-    )
-    assert done.status_code == 200 and first["decision"] == "execute"
+    assert sorted(key.rsplit(":", 1)[1] for key in keys) == ["cart-1", "cart-2", "cart-3"]
+    assert not IdempotencyRecord.objects.filter(duplicate_hits__gt=0).exists()
+    # The calls reserved were recorded with the answers they were given: each can complete.
+    for kept in (before, reserved_with_it):
+        done = api.post(
+            f"/calls/{kept['call']['call_id']}/complete",
+            {"fencing_token": 1, "outcome": "succeeded", "result": {"order": "o-2"}},
+        )
+        assert done.status_code == 200 and first["decision"] == "execute"

@@ -84,3 +84,29 @@ def test_complete_stays_within_its_statement_budget(started: ApiClient) -> None:
     assert response.status_code == 200
     assert response.json()["record_state"] == "succeeded"
     assert len(_statements(captured)) <= COMPLETE_BUDGET, _statements(captured)
+
+
+BATCH_BUDGET = 3
+
+
+def test_a_batch_of_new_keys_is_reserved_in_one_statement(started: ApiClient) -> None:
+    """A model turn's calls of registered tools with new keys: the token, the run and tool
+    looked up once, and one statement that writes every record, audit event and entry."""
+    calls = [
+        {
+            "run_id": "run-1",
+            "step_id": f"step-{n}",
+            "tool": "create_order",
+            "input": {"sku": "a"},
+            "business_object_id": f"o-batch-{n}",
+        }
+        for n in range(8)
+    ]
+    with CaptureQueriesContext(connection) as captured:
+        response = started.post("/calls/batch", {"calls": calls})
+    assert response.status_code == 200
+    decisions = [item["call"]["decision"] for item in response.json()["results"]]
+    assert decisions == ["execute"] * 8
+    sent = [q["sql"] for q in captured.captured_queries]
+    assert "BEGIN" not in sent and "COMMIT" not in sent, sent
+    assert len(_statements(captured)) == BATCH_BUDGET, _statements(captured)
