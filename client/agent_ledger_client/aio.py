@@ -7,21 +7,28 @@
 of a call while its tool runs reports the call uncertain (a short, shielded report) before the
 ``CancelledError`` goes on, so a retry gets ``SIDE_EFFECT_UNCERTAIN`` at once instead of
 waiting for the lease to lapse.
+
+Calls started together (a model turn's parallel tool calls, which the frameworks run as tasks
+of one ``gather``) are asked about in one ``POST /calls/batch``: the ledger decides each as it
+would alone, and the turn costs it about what two calls alone do. Nothing waits for a batch
+to fill: the calls asked in one pass of the event loop go together (``_Turns``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import cached_property
 from typing import Any, TypeVar
 
 import httpx
 
 from agent_ledger_client import protocol as p
 from agent_ledger_client.mirroring import Mirror
-from agent_ledger_client.surface import Surface, http_arguments
+from agent_ledger_client.surface import Surface, http_arguments, trace_headers
 
 T = TypeVar("T")
 
@@ -52,16 +59,23 @@ class AsyncLedgerClient(Surface):
         shadow_of: str | None = None,
     ) -> AsyncRun:
         """Start a run (idempotent for a given ``run_id``); with ``shadow_of``, a shadow run
-        mirroring that live run (its side-effecting calls never execute)."""
-        data = await self.drive(
-            self.protocol.start_run(
-                user_id=user_id,
-                run_id=run_id,
-                combination_id=combination_id,
-                shadow_of=shadow_of,
-            )
-        )
-        return AsyncRun(self, data)
+        mirroring that live run (its side-effecting calls never execute). Tasks that start the
+        same run at once (a turn's tool calls, each finding its run not started yet) share one
+        request, and so go on together."""
+        start = {
+            "user_id": user_id,
+            "run_id": run_id,
+            "combination_id": combination_id,
+            "shadow_of": shadow_of,
+        }
+        key = tuple(start.items())
+        starting = self._starting.get(key)
+        if starting is None or starting.get_loop() is not asyncio.get_running_loop():
+            starting = asyncio.ensure_future(self.drive(self.protocol.start_run(**start)))
+            self._starting[key] = starting
+            starting.add_done_callback(lambda _done: self._starting.pop(key, None))
+        # A caller cancelled while it waits leaves the start to the others.
+        return AsyncRun(self, await asyncio.shield(starting))
 
     @asynccontextmanager
     async def run(self, **start: Any) -> AsyncIterator[AsyncRun]:
@@ -121,6 +135,20 @@ class AsyncLedgerClient(Surface):
         return await self._execute(action)
 
     async def _send(self, request: p.Request) -> p.Response | p.TransportFailure:
+        if p.first_ask(request):
+            return await self._turns.ask(request)
+        return await self._send_alone(request)
+
+    @cached_property
+    def _turns(self) -> _Turns:
+        return _Turns(self._send_alone)
+
+    @cached_property
+    def _starting(self) -> dict[tuple[Any, ...], asyncio.Future[dict[str, Any]]]:
+        """The runs being started, by what starts them (``start_run``)."""
+        return {}
+
+    async def _send_alone(self, request: p.Request) -> p.Response | p.TransportFailure:
         try:
             response = await self._http.request(**http_arguments(request))
         except httpx.TransportError as exc:
@@ -144,6 +172,75 @@ class AsyncLedgerClient(Surface):
             await asyncio.sleep(every)
             request = p.heartbeat_request(action.context, self.protocol.request_timeout)
             every = p.next_heartbeat(await self._send(request), every)
+
+
+Send = Callable[[p.Request], Awaitable[p.Response | p.TransportFailure]]
+
+
+class _Turns:
+    """The new calls asked in one pass of the event loop (the tool calls a framework starts at
+    once for one model turn), sent as one ``POST /calls/batch``: once the tasks ready now have
+    run, the calls asked under one trace context go together. No time is waited for: a call
+    asked alone goes alone, at once, as ``POST /calls``."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.waiting: dict[Any, list[tuple[p.Request, asyncio.Future[Any]]]] = {}
+        self.sending: set[asyncio.Task[None]] = set()
+        self.batches = True  # False once the ledger turned a batch away as unknown
+
+    async def ask(self, request: p.Request) -> p.Response | p.TransportFailure:
+        loop = asyncio.get_running_loop()
+        key = (request.traceparent, tuple(sorted(trace_headers().items())))
+        turn = self.waiting.setdefault(key, [])
+        if not turn:  # the first of its turn: the turn is sent in this caller's trace context
+            loop.call_soon(self._send_turn, key, contextvars.copy_context())
+        answer: asyncio.Future[p.Response | p.TransportFailure] = loop.create_future()
+        turn.append((request, answer))
+        return await answer
+
+    def _send_turn(self, key: Any, context: contextvars.Context) -> None:
+        # A caller cancelled before its turn left asks nothing: its call is not sent.
+        turn = [(request, answer) for request, answer in self.waiting.pop(key) if not answer.done()]
+        if not turn:
+            return
+        task = asyncio.get_running_loop().create_task(self._answer(turn), context=context)
+        self.sending.add(task)
+        task.add_done_callback(self.sending.discard)
+
+    async def _answer(self, turn: list[tuple[p.Request, asyncio.Future[Any]]]) -> None:
+        """Send a turn's calls and hand each caller its reply (a caller cancelled meanwhile
+        has none to take)."""
+        try:
+            replies = await self._replies([request for request, _answer in turn])
+        except asyncio.CancelledError:  # the loop is closing
+            for _request, answer in turn:
+                answer.cancel()
+            raise
+        except Exception as exc:
+            for _request, answer in turn:
+                if not answer.done():
+                    answer.set_exception(exc)
+            return
+        for (_request, answer), reply in zip(turn, replies, strict=True):
+            if not answer.done():
+                answer.set_result(reply)
+
+    async def _replies(self, requests: list[p.Request]) -> list[p.Response | p.TransportFailure]:
+        """Each request's reply: one alone as it is; more in batches of at most
+        ``MAX_BATCH_CALLS``, in order, or one by one when the ledger refuses the batch."""
+        replies: list[p.Response | p.TransportFailure] = []
+        for start in range(0, len(requests), p.MAX_BATCH_CALLS):
+            chunk = requests[start : start + p.MAX_BATCH_CALLS]
+            split = None
+            if len(chunk) > 1 and self.batches:
+                reply = await self.send(p.batch_request(chunk))
+                self.batches = not p.without_batches(reply)
+                split = p.batch_replies(reply, len(chunk))
+            if split is None:
+                split = list(await asyncio.gather(*map(self.send, chunk)))
+            replies += split
+        return replies
 
 
 async def _started(action: p.Execute) -> Any:

@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -269,6 +269,60 @@ def call_body(
     if options.write_plan:
         body["write_plan"] = options.write_plan
     return body
+
+
+# --- a model turn's calls in one request -----------------------------------------------------
+#: The most calls one ``POST /calls/batch`` takes (the ledger's limit).
+MAX_BATCH_CALLS = 32
+
+
+def first_ask(request: Request) -> bool:
+    """Whether ``request`` asks the ledger about a new call (``POST /calls``): such requests,
+    made together, may go as one batch."""
+    return request.method == "POST" and request.path == "/calls" and not request.params
+
+
+def batch_request(requests: Sequence[Request]) -> Request:
+    """One ``POST /calls/batch`` for ``requests`` (at most ``MAX_BATCH_CALLS`` first asks under
+    one trace context): it waits as long as the least patient of them."""
+    return Request(
+        "POST",
+        "/calls/batch",
+        {"calls": [request.json for request in requests]},
+        None,
+        min(request.timeout for request in requests),
+        requests[0].traceparent,
+    )
+
+
+def batch_replies(
+    reply: Response | TransportFailure, count: int
+) -> list[Response | TransportFailure] | None:
+    """Each call's reply within a batch's ``reply``, as it would have had alone: its status,
+    its answer or problem and its ``Retry-After``. A lost connection, store trouble or a
+    refused token is every call's reply (each then retries as it would alone). None when the
+    ledger refused the batch as such (no batch route, a body refused whole): then each call
+    is sent alone, and a call the batch did record is answered as its retry."""
+    if isinstance(reply, TransportFailure) or reply.status >= 500 or reply.status in (401, 403):
+        return [reply] * count
+    results = reply.body.get("results") if isinstance(reply.body, dict) else None
+    if reply.status != 200 or not isinstance(results, list) or len(results) != count:
+        return None
+    if not all(isinstance(item, dict) and isinstance(item.get("status"), int) for item in results):
+        return None
+    return [
+        Response(
+            int(item["status"]),
+            item["call"] if item.get("call") is not None else item.get("problem"),
+            item.get("retry_after"),
+        )
+        for item in results
+    ]
+
+
+def without_batches(reply: Response | TransportFailure) -> bool:
+    """Whether ``reply`` to a batch says the ledger has no batch route (an older ledger)."""
+    return isinstance(reply, Response) and reply.status in (404, 405)
 
 
 def context_from(call: dict[str, Any], tool_input: dict[str, Any]) -> CallContext:

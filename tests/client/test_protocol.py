@@ -23,9 +23,12 @@ from agent_ledger_client.protocol import (
     Send,
     Sleep,
     TransportFailure,
+    batch_replies,
+    batch_request,
     executed_after,
     next_heartbeat,
     response_of,
+    without_batches,
 )
 
 UNAVAILABLE = Response(503, {"code": "LEDGER_STORE_UNAVAILABLE"}, retry_after=2.0)
@@ -340,3 +343,61 @@ def test_a_held_call_resumed_with_other_input_runs_nothing() -> None:
     assert "NOT executed" in observation["content"] and script.executed == []
     assert script.sent[-1].path == "/calls/c-1/start"
     assert script.sent[-1].json == {"input": {"amount": 5000}}
+
+
+# --- a turn's calls in one batch ----------------------------------------------------------
+
+
+def test_a_batch_carries_its_calls_and_waits_as_long_as_the_least_patient() -> None:
+    asks = [
+        Request("POST", "/calls", {"step_id": "a"}, None, 4.0, "00-t-s-01"),
+        Request("POST", "/calls", {"step_id": "b"}, None, 2.5, "00-t-s-01"),
+    ]
+    batch = batch_request(asks)
+    assert (batch.method, batch.path) == ("POST", "/calls/batch")
+    assert batch.json == {"calls": [{"step_id": "a"}, {"step_id": "b"}]}
+    assert batch.timeout == 2.5 and batch.headers["traceparent"] == "00-t-s-01"
+
+
+def test_each_call_gets_its_own_reply_from_the_batch() -> None:
+    answer = {"decision": "execute", "call_id": "c-1"}
+    problem = {"code": "NOT_FOUND", "status": 404, "detail": "no run"}
+    results = [
+        {"status": 200, "call": answer, "problem": None, "retry_after": None},
+        {"status": 409, "call": {"decision": "wait"}, "problem": None, "retry_after": 1},
+        {"status": 404, "call": None, "problem": problem, "retry_after": None},
+    ]
+    replies = batch_replies(Response(200, {"results": results}), 3)
+    assert replies == [
+        Response(200, answer, None),
+        Response(409, {"decision": "wait"}, 1),
+        Response(404, problem, None),
+    ]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [UNAVAILABLE, TransportFailure("connection reset"), Response(401, {"code": "UNAUTHENTICATED"})],
+    ids=["store trouble", "lost connection", "refused token"],
+)
+def test_a_batch_that_failed_as_a_whole_is_each_calls_reply(reply: Any) -> None:
+    """Each call then retries (or is refused) exactly as it would have been alone."""
+    assert batch_replies(reply, 2) == [reply, reply]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Response(405, {"detail": "Method not allowed"}),
+        Response(404, {"code": "NOT_FOUND"}),
+        Response(400, {"code": "INVALID_INPUT"}),
+        Response(413, {"code": "PAYLOAD_TOO_LARGE"}),
+        Response(200, {"results": []}),
+        Response(200, "not a batch"),
+        Response(200, {"results": [{"status": 200}, None]}),
+    ],
+    ids=["no route", "not found", "refused whole", "too large", "short", "garbage", "bad item"],
+)
+def test_a_batch_refused_as_such_sends_each_call_alone(reply: Response) -> None:
+    assert batch_replies(reply, 2) is None
+    assert without_batches(reply) is (reply.status in (404, 405))

@@ -134,13 +134,13 @@ def _mcp_server(folder: Path) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("script", "tests"),
     [
-        ("live.test.js", 3),
+        ("live.test.js", 4),
         # The framework adapters at full size run in make drill (docs/testing.md); the client,
         # its approvals and the shared case table stand for them in make test.
-        pytest.param("ai-sdk.test.js", 8, marks=pytest.mark.scale),
-        pytest.param("openai-agents.test.js", 8, marks=pytest.mark.scale),
+        pytest.param("ai-sdk.test.js", 9, marks=pytest.mark.scale),
+        pytest.param("openai-agents.test.js", 9, marks=pytest.mark.scale),
         ("approvals.test.js", 3),
-        pytest.param("langgraph.test.js", 8, marks=pytest.mark.scale),
+        pytest.param("langgraph.test.js", 9, marks=pytest.mark.scale),
         ("cases.test.js", len(cases()) + 1),
         pytest.param(
             "mcp.test.js",

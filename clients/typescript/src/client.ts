@@ -20,21 +20,26 @@ import type { components } from "./openapi.js";
 import {
   type Action,
   type Answer,
+  batchReplies,
+  batchRequest,
   type Body,
   type CallOptions,
   executedAfter,
+  firstAsk,
   type Execute,
   type Executed,
   type Flow,
   heartbeatRequest,
   type LedgerRequest,
   LedgerProtocol,
+  MAX_BATCH_CALLS,
   nextHeartbeat,
   type ProtocolSettings,
   type Reply,
   requestHeaders,
   responseOf,
   type ToolFunction,
+  withoutBatches,
 } from "./protocol.js";
 import { ambientTraceparent } from "./trace.js";
 
@@ -84,6 +89,12 @@ export class LedgerClient {
   readonly protocol: LedgerProtocol;
   private readonly headers: Record<string, string>;
   private readonly fetcher: typeof fetch;
+  /** The runs being started, by what starts them (`startRun`). */
+  private readonly starting = new Map<string, Promise<RunOut>>();
+  /** The new calls asked since the event loop last turned, by trace context (`askInTurn`). */
+  private readonly turns = new Map<string, [LedgerRequest, (answer: Answer) => void][]>();
+  /** False once the ledger turned a batch away as unknown (an older ledger). */
+  private batches = true;
 
   constructor(baseUrl: string, token: string, settings: ClientSettings = {}) {
     this.apiUrl = `${baseUrl.replace(/\/+$/, "")}/api/v1`;
@@ -93,9 +104,26 @@ export class LedgerClient {
     this.fetcher = settings.fetch ?? fetch;
   }
 
-  /** Start a run (idempotent for a given `runId`). */
+  /**
+   * Start a run (idempotent for a given `runId`). Calls that start the same run at once (a
+   * turn's tool calls, each finding its run not started yet) share one request, and so go on
+   * together.
+   */
   async startRun(start: { userId: string; runId?: string; combinationId?: number }): Promise<Run> {
-    return new Run(this, (await this.drive(this.protocol.startRun(start))) as RunOut);
+    if (start.runId === undefined) {
+      return new Run(this, (await this.drive(this.protocol.startRun(start))) as RunOut);
+    }
+    const key = JSON.stringify([start.userId, start.runId, start.combinationId ?? null]);
+    let starting = this.starting.get(key);
+    if (starting === undefined) {
+      starting = this.drive(this.protocol.startRun(start)) as Promise<RunOut>;
+      this.starting.set(key, starting);
+      const forget = (): void => {
+        this.starting.delete(key);
+      };
+      starting.then(forget, forget);
+    }
+    return new Run(this, await starting);
   }
 
   /**
@@ -234,7 +262,51 @@ export class LedgerClient {
     flow.return(undefined as never);
   }
 
-  async send(request: LedgerRequest): Promise<Answer> {
+  /**
+   * One request's reply. A new call's first ask (`POST /calls`) goes with the others asked in
+   * the same turn of the event loop (the tool calls a framework starts at once for one model
+   * turn) as one `POST /calls/batch`: the ledger decides each as it would alone. Nothing waits
+   * for a batch to fill: a call asked alone goes alone, at once.
+   */
+  send(request: LedgerRequest): Promise<Answer> {
+    return firstAsk(request) ? this.askInTurn(request) : this.sendAlone(request);
+  }
+
+  private askInTurn(request: LedgerRequest): Promise<Answer> {
+    const key = request.traceparent ?? "";
+    let turn = this.turns.get(key);
+    if (turn === undefined) {
+      turn = [];
+      this.turns.set(key, turn);
+      const asked = turn;
+      // After the promise jobs queued now (the other calls of the turn) have run: Node's
+      // setImmediate, else a timer where there is none.
+      const later = typeof setImmediate === "function" ? setImmediate : setTimeout;
+      later(() => {
+        this.turns.delete(key);
+        void this.answerTurn(asked);
+      });
+    }
+    const waiting = turn;
+    return new Promise((resolve) => waiting.push([request, resolve]));
+  }
+
+  private async answerTurn(turn: [LedgerRequest, (answer: Answer) => void][]): Promise<void> {
+    for (let start = 0; start < turn.length; start += MAX_BATCH_CALLS) {
+      const chunk = turn.slice(start, start + MAX_BATCH_CALLS);
+      const requests = chunk.map(([request]) => request);
+      let replies: Answer[] | null = null;
+      if (chunk.length > 1 && this.batches) {
+        const reply = await this.sendAlone(batchRequest(requests));
+        this.batches = !withoutBatches(reply);
+        replies = batchReplies(reply, chunk.length);
+      }
+      replies ??= await Promise.all(requests.map((request) => this.sendAlone(request)));
+      chunk.forEach(([, resolve], index) => resolve(replies[index] as Answer));
+    }
+  }
+
+  private async sendAlone(request: LedgerRequest): Promise<Answer> {
     const url = new URL(`${this.apiUrl}${request.path}`);
     for (const [name, value] of Object.entries(request.params ?? {})) {
       url.searchParams.set(name, value);

@@ -200,10 +200,12 @@ export interface paths {
          *     decided exactly as it would be alone, in the order given (so a second call of the same
          *     action in the batch is answered as its retry), and each answer carries the HTTP status the
          *     call would have had alone. A call that is refused (an unknown run, the caller's deadline
-         *     passed, ...) has its problem document in its place; the others are still decided. When
-         *     the database is in trouble, that call and every call after it are answered with the 503
-         *     it would have had alone, and nothing is tried for those after it; the calls before it keep
-         *     their answers. A body that does not validate changes nothing (400).
+         *     passed, ...) has its problem document in its place; the others are still decided. The new
+         *     keys of consecutive calls are reserved in one statement. When the database is in trouble,
+         *     the call that meets it and every call after it are answered with the 503 they would have
+         *     had alone, and nothing is tried for them; the calls before it keep their answers, and so
+         *     does a call reserved in one statement with them (its lease is the runtime's). A body that
+         *     does not validate changes nothing (400).
          */
         post: operations["ledger_api_calls_record_calls"];
         delete?: never;

@@ -145,6 +145,68 @@ export function responseOf(status: number, retryAfter: string | null, text: stri
   return { kind: "response", status, body, retryAfter: Number.isFinite(seconds) ? seconds : null };
 }
 
+// --- a model turn's calls in one request -----------------------------------------------------
+/** The most calls one `POST /calls/batch` takes (the ledger's limit). */
+export const MAX_BATCH_CALLS = 32;
+
+/** Whether `request` asks the ledger about a new call (`POST /calls`): such requests, made
+ * together, may go as one batch. */
+export function firstAsk(request: LedgerRequest): boolean {
+  return request.method === "POST" && request.path === "/calls" && request.params === undefined;
+}
+
+/** One `POST /calls/batch` for `requests` (at most `MAX_BATCH_CALLS` first asks under one trace
+ * context): it waits as long as the least patient of them. */
+export function batchRequest(requests: LedgerRequest[]): LedgerRequest {
+  const batch: LedgerRequest = {
+    method: "POST",
+    path: "/calls/batch",
+    json: { calls: requests.map((request) => request.json) },
+    timeout: Math.min(...requests.map((request) => request.timeout)),
+  };
+  if (requests[0]?.traceparent !== undefined) batch.traceparent = requests[0].traceparent;
+  return batch;
+}
+
+/**
+ * Each call's reply within a batch's `reply`, as it would have had alone: its status, its
+ * answer or problem and its `Retry-After`. A lost connection, store trouble or a refused token
+ * is every call's reply (each then retries as it would alone). Null when the ledger refused the
+ * batch as such (no batch route, a body refused whole): then each call is sent alone, and a
+ * call the batch did record is answered as its retry.
+ */
+export function batchReplies(reply: Answer, count: number): Answer[] | null {
+  if (reply.kind === "failure" || reply.status >= 500 || reply.status === 401 || reply.status === 403) {
+    return Array.from({ length: count }, () => reply);
+  }
+  const body = reply.body as { results?: unknown } | null;
+  const results = body !== null && typeof body === "object" ? body.results : undefined;
+  if (reply.status !== 200 || !Array.isArray(results) || results.length !== count) return null;
+  const items = results as BatchItem[];
+  if (!items.every((item) => typeof item === "object" && item !== null && Number.isInteger(item.status))) {
+    return null;
+  }
+  return items.map((item) => ({
+    kind: "response",
+    status: item.status,
+    body: item.call ?? item.problem ?? null,
+    retryAfter: typeof item.retry_after === "number" ? item.retry_after : null,
+  }));
+}
+
+/** One call's result in a batch's answer, as the ledger sends it. */
+interface BatchItem {
+  status: number;
+  call?: unknown;
+  problem?: unknown;
+  retry_after?: unknown;
+}
+
+/** Whether `reply` to a batch says the ledger has no batch route (an older ledger). */
+export function withoutBatches(reply: Answer): boolean {
+  return reply.kind === "response" && (reply.status === 404 || reply.status === 405);
+}
+
 /**
  * How a tool that threw ended: a `ToolError` is a definite failure; anything else (a timeout, a
  * lost connection, a cancel) may have happened after the effect, so it is uncertain.

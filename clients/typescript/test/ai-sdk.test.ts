@@ -341,3 +341,44 @@ test("an order the SDK's person approves still needs the ledger's approver, whos
   assert.match(JSON.stringify(output), /the ledger's approver says no/);
   assert.equal(await ordersOf("amount-1300"), 0);
 });
+
+test("a step's parallel tool calls are asked about in one batch; each order is made once", { skip }, async () => {
+  const sent: string[] = [];
+  const noting: typeof fetch = async (input, init) => {
+    if (init?.method === "POST") sent.push(new URL(String(input)).pathname);
+    return fetch(input, init);
+  };
+  const ledger = new LedgerClient(ledgerUrl, token, { fetch: noting });
+  const carts = ["ai-p1", "ai-p2", "ai-p3"];
+  const next = mockValues(
+    {
+      content: carts.map((cart) => ({
+        type: "tool-call" as const,
+        toolCallId: `tc-${cart}`,
+        toolName: "create_order",
+        input: JSON.stringify({ cart }),
+      })),
+      finishReason: { unified: "tool-calls" as const, raw: undefined },
+      usage,
+      warnings: [],
+    },
+    {
+      content: [{ type: "text" as const, text: "Ordered." }],
+      finishReason: { unified: "stop" as const, raw: undefined },
+      usage,
+      warnings: [],
+    },
+  );
+  const result = await ledger.run({ userId: "u-ai" }, (run) =>
+    generateText({
+      model: new MockLanguageModelV3({ doGenerate: async () => next() }),
+      tools: ledgerTools(run, { create_order: createOrder }),
+      prompt: "Order three carts.",
+      stopWhen: stepCountIs(5),
+    }),
+  );
+  assert.equal(result.text, "Ordered.");
+  const asked = sent.filter((path) => /\/calls(\/batch)?$/.test(path));
+  assert.deepEqual(asked, ["/api/v1/calls/batch"]);
+  for (const cart of carts) assert.equal(await ordersOf(cart), 1);
+});

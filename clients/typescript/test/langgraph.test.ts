@@ -241,3 +241,43 @@ test("a decision naming another call's approval is refused and nothing runs", { 
   assert.match(String(told?.content), /IDEMPOTENCY_KEY_CONFLICT/);
   assert.equal(await ordersOf("lg-500"), 0);
 });
+
+test("a turn's parallel tool calls are asked about in one batch; each order is made once", { skip }, async () => {
+  const sent: string[] = [];
+  const noting: typeof fetch = async (input, init) => {
+    if (init?.method === "POST") sent.push(new URL(String(input)).pathname);
+    return fetch(input, init);
+  };
+  const calls = new LedgerToolCalls(new LedgerClient(ledgerUrl, token, { fetch: noting }), {
+    userId: "u-lg",
+  });
+  const references = ["lg-p1", "lg-p2", "lg-p3"];
+  const turn = new AIMessage({
+    content: "",
+    tool_calls: references.map((reference) => ({
+      id: `tc-${reference}`,
+      name: "create_order",
+      args: { reference },
+      type: "tool_call" as const,
+    })),
+  });
+  const script: BaseMessage[] = [turn, new AIMessage("Ordered.")];
+  const graph = new StateGraph(MessagesAnnotation)
+    .addNode("agent", () => ({ messages: [script.shift() as BaseMessage] }))
+    .addNode("tools", new ToolNode(calls.wrap([createOrder])))
+    .addEdge(START, "agent")
+    .addConditionalEdges("agent", toolsCondition, ["tools", END])
+    .addEdge("tools", "agent")
+    .compile({ checkpointer: new MemorySaver() });
+  const config = { configurable: { thread_id: "lg-thread-parallel" } };
+  // The thread's run is started by the turn's calls themselves: once, for all three.
+  const state = await graph.invoke({ messages: [new HumanMessage("order three")] }, config);
+  await calls.finish(config);
+  assert.equal(state.messages.at(-1)?.content, "Ordered.");
+  assert.equal(sent.filter((path) => path.endsWith("/runs")).length, 1);
+  assert.deepEqual(
+    sent.filter((path) => /\/calls(\/batch)?$/.test(path)),
+    ["/api/v1/calls/batch"],
+  );
+  for (const reference of references) assert.equal(await ordersOf(reference), 1);
+});

@@ -31,6 +31,38 @@ function createOrder(timeout = 500) {
   };
 }
 
+/** The ledger's fetch, noting each request's method, path and body. */
+function noting(sent: [string, string, Record<string, unknown> | null][]): typeof fetch {
+  return async (input, init) => {
+    const body = typeof init?.body === "string" ? (JSON.parse(init.body) as Record<string, unknown>) : null;
+    sent.push([init?.method ?? "GET", new URL(String(input)).pathname, body]);
+    return fetch(input, init);
+  };
+}
+
+test("calls started together start their run once and are asked about in one batch", { skip }, async () => {
+  const sent: [string, string, Record<string, unknown> | null][] = [];
+  const ledger = new LedgerClient(ledgerUrl, token, { fetch: noting(sent) });
+  const runId = `ts-turn-${Date.now()}`;
+  // Each call of the turn starts its run, as the adapters do; the last repeats the first's order.
+  const answers = await Promise.all(
+    ["ts-b1", "ts-b2", "ts-b3", "ts-b1"].map(async (cart, n) => {
+      const run = await ledger.startRun({ userId: "u-ts", runId });
+      return run.call("create_order", { cart }, createOrder(5000), { stepId: `s${n}` });
+    }),
+  );
+  assert.equal(sent.filter(([, path]) => path.endsWith("/runs")).length, 1);
+  const asked = sent.filter(([method, path]) => method === "POST" && /\/calls(\/batch)?$/.test(path));
+  assert.match(asked[0]?.[1] ?? "", /\/calls\/batch$/);
+  assert.deepEqual(
+    (asked[0]?.[2]?.calls as { step_id: string }[]).map((call) => call.step_id),
+    ["s0", "s1", "s2", "s3"],
+  );
+  for (const cart of ["ts-b1", "ts-b2", "ts-b3"]) assert.equal(await ordersOf(cart), 1);
+  assert.deepEqual(answers[3]?.content, answers[0]?.content);
+  assert.equal(answers[3]?.metadata.replayed, true);
+});
+
 test("an order made and re-planned by the model runs once and gets the recorded result", { skip }, async () => {
   const ledger = new LedgerClient(ledgerUrl, token);
   const [first, again] = await ledger.run({ userId: "u-ts" }, async (run) => [

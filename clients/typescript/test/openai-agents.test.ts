@@ -30,27 +30,28 @@ const skip = ledgerUrl === "" ? "LEDGER_URL names no running ledger" : false;
 
 setTracingDisabled(true);
 
-/** A model that asks for each order in turn (one per turn), then says `last`. */
+type Order = { id: string; cart?: string; amount?: number };
+
+/** A model that asks for each order in turn (one per turn; a list of orders is one turn's
+ * parallel calls), then says `last`. */
 class Scripted implements Model {
   private readonly turns: ModelResponse[];
 
-  constructor(calls: { id: string; cart?: string; amount?: number }[], last: string) {
+  constructor(calls: (Order | Order[])[], last: string) {
     this.turns = [
-      ...calls.map((call) => ({
+      ...calls.map((turn) => ({
         usage: new Usage(),
-        output: [
-          {
-            type: "function_call" as const,
-            callId: call.id,
-            name: "create_order",
-            arguments: JSON.stringify(
-              call.amount === undefined
-                ? { cart: call.cart, amount: 1 }
-                : { cart: `amount-${call.amount}`, amount: call.amount },
-            ),
-            status: "completed" as const,
-          },
-        ],
+        output: [turn].flat().map((call) => ({
+          type: "function_call" as const,
+          callId: call.id,
+          name: "create_order",
+          arguments: JSON.stringify(
+            call.amount === undefined
+              ? { cart: call.cart, amount: 1 }
+              : { cart: `amount-${call.amount}`, amount: call.amount },
+          ),
+          status: "completed" as const,
+        })),
       })),
       {
         usage: new Usage(),
@@ -281,4 +282,24 @@ test("an \"always approve\" in the SDK is not forwarded: the ledger's approver s
   assert.match(JSON.stringify(outputs), /APPROVAL_REJECTED/);
   assert.match(JSON.stringify(outputs), /no standing approvals here/);
   assert.equal(await ordersOf("amount-1600"), 0);
+});
+
+test("a turn's parallel tool calls are asked about in one batch; each order is made once", { skip }, async () => {
+  const sent: string[] = [];
+  const noting: typeof fetch = async (input, init) => {
+    if (init?.method === "POST") sent.push(new URL(String(input)).pathname);
+    return fetch(input, init);
+  };
+  const ledger = new LedgerClient(ledgerUrl, token, { fetch: noting });
+  const carts = ["oa-p1", "oa-p2", "oa-p3"];
+  const model = new Scripted([carts.map((cart) => ({ id: `call-${cart}`, cart }))], "Ordered.");
+  const result = await ledger.run({ userId: "u-oa" }, (run) =>
+    runAgent(ordersAgent(model, run), "Order three carts."),
+  );
+  assert.equal(result.finalOutput, "Ordered.");
+  assert.deepEqual(
+    sent.filter((path) => /\/calls(\/batch)?$/.test(path)),
+    ["/api/v1/calls/batch"],
+  );
+  for (const cart of carts) assert.equal(await ordersOf(cart), 1);
 });

@@ -10,6 +10,8 @@ import { ToolError } from "../src/errors.js";
 import {
   type Action,
   type Answer,
+  batchReplies,
+  batchRequest,
   type Body,
   type Executed,
   type Flow,
@@ -17,6 +19,7 @@ import {
   nextHeartbeat,
   type Reply,
   responseOf,
+  withoutBatches,
 } from "../src/protocol.js";
 
 const noop = (): string => "ran";
@@ -227,4 +230,54 @@ test("an answer that is not JSON is a problem, and Retry-After is read in second
   assert.deepEqual(answer.body, { code: "HTTP_ERROR", detail: "<html>bad gateway</html>" });
   assert.equal(answer.retryAfter, 3);
   assert.equal(responseOf(200, "soon", "").retryAfter, null);
+});
+
+test("a batch carries its calls and waits as long as the least patient", () => {
+  const batch = batchRequest([
+    { method: "POST", path: "/calls", json: { step_id: "a" }, timeout: 4, traceparent: "00-t-s-01" },
+    { method: "POST", path: "/calls", json: { step_id: "b" }, timeout: 2.5, traceparent: "00-t-s-01" },
+  ]);
+  assert.equal(batch.path, "/calls/batch");
+  assert.deepEqual(batch.json, { calls: [{ step_id: "a" }, { step_id: "b" }] });
+  assert.equal(batch.timeout, 2.5);
+  assert.equal(batch.traceparent, "00-t-s-01");
+});
+
+test("each call gets its own reply from the batch", () => {
+  const problem = { code: "NOT_FOUND", status: 404, detail: "no run" };
+  const results = [
+    { status: 200, call: { decision: "execute" }, problem: null, retry_after: null },
+    { status: 409, call: { decision: "wait" }, problem: null, retry_after: 1 },
+    { status: 404, call: null, problem, retry_after: null },
+  ];
+  assert.deepEqual(batchReplies(ok(200, { results }), 3), [
+    ok(200, { decision: "execute" }),
+    ok(409, { decision: "wait" }, 1),
+    ok(404, problem),
+  ]);
+});
+
+test("a batch that failed as a whole is each call's reply", () => {
+  for (const reply of [
+    ok(503, { code: "LEDGER_STORE_UNAVAILABLE" }, 2),
+    { kind: "failure", reason: "socket hang up" } as Answer,
+    ok(401, { code: "UNAUTHENTICATED" }),
+  ]) {
+    assert.deepEqual(batchReplies(reply, 2), [reply, reply]);
+  }
+});
+
+test("a batch refused as such sends each call alone", () => {
+  for (const reply of [
+    ok(405, { detail: "Method not allowed" }),
+    ok(404, { code: "NOT_FOUND" }),
+    ok(400, { code: "INVALID_INPUT" }),
+    ok(413, { code: "PAYLOAD_TOO_LARGE" }),
+    ok(200, { results: [] }),
+    ok(200, "not a batch"),
+    ok(200, { results: [{ status: 200 }, null] }),
+  ]) {
+    assert.equal(batchReplies(reply, 2), null);
+    assert.equal(withoutBatches(reply), reply.kind === "response" && [404, 405].includes(reply.status));
+  }
 });
