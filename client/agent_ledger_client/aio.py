@@ -19,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any, TypeVar
 
 import httpx
@@ -59,23 +60,31 @@ class AsyncLedgerClient(Surface):
         shadow_of: str | None = None,
     ) -> AsyncRun:
         """Start a run (idempotent for a given ``run_id``); with ``shadow_of``, a shadow run
-        mirroring that live run (its side-effecting calls never execute). Tasks that start the
-        same run at once (a turn's tool calls, each finding its run not started yet) share one
-        request, and so go on together."""
-        start = {
+        mirroring that live run (its side-effecting calls never execute). Tasks that start one
+        ``run_id`` at once (a turn's tool calls, each finding its run not started yet) share one
+        request, and so go on together; without a ``run_id`` each start is a new run."""
+        start: dict[str, Any] = {
             "user_id": user_id,
             "run_id": run_id,
             "combination_id": combination_id,
             "shadow_of": shadow_of,
         }
+        if run_id is None:  # a new run each time
+            return AsyncRun(self, await self.drive(self.protocol.start_run(**start)))
         key = tuple(start.items())
         starting = self._starting.get(key)
         if starting is None or starting.get_loop() is not asyncio.get_running_loop():
             starting = asyncio.ensure_future(self.drive(self.protocol.start_run(**start)))
             self._starting[key] = starting
-            starting.add_done_callback(lambda _done: self._starting.pop(key, None))
+            starting.add_done_callback(partial(self._started, key))
         # A caller cancelled while it waits leaves the start to the others.
         return AsyncRun(self, await asyncio.shield(starting))
+
+    def _started(self, key: tuple[Any, ...], done: asyncio.Future[dict[str, Any]]) -> None:
+        if self._starting.get(key) is done:
+            del self._starting[key]
+        if not done.cancelled():
+            done.exception()  # raised to each caller; retrieved here for one no caller awaited
 
     @asynccontextmanager
     async def run(self, **start: Any) -> AsyncIterator[AsyncRun]:
@@ -190,10 +199,16 @@ class _Turns:
         self.batches = True  # False once the ledger turned a batch away as unknown
 
     async def ask(self, request: p.Request) -> p.Response | p.TransportFailure:
+        try:
+            json.dumps(request.json)
+        except (TypeError, ValueError):  # fails alone, as it would without a batch
+            return await self.send(request)
         loop = asyncio.get_running_loop()
-        key = (request.traceparent, tuple(sorted(trace_headers().items())))
+        key = (loop, request.traceparent, tuple(sorted(trace_headers().items())))
         turn = self.waiting.setdefault(key, [])
         if not turn:  # the first of its turn: the turn is sent in this caller's trace context
+            for closed in [waiting for waiting in self.waiting if waiting[0].is_closed()]:
+                del self.waiting[closed]  # asked on a loop that closed before its turn left
             loop.call_soon(self._send_turn, key, contextvars.copy_context())
         answer: asyncio.Future[p.Response | p.TransportFailure] = loop.create_future()
         turn.append((request, answer))

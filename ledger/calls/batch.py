@@ -75,19 +75,20 @@ class _Batch:
         if request.write_plan is not None or self.trouble is not None:
             return None
         where = (request.run_id, request.tool)
-        if where not in self.found:
-            try:
-                self.found[where] = run_and_tool(self.caller.tenant, request.run_id, request.tool)
-            except (LedgerError, DatabaseError):
-                self.found[where] = None
-        if (looked_up := self.found[where]) is None:
-            return None
-        run, tool, policies = looked_up
-        if tool is None:  # a catalogue tool's first use registers it
-            return None
         try:
+            if where not in self.found:
+                self.found[where] = run_and_tool(self.caller.tenant, request.run_id, request.tool)
+            if (looked_up := self.found[where]) is None:
+                return None
+            run, tool, policies = looked_up
+            if tool is None:  # a catalogue tool's first use registers it: look it up again
+                del self.found[where]
+                return None
             call = call_of(self.caller, run, tool, request)
-        except LedgerError:
+        except LedgerError:  # refused: refused again, alone
+            self.found.setdefault(where, None)
+            return None
+        except DatabaseError:  # the store: met again by the calls before it, or by this one
             return None
         return call if takes_key_at_once(run, policies, request, call) else None
 

@@ -140,7 +140,9 @@ def reserve_new_keys(
     rows: list[str] = []
     params: list[Any] = []
     columns = ""
-    for record, _event, _entry in firsts:
+    # In the keys' order, whatever the calls' order: two statements that take keys they share
+    # wait on each other's in one order, never in a cycle (a deadlock).
+    for record, _event, _entry in sorted(firsts, key=lambda first: first[0].key):
         columns, values, row_params = insert_parts(record)
         rows.append(f"({values})")
         params += row_params

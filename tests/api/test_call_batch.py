@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from console.models import SecurityEvent
 from ledger.api.schemas import MAX_BATCH_CALLS
 from ledger.models import IdempotencyRecord, LedgerEntry, Run
+from ledger.services.registry import ensure_catalogue_tool
 from tests.api.conftest import ApiClient, client_for, locked_elsewhere
 from tests.factories import make_tenant
 
@@ -30,6 +31,14 @@ calls = st.fixed_dictionaries(
         "business_object_id": st.sampled_from(["a", "b", None]),
     }
 )
+ASKING = {
+    "name": "large orders",
+    "reason": "orders over 1 need a second look",
+    "tool": "create_order",
+    "path": "v",
+    "operator": "gt",
+    "value": 1,
+}
 # How an earlier call of the history ended, when it ran.
 OUTCOMES = ["succeeded", "uncertain", "failed", "left running"]
 
@@ -85,13 +94,42 @@ def _live_through(api: ApiClient, history: list[tuple[dict[str, Any], str]]) -> 
 @given(
     history=st.lists(st.tuples(calls, st.sampled_from(OUTCOMES)), max_size=5),
     batch=st.lists(calls, min_size=1, max_size=8),
+    registered=st.booleans(),
+    asking=st.booleans(),
+)
+# A turn of registered tools under a policy that asks before one of them: the calls around the
+# asked one go in one statement, and the asked one is held.
+@example(
+    history=[],
+    batch=[
+        {"run_id": "run-1", "step_id": f"s{n}", "tool": tool, "input": {"v": v}, **extra}
+        for n, (tool, v, extra) in enumerate(
+            [
+                ("create_order", 1, {"business_object_id": "a"}),
+                ("create_order", 2, {"business_object_id": "b"}),
+                ("charge_customer", 1, {"business_object_id": None}),
+                ("create_order", 1, {"business_object_id": "a"}),
+            ]
+        )
+    ],
+    registered=True,
+    asking=True,
 )
 def test_a_batch_decides_each_call_as_the_same_calls_sent_one_by_one(
-    history: list[tuple[dict[str, Any], str]], batch: list[dict[str, Any]]
+    history: list[tuple[dict[str, Any], str]],
+    batch: list[dict[str, Any]],
+    registered: bool,
+    asking: bool,
 ) -> None:
+    """Each tenant's tools registered before (the batch's one-statement way) or by their first
+    use, and a policy that asks a human before an order of ``v`` over 1, or none."""
     alone, together = client_for(make_tenant()), client_for(make_tenant())
-    _live_through(alone, history)
-    _live_through(together, history)
+    for api in (alone, together):
+        for tool in TOOLS if registered else []:
+            ensure_catalogue_tool(tenant=api.tenant, name=tool, actor="test", source="api")
+        if asking:
+            api.post("/approval-policies", ASKING)
+        _live_through(api, history)
     one_by_one = []
     for call in batch:
         response = alone.post("/calls", _body(call))
@@ -171,8 +209,13 @@ def test_a_refused_call_has_its_problem_in_its_place_and_the_others_are_decided(
     ]
 
 
-def test_past_the_callers_deadline_no_call_of_the_batch_is_reserved(api: ApiClient) -> None:
+@pytest.mark.parametrize("registered", [True, False], ids=["registered", "first use"])
+def test_past_the_callers_deadline_no_call_of_the_batch_is_reserved(
+    api: ApiClient, registered: bool
+) -> None:
     api.start_run()
+    if registered:  # the calls go together, in one statement, which is not sent
+        ensure_catalogue_tool(tenant=api.tenant, name="create_order", actor="test", source="api")
     body = {
         "calls": [
             {"run_id": "run-1", "step_id": f"s{n}", "tool": "create_order", "input": {"n": n}}
@@ -229,6 +272,7 @@ def test_store_trouble_answers_that_call_and_the_rest_and_keeps_the_answers_rese
     reserved before it, and with it in one statement, keep their answers, lease and all."""
     api.start_run()
     first = api.call("create_order", {"cart": "c-1"}, business_object_id="cart-1").json()
+    assert first["decision"] == "execute"
     record = IdempotencyRecord.objects.get()
     order = {"run_id": "run-1", "tool": "create_order"}
 
@@ -261,4 +305,4 @@ def test_store_trouble_answers_that_call_and_the_rest_and_keeps_the_answers_rese
             f"/calls/{kept['call']['call_id']}/complete",
             {"fencing_token": 1, "outcome": "succeeded", "result": {"order": "o-2"}},
         )
-        assert done.status_code == 200 and first["decision"] == "execute"
+        assert done.status_code == 200

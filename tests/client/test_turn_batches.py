@@ -47,12 +47,12 @@ class Noting(httpx.AsyncBaseTransport):
 
     def __init__(self, *, without_batches: bool = False) -> None:
         self.network = httpx.AsyncHTTPTransport()
-        self.sent: list[tuple[str, str, Any]] = []
+        self.sent: list[tuple[str, str, Any, httpx.Headers]] = []
         self.without_batches = without_batches
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else None
-        self.sent.append((request.method, request.url.path, body))
+        self.sent.append((request.method, request.url.path, body, request.headers))
         if self.without_batches and request.url.path.endswith("/calls/batch"):
             return httpx.Response(405, json={"detail": "Method not allowed"})
         return await self.network.handle_async_request(request)
@@ -63,7 +63,7 @@ class Noting(httpx.AsyncBaseTransport):
     def asked(self) -> list[list[str]]:
         """The steps of each request that asked about new calls: a batch's, or one alone."""
         asked = []
-        for method, path, body in self.sent:
+        for method, path, body, _headers in self.sent:
             if method == "POST" and path.endswith("/calls/batch"):
                 asked.append([call["step_id"] for call in body["calls"]])
             elif method == "POST" and path.endswith("/calls"):
@@ -139,6 +139,54 @@ def test_a_call_cancelled_before_its_turn_left_is_not_sent(
     assert IdempotencyRecord.objects.count() == 2
 
 
+def test_calls_under_other_trace_contexts_and_a_body_that_cannot_be_sent_go_alone(
+    live_server, ledger_token: str, sandbox: SandboxServer
+) -> None:
+    """Two of the calls under one span go together; one under its own span goes alone; one
+    whose input is not JSON fails by itself, as it would alone, and nothing of it is sent."""
+    noting = Noting()
+    execute = _ordering(sandbox)
+    spans = ["00-" + "a" * 32 + "-" + "1" * 16 + "-01", "00-" + "b" * 32 + "-" + "2" * 16 + "-01"]
+
+    async def scenario() -> list[Any]:
+        async with (
+            AsyncLedgerClient(live_server.url, ledger_token, transport=noting) as ledger,
+            ledger.run(user_id="u1", run_id="turn-1") as run,
+        ):
+            noting.sent.clear()
+            calls = [
+                run.call(
+                    "create_order",
+                    {"cart": cart},
+                    execute=execute,
+                    step_id=f"s{n}",
+                    traceparent=span,
+                )
+                for n, (cart, span) in enumerate(
+                    zip(CARTS, [spans[0], spans[1], spans[0]], strict=True)
+                )
+            ]
+            broken = run.call("create_order", {"cart": {1, 2}}, execute=execute, step_id="s3")
+            return await asyncio.gather(*calls, broken, return_exceptions=True)
+
+    *answers, broken = asyncio.run(scenario())
+    assert all(answer["ok"] for answer in answers)
+    assert isinstance(broken, TypeError)
+    assert sorted(noting.asked()) == [["s0", "s2"], ["s1"]]
+    batch = next(headers for _m, path, _b, headers in noting.sent if path.endswith("/batch"))
+    assert batch["traceparent"] == spans[0]
+    assert orders(sandbox) == dict.fromkeys(CARTS, 1)
+
+
+def test_runs_started_at_once_without_a_run_id_are_two_runs(live_server, ledger_token: str) -> None:
+    async def scenario() -> set[str]:
+        async with AsyncLedgerClient(live_server.url, ledger_token) as ledger:
+            runs = await asyncio.gather(*(ledger.start_run(user_id="u1") for _ in range(2)))
+            return {run.run_id for run in runs}
+
+    assert len(asyncio.run(scenario())) == 2
+
+
 def test_a_call_alone_is_asked_about_alone(
     live_server, ledger_token: str, sandbox: SandboxServer
 ) -> None:
@@ -156,7 +204,7 @@ def test_a_call_alone_is_asked_about_alone(
 
     asyncio.run(scenario())
     assert noting.asked() == [["s0"], ["s1"], ["s2"]]
-    assert not any(path.endswith("/calls/batch") for _method, path, _body in noting.sent)
+    assert not any(path.endswith("/calls/batch") for _method, path, _body, _headers in noting.sent)
     assert orders(sandbox) == dict.fromkeys(CARTS, 1)
 
 
@@ -185,7 +233,7 @@ def test_a_ledger_without_batches_gets_each_call_alone(
             await turn(run, [*CARTS[2:], "cart-4"], 3)
 
     asyncio.run(scenario())
-    batches = [path for _m, path, _b in noting.sent if path.endswith("/calls/batch")]
+    batches = [path for _m, path, _b, _h in noting.sent if path.endswith("/calls/batch")]
     assert len(batches) == 1
     asked = sorted(map(tuple, noting.asked()))
     assert asked == sorted([("s1", "s2"), ("s1",), ("s2",), ("s3",), ("s4",)])
@@ -210,7 +258,7 @@ def test_a_first_turn_starts_its_run_once_and_asks_in_one_batch(
             await asyncio.gather(*(call(ledger, n, cart) for n, cart in enumerate(CARTS)))
 
     asyncio.run(scenario())
-    starts = [path for method, path, _b in noting.sent if path.endswith("/runs")]
+    starts = [path for _method, path, _b, _h in noting.sent if path.endswith("/runs")]
     assert len(starts) == 1
     assert noting.asked() == [["s0", "s1", "s2"]]
     assert orders(sandbox) == dict.fromkeys(CARTS, 1)

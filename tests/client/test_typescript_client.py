@@ -134,7 +134,7 @@ def _mcp_server(folder: Path) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("script", "tests"),
     [
-        ("live.test.js", 4),
+        ("live.test.js", 5),
         # The framework adapters at full size run in make drill (docs/testing.md); the client,
         # its approvals and the shared case table stand for them in make test.
         pytest.param("ai-sdk.test.js", 9, marks=pytest.mark.scale),

@@ -83,6 +83,13 @@ function sleep(seconds: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
+/** A new call's first ask waiting for its turn to leave (`LedgerClient.askInTurn`). */
+interface Asked {
+  request: LedgerRequest;
+  resolve: (answer: Answer) => void;
+  reject: (error: unknown) => void;
+}
+
 /** A tenant's connection to Agent Ledger. */
 export class LedgerClient {
   readonly apiUrl: string;
@@ -92,7 +99,7 @@ export class LedgerClient {
   /** The runs being started, by what starts them (`startRun`). */
   private readonly starting = new Map<string, Promise<RunOut>>();
   /** The new calls asked since the event loop last turned, by trace context (`askInTurn`). */
-  private readonly turns = new Map<string, [LedgerRequest, (answer: Answer) => void][]>();
+  private readonly turns = new Map<string, Asked[]>();
   /** False once the ledger turned a batch away as unknown (an older ledger). */
   private batches = true;
 
@@ -273,6 +280,11 @@ export class LedgerClient {
   }
 
   private askInTurn(request: LedgerRequest): Promise<Answer> {
+    try {
+      JSON.stringify(request.json);
+    } catch {
+      return this.sendAlone(request); // fails alone, as it would without a batch
+    }
     const key = request.traceparent ?? "";
     let turn = this.turns.get(key);
     if (turn === undefined) {
@@ -288,21 +300,26 @@ export class LedgerClient {
       });
     }
     const waiting = turn;
-    return new Promise((resolve) => waiting.push([request, resolve]));
+    return new Promise((resolve, reject) => waiting.push({ request, resolve, reject }));
   }
 
-  private async answerTurn(turn: [LedgerRequest, (answer: Answer) => void][]): Promise<void> {
+  /** Send a turn's calls and hand each caller its reply, or the error that stopped its batch. */
+  private async answerTurn(turn: Asked[]): Promise<void> {
     for (let start = 0; start < turn.length; start += MAX_BATCH_CALLS) {
       const chunk = turn.slice(start, start + MAX_BATCH_CALLS);
-      const requests = chunk.map(([request]) => request);
-      let replies: Answer[] | null = null;
-      if (chunk.length > 1 && this.batches) {
-        const reply = await this.sendAlone(batchRequest(requests));
-        this.batches = !withoutBatches(reply);
-        replies = batchReplies(reply, chunk.length);
+      try {
+        const requests = chunk.map(({ request }) => request);
+        let replies: Answer[] | null = null;
+        if (chunk.length > 1 && this.batches) {
+          const reply = await this.sendAlone(batchRequest(requests));
+          this.batches = !withoutBatches(reply);
+          replies = batchReplies(reply, chunk.length);
+        }
+        replies ??= await Promise.all(requests.map((request) => this.sendAlone(request)));
+        chunk.forEach(({ resolve }, index) => resolve(replies[index] as Answer));
+      } catch (error) {
+        for (const { reject } of chunk) reject(error);
       }
-      replies ??= await Promise.all(requests.map((request) => this.sendAlone(request)));
-      chunk.forEach(([, resolve], index) => resolve(replies[index] as Answer));
     }
   }
 

@@ -63,6 +63,28 @@ test("calls started together start their run once and are asked about in one bat
   assert.equal(answers[3]?.metadata.replayed, true);
 });
 
+test("a call whose input is not JSON fails by itself; the rest of its turn goes as one batch", { skip }, async () => {
+  const sent: [string, string, Record<string, unknown> | null][] = [];
+  const ledger = new LedgerClient(ledgerUrl, token, { fetch: noting(sent) });
+  const run = await ledger.startRun({ userId: "u-ts" });
+  const settled = await Promise.allSettled([
+    run.call("create_order", { cart: "ts-j1" }, createOrder(5000), { stepId: "j1" }),
+    run.call("create_order", { cart: 1n as unknown as string }, createOrder(5000), { stepId: "j2" }),
+    run.call("create_order", { cart: "ts-j3" }, createOrder(5000), { stepId: "j3" }),
+  ]);
+  assert.deepEqual(
+    settled.map((outcome) => outcome.status),
+    ["fulfilled", "rejected", "fulfilled"],
+  );
+  const asked = sent.filter(([method, path]) => method === "POST" && /\/calls(\/batch)?$/.test(path));
+  assert.equal(asked.length, 1);
+  assert.deepEqual(
+    (asked[0]?.[2]?.calls as { step_id: string }[]).map((call) => call.step_id),
+    ["j1", "j3"],
+  );
+  for (const cart of ["ts-j1", "ts-j3"]) assert.equal(await ordersOf(cart), 1);
+});
+
 test("an order made and re-planned by the model runs once and gets the recorded result", { skip }, async () => {
   const ledger = new LedgerClient(ledgerUrl, token);
   const [first, again] = await ledger.run({ userId: "u-ts" }, async (run) => [
