@@ -164,16 +164,17 @@ def reserve_new_keys(
             f"SELECT {audit_values} FROM inserted WHERE inserted.taken = %s)",
             f"e{index} AS (INSERT INTO {quote(LedgerEntry._meta.db_table)} ({entry_columns}) "  # noqa: S608
             f"SELECT {entry_values} FROM inserted WHERE inserted.taken = %s "
-            f"RETURNING {n['entry_id']} AS id, {n['entry_record']} AS record, {index} AS n)",
+            f"RETURNING {n['entry_id']} AS entry_id, {n['entry_record']} AS record_id, "
+            f"{index} AS n)",
         ]
         params += [*audit_params, record.key, *entry_params, record.key]
-    entered = " UNION ALL ".join(f"SELECT id, record, n FROM e{i}" for i in range(len(firsts)))  # noqa: S608
-    # One row of arrays, in the calls' order: the entries written, their records and leases.
+    entered = " UNION ALL ".join(f"SELECT * FROM e{i}" for i in range(len(firsts)))  # noqa: S608
+    # One row of arrays, in the calls' order (n): the entries written, their records and leases.
     sql = (
         f"WITH {', '.join(ctes)} "  # noqa: S608
-        "SELECT array_agg(e.n ORDER BY e.n), array_agg(e.id ORDER BY e.n), "
-        "array_agg(i.id ORDER BY e.n), array_agg(i.lease ORDER BY e.n) "
-        f"FROM ({entered}) e JOIN inserted i ON i.id = e.record"
+        "SELECT array_agg(n ORDER BY n), array_agg(entry_id ORDER BY n), "
+        "array_agg(id ORDER BY n), array_agg(lease ORDER BY n) "
+        f"FROM ({entered}) AS entered JOIN inserted ON id = record_id"
     )
     row, _count = run_precompiled(sql, params)
     created: list[IdempotencyRecord | None] = [None] * len(firsts)
