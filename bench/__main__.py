@@ -220,6 +220,44 @@ def main() -> None:
     log(f"wrote {out.relative_to(ROOT)}")
 
 
+# The hot path and its three floors, measured in this order at every level of every round.
+SERIES = ("hot_path", "framework_floor", "django_sql_floor", "raw_sql_floor")
+
+
+def level_row(meter: Any, measured: dict[str, list[Any]]) -> dict[str, Any]:
+    """One level's figures from its rounds of each series (``bench.load.LoadResult``s) and the
+    CPU ``meter`` that measured them."""
+    from bench.load import merge, ms, percentile
+
+    hot, framework = merge(measured["hot_path"]), merge(measured["framework_floor"])
+    raw, django_sql = merge(measured["raw_sql_floor"]), merge(measured["django_sql_floor"])
+    row = hot.summary("calls")
+    row["cpu_ms_per_request"] = {
+        "hot_path": meter.per_unit_ms("hot_path", hot.units * 2),
+        "framework_floor": meter.per_unit_ms("framework_floor", framework.units),
+        "django_sql_floor": meter.per_unit_ms("django_sql_floor", django_sql.units * 2),
+        "raw_sql_floor": meter.per_unit_ms("raw_sql_floor", raw.units * 2),
+    }
+    row["requests_per_second"] = round(hot.per_second * 2, 1)
+    row["raw_calls_per_second"] = round(raw.per_second, 1)
+    row["raw_p50_ms"] = ms(percentile(raw.latencies, 0.5))
+    row["raw_p99_ms"] = ms(percentile(raw.latencies, 0.99))
+    row["framework_requests_per_second"] = round(framework.per_second, 1)
+    row["framework_p99_ms"] = ms(percentile(framework.latencies, 0.99))
+    row["django_sql_requests_per_second"] = round(django_sql.per_second * 2, 1)
+    row["ratio_vs_raw_sql"] = round(hot.per_second / raw.per_second, 3) if raw.units else 0
+    row["ratio_vs_framework"] = (
+        round(hot.per_second * 2 / framework.per_second, 3) if framework.units else 0
+    )
+    # The ceiling of ratio_vs_framework for any Django view sending these statements.
+    row["django_sql_ratio_vs_framework"] = (
+        round(django_sql.per_second * 2 / framework.per_second, 3) if framework.units else 0
+    )
+    row["raw_errors"], row["framework_errors"] = raw.errors, framework.errors
+    row["django_sql_errors"] = django_sql.errors
+    return row
+
+
 def run(
     results: dict[str, Any],
     sizes: Sizes,
@@ -243,7 +281,7 @@ def run(
     from bench import reconcile_throughput as reconcile
     from bench.autovacuum import AutovacuumStandIn
     from bench.floor import FLOOR_TABLE_SQL
-    from bench.load import LoadGenerator, merge, ms, percentile
+    from bench.load import LoadGenerator, ms, percentile
     from console.startup import freeze_loaded_objects
     from ledger.services.cleanup import expired_records
 
@@ -298,69 +336,45 @@ def run(
     hotpath.hot_path(load, port, fixture.token, 8, 1.0, "warm")
     hotpath.framework_floor(load, port, 8, 1.0, "warm")
     hotpath.django_sql_floor(load, port, 8, 1.0, "warm")
-    by_clients: dict[str, Any] = {}
     # Where the server runs without autovacuum, a stand-in does its work (bench.autovacuum).
     standin = AutovacuumStandIn(database_url)
+    meters = {c: cpu.CpuMeter(cpu.web_groups(gunicorn.pid, load.pids)) for c in sizes.levels}
+    measured: dict[int, dict[str, list[Any]]] = {c: {s: [] for s in SERIES} for c in sizes.levels}
+    part = sizes.seconds / ROUNDS
     with standin:
-        for clients in sizes.levels:
-            log(f"hot path and floors at {clients} client(s)")
-            # Interleaved rounds, so a burst of load from elsewhere on the machine hits the hot
-            # path and the floors alike instead of skewing one of them.
-            hots, frameworks, raws, django_sqls = [], [], [], []
-            part = sizes.seconds / ROUNDS
-            meter = cpu.CpuMeter(cpu.web_groups(gunicorn.pid, load.pids))
-            for n in range(ROUNDS):
+        # Interleaved rounds: a burst of load from elsewhere on the machine hits the hot path
+        # and the floors alike, and the run's own drift (its tables grow, the stand-in vacuums
+        # them) reaches every level alike, so the series compares client counts, not moments.
+        for n in range(ROUNDS):
+            for clients in sizes.levels:
+                log(f"round {n + 1} of {ROUNDS}: hot path and floors at {clients} client(s)")
                 tag = f"{clients}-{n}"
-                hot_round = partial(
-                    hotpath.hot_path, load, port, fixture.token, clients, part, f"hot{tag}"
-                )
-                floor_round = partial(
-                    hotpath.framework_floor, load, port, clients, part, f"fw{tag}"
-                )
-                sql_round = partial(
-                    hotpath.django_sql_floor, load, port, clients, part, f"sql{tag}"
-                )
-                hots.append(meter.measure("hot_path", hot_round))
-                frameworks.append(meter.measure("framework_floor", floor_round))
-                django_sqls.append(meter.measure("django_sql_floor", sql_round))
-                raw_round = partial(
-                    hotpath.raw_sql_floor,
-                    load,
-                    database_url,
-                    captured,
-                    clients,
-                    part,
-                    f"raw{tag}",
-                    connections=raw_connections,
-                )
-                raws.append(meter.measure("raw_sql_floor", raw_round))
-            hot, framework, raw = merge(hots), merge(frameworks), merge(raws)
-            django_sql = merge(django_sqls)
-            row = hot.summary("calls")
-            row["cpu_ms_per_request"] = {
-                "hot_path": meter.per_unit_ms("hot_path", hot.units * 2),
-                "framework_floor": meter.per_unit_ms("framework_floor", framework.units),
-                "django_sql_floor": meter.per_unit_ms("django_sql_floor", django_sql.units * 2),
-                "raw_sql_floor": meter.per_unit_ms("raw_sql_floor", raw.units * 2),
-            }
-            row["requests_per_second"] = round(hot.per_second * 2, 1)
-            row["raw_calls_per_second"] = round(raw.per_second, 1)
-            row["raw_p50_ms"] = ms(percentile(raw.latencies, 0.5))
-            row["raw_p99_ms"] = ms(percentile(raw.latencies, 0.99))
-            row["framework_requests_per_second"] = round(framework.per_second, 1)
-            row["framework_p99_ms"] = ms(percentile(framework.latencies, 0.99))
-            row["django_sql_requests_per_second"] = round(django_sql.per_second * 2, 1)
-            row["ratio_vs_raw_sql"] = round(hot.per_second / raw.per_second, 3) if raw.units else 0
-            row["ratio_vs_framework"] = (
-                round(hot.per_second * 2 / framework.per_second, 3) if framework.units else 0
-            )
-            # The ceiling of ratio_vs_framework for any Django view sending these statements.
-            row["django_sql_ratio_vs_framework"] = (
-                round(django_sql.per_second * 2 / framework.per_second, 3) if framework.units else 0
-            )
-            row["raw_errors"], row["framework_errors"] = raw.errors, framework.errors
-            row["django_sql_errors"] = django_sql.errors
-            by_clients[str(clients)] = row
+                rounds = {
+                    "hot_path": partial(
+                        hotpath.hot_path, load, port, fixture.token, clients, part, f"hot{tag}"
+                    ),
+                    "framework_floor": partial(
+                        hotpath.framework_floor, load, port, clients, part, f"fw{tag}"
+                    ),
+                    "django_sql_floor": partial(
+                        hotpath.django_sql_floor, load, port, clients, part, f"sql{tag}"
+                    ),
+                    "raw_sql_floor": partial(
+                        hotpath.raw_sql_floor,
+                        load,
+                        database_url,
+                        captured,
+                        clients,
+                        part,
+                        f"raw{tag}",
+                        connections=raw_connections,
+                    ),
+                }
+                for series, measure in rounds.items():
+                    measured[clients][series].append(meters[clients].measure(series, measure))
+    by_clients = {
+        str(clients): level_row(meters[clients], measured[clients]) for clients in sizes.levels
+    }
     results["hot_path"] = {
         "seconds_per_level": sizes.seconds,
         "by_clients": by_clients,
