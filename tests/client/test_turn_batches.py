@@ -17,9 +17,6 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -34,6 +31,7 @@ from ledger.models import IdempotencyRecord
 from sandbox.server import SandboxServer
 from tests.client.agent_tools import order_tool
 from tests.client.approving import orders
+from tests.client.test_langgraph import _graph
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -333,19 +331,8 @@ def test_a_langgraph_tool_node_turn_is_one_batch(
     async def scenario() -> dict[str, Any]:
         async with AsyncLedgerClient(live_server.url, ledger_token, transport=noting) as ledger:
             calls = LedgerToolCalls(ledger, user_id="u1")
-
-            def agent(state: MessagesState) -> dict[str, Any]:
-                return {"messages": [model.invoke(state["messages"])]}
-
-            graph = StateGraph(MessagesState)
-            graph.add_node("agent", agent)
-            tools = ToolNode([tool(order_tool(sandbox, timeout=5))], awrap_tool_call=calls)
-            graph.add_node("tools", tools)
-            graph.add_edge(START, "agent")
-            graph.add_conditional_edges("agent", tools_condition)
-            graph.add_edge("tools", "agent")
-            compiled = graph.compile(checkpointer=InMemorySaver())
-            state = await compiled.ainvoke({"messages": [HumanMessage("order")]}, config)
+            graph = _graph(model, [tool(order_tool(sandbox, timeout=5))], calls)
+            state = await graph.ainvoke({"messages": [HumanMessage("order")]}, config)
             await calls.finish(config)
             return state
 
